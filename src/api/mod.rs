@@ -1,0 +1,224 @@
+//! The REST API as plain async functions: [`route`] maps a path to a [`Route`], and
+//! [`dispatch`] runs the handler for an authenticated [`ApiRequest`]. Nothing here touches
+//! pingora; `gateway` reads the request and writes the [`Response`].
+
+pub mod payment_methods;
+
+use crate::auth::{Authenticator, Principal};
+use crate::clock::Clock;
+use crate::config::{valid_id, Config};
+use crate::error::{ApiError, ApiResult};
+use crate::http::Response;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::vault::Vault;
+use bytes::Bytes;
+use http::Method;
+use std::sync::Arc;
+
+/// Everything a handler can reach.
+pub struct App {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub vault: Arc<Vault>,
+    pub auth: Authenticator,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Metrics,
+}
+
+impl App {
+    /// Unix seconds now.
+    pub fn now_secs(&self) -> u64 {
+        u64::try_from(self.clock.now().unix_timestamp()).unwrap_or(0)
+    }
+}
+
+/// What a path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    Health,
+    Metrics,
+    PaymentMethods,
+    PaymentMethod(String),
+}
+
+/// A matched path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The `:projectId` (or `:tenantId`) of the path; `None` for service routes.
+    pub project: Option<String>,
+    pub resource: Resource,
+}
+
+impl Route {
+    /// Methods the route answers, for 405 and `Allow`.
+    pub fn allowed(&self) -> &'static [Method] {
+        match self.resource {
+            Resource::Health | Resource::Metrics => &[Method::GET],
+            Resource::PaymentMethods => &[Method::GET, Method::POST],
+            Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
+        }
+    }
+
+    /// The `Allow` header value.
+    pub fn allow_header(&self) -> String {
+        self.allowed()
+            .iter()
+            .map(Method::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// A label for metrics and logs: the route's shape, never its ids.
+    pub fn label(&self) -> &'static str {
+        match self.resource {
+            Resource::Health => "health",
+            Resource::Metrics => "metrics",
+            Resource::PaymentMethods => "payment_methods",
+            Resource::PaymentMethod(_) => "payment_method",
+        }
+    }
+
+    /// Whether the route needs a JWT.
+    pub fn needs_auth(&self) -> bool {
+        self.project.is_some()
+    }
+}
+
+/// Matches a path (without query) to a route. Both path forms of the specification are
+/// served: `/projects/:projectId/...` and `/tenants/:tenantId/...`.
+pub fn route(path: &str) -> Option<Route> {
+    let path = path
+        .strip_suffix('/')
+        .filter(|p| !p.is_empty())
+        .unwrap_or(path);
+    let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    let service = |resource| {
+        Some(Route {
+            project: None,
+            resource,
+        })
+    };
+    match segments.as_slice() {
+        ["health"] => service(Resource::Health),
+        ["metrics"] => service(Resource::Metrics),
+        ["projects" | "tenants", project, rest @ ..] if valid_id(project) => {
+            let resource = match rest {
+                ["payment-methods"] => Resource::PaymentMethods,
+                ["payment-methods", id] if valid_id(id) => Resource::PaymentMethod(id.to_string()),
+                _ => return None,
+            };
+            Some(Route {
+                project: Some(project.to_string()),
+                resource,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// An authenticated request, body already read.
+#[derive(Debug)]
+pub struct ApiRequest<'a> {
+    pub method: &'a Method,
+    pub route: &'a Route,
+    pub principal: &'a Principal,
+    pub query: Option<&'a str>,
+    pub body: Option<Bytes>,
+}
+
+/// Runs the handler of an authenticated request.
+pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
+    use payment_methods as pm;
+    match (&req.route.resource, req.method) {
+        (Resource::PaymentMethods, &Method::GET) => pm::list(app, req.principal, req.query).await,
+        (Resource::PaymentMethods, &Method::POST) => {
+            pm::create(app, req.principal, req.body.as_deref().unwrap_or_default()).await
+        }
+        (Resource::PaymentMethod(id), &Method::GET) => pm::get(app, req.principal, id).await,
+        (Resource::PaymentMethod(id), &Method::DELETE) => pm::delete(app, req.principal, id).await,
+        _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
+    }
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+/// Query parameters as (name, value) pairs, percent-decoding `%XX` and `+`.
+pub fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    let decode = |s: &str| -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    match (hex_val(bytes[i + 1]), hex_val(bytes[i + 2])) {
+                        (Some(h), Some(l)) => {
+                            out.push(h * 16 + l);
+                            i += 2;
+                        }
+                        _ => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let r = route("/projects/p1/payment-methods").unwrap_or_else(|| unreachable!());
+        assert_eq!(r.project.as_deref(), Some("p1"));
+        assert_eq!(r.resource, Resource::PaymentMethods);
+        assert_eq!(
+            route("/tenants/p1/payment-methods/pm_1/").map(|r| r.resource),
+            Some(Resource::PaymentMethod("pm_1".into()))
+        );
+        assert_eq!(route("/health").map(|r| r.resource), Some(Resource::Health));
+        for bad in [
+            "",
+            "/",
+            "/projects",
+            "/projects/p1",
+            "/projects/p1/nope",
+            "/projects/a b/payment-methods",
+            "health",
+        ] {
+            assert_eq!(route(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn query_decoding() {
+        assert_eq!(
+            query_pairs(Some("limit=5&type=card&x=a%20b+c&flag&bad=%zz&end=%4")),
+            vec![
+                ("limit".into(), "5".into()),
+                ("type".into(), "card".into()),
+                ("x".into(), "a b c".into()),
+                ("flag".into(), "".into()),
+                ("bad".into(), "%zz".into()),
+                ("end".into(), "%4".into()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,393 @@
+//! Payment methods (spec §4.1–4.4): create from a raw card, list, get, delete.
+//!
+//! The card number and cvc are sealed by the vault before anything is stored; responses
+//! carry only bin, last4, expiry, brand and display data.
+
+use super::{query_pairs, App};
+use crate::auth::{Principal, Role};
+use crate::card::{self, Brand, CardInput, Funding};
+use crate::clock::iso8601;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{parse_json, Response};
+use crate::store::{AuditEvent, Inserted, PaymentMethodRecord, Scope, StoredCard, TokenRecord};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+
+/// Default and largest `limit` of a list.
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 100;
+const MAX_OFFSET: usize = 1_000_000;
+
+/// The payment method object of list and get responses.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PaymentMethodView<D: Serialize> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    entity_id: String,
+    card: CardView<D>,
+    credential_types: Vec<&'static str>,
+    created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<TokenView>,
+}
+
+#[derive(Debug, Serialize)]
+struct CardView<D: Serialize> {
+    #[serde(rename = "type")]
+    funding: String,
+    brand: String,
+    details: CardDetails,
+    display: D,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CardDetails {
+    bin: String,
+    last4: String,
+    expiration_month: String,
+    expiration_year: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenView {
+    id: String,
+    fingerprint: String,
+    created_at: String,
+    masked_data: String,
+}
+
+fn micros_to_iso(micros: i64) -> String {
+    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    iso8601(t)
+}
+
+/// Credential types a card can produce: network tokens and virtual cards for the brands
+/// the sandbox issuer serves, `pan` only where the project enables it.
+pub fn credential_types(brand: Brand, pan_enabled: bool) -> Vec<&'static str> {
+    let mut types = Vec::with_capacity(3);
+    if matches!(
+        brand,
+        Brand::Visa | Brand::Mastercard | Brand::Amex | Brand::Discover
+    ) {
+        types.push("network-token");
+    }
+    if brand != Brand::Unknown {
+        types.push("virtual-card");
+    }
+    if pan_enabled {
+        types.push("pan");
+    }
+    types
+}
+
+fn view<D: Serialize>(
+    app: &App,
+    rec: &PaymentMethodRecord,
+    display: D,
+    with_token: bool,
+) -> PaymentMethodView<D> {
+    let brand = Brand::from_str(&rec.card.brand).unwrap_or(Brand::Unknown);
+    let pan_enabled = app
+        .config
+        .project(&rec.project)
+        .is_some_and(|p| p.pan_enabled);
+    PaymentMethodView {
+        id: rec.id.clone(),
+        kind: "card",
+        entity_id: rec.entity.clone(),
+        card: CardView {
+            funding: rec.card.funding.clone(),
+            brand: rec.card.brand.clone(),
+            details: CardDetails {
+                bin: rec.card.bin.clone(),
+                last4: rec.card.last4.clone(),
+                expiration_month: rec.card.expiration_month.clone(),
+                expiration_year: rec.card.expiration_year.clone(),
+            },
+            display,
+        },
+        credential_types: credential_types(brand, pan_enabled),
+        created_at: micros_to_iso(rec.created_micros),
+        token: rec
+            .token
+            .as_ref()
+            .filter(|_| with_token)
+            .map(|t| TokenView {
+                id: t.id.clone(),
+                fingerprint: t.fingerprint.clone(),
+                created_at: micros_to_iso(t.created_micros),
+                masked_data: t.masked_data.clone(),
+            }),
+    }
+}
+
+/// The list/get shape.
+fn listed_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card::DisplayListed> {
+    let brand = Brand::from_str(&rec.card.brand).unwrap_or(Brand::Unknown);
+    let funding = if rec.card.funding == "debit" {
+        Funding::Debit
+    } else {
+        Funding::Credit
+    };
+    let display = card::display_listed(brand, funding, &rec.card.last4, &rec.card.bin);
+    view(app, rec, display, false)
+}
+
+/// The create shape (display `name`/`color`, `token` when the project has a vault key).
+fn created_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card::DisplayCreate> {
+    let brand = Brand::from_str(&rec.card.brand).unwrap_or(Brand::Unknown);
+    view(app, rec, card::display_create(brand), true)
+}
+
+/// Where a sealed field of a payment method is bound (the vault's `aad`).
+pub fn number_aad(project: &str, pm_id: &str) -> String {
+    format!("pm/{project}/{pm_id}/number")
+}
+
+/// Where a sealed cvc is bound.
+pub fn cvc_aad(project: &str, pm_id: &str) -> String {
+    format!("pm/{project}/{pm_id}/cvc")
+}
+
+/// `POST /projects/:projectId/payment-methods`
+pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
+    let value: Value = parse_json(body)?;
+    let Value::Object(mut obj) = value else {
+        return Err(ApiError::invalid_request("The body must be a JSON object."));
+    };
+    check_entity(&obj, principal)?;
+    let sources: Vec<&str> = ["tokenId", "card", "encryptedCard"]
+        .into_iter()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    let unknown: BTreeMap<String, String> = obj
+        .keys()
+        .filter(|k| {
+            !matches!(
+                k.as_str(),
+                "entityId" | "tokenId" | "card" | "encryptedCard"
+            )
+        })
+        .map(|k| (k.clone(), "unknown field".to_string()))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::invalid_fields(unknown));
+    }
+    match sources.as_slice() {
+        ["card"] => {}
+        [] => {
+            return Err(ApiError::invalid_field(
+                "card",
+                "exactly one of tokenId, card or encryptedCard is required",
+            ))
+        }
+        [_, _, ..] => {
+            let fields = sources
+                .iter()
+                .map(|s| {
+                    (
+                        s.to_string(),
+                        "give only one of tokenId, card or encryptedCard".into(),
+                    )
+                })
+                .collect();
+            return Err(ApiError::invalid_fields(fields));
+        }
+        [other] => {
+            return Err(ApiError::invalid_field(
+                other,
+                "not supported by this server yet: send the raw `card` object",
+            ))
+        }
+    }
+    if principal.role == Role::Public {
+        return Err(ApiError::forbidden(
+            "A public-role token may create payment methods only from encryptedCard or tokenId.",
+        ));
+    }
+    let card_value = obj.remove("card").unwrap_or(Value::Null);
+    let input: CardInput = match card_value {
+        Value::Object(_) => serde_json::from_value(card_value)
+            .map_err(|_| ApiError::invalid_field("card", "must be an object"))?,
+        _ => return Err(ApiError::invalid_field("card", "must be an object")),
+    };
+    let now = app.clock.now();
+    let valid = card::validate(&input, "card", now.date()).map_err(ApiError::invalid_fields)?;
+    drop(input);
+
+    let project = principal.project.as_str();
+    let id = format!("pm_{}", uuid::Uuid::new_v4().simple());
+    let now_micros = i64::try_from(now.unix_timestamp_nanos() / 1000).unwrap_or(0);
+    let fingerprint = app.vault.fingerprint(project, &valid.number)?;
+    let number_sealed =
+        app.vault
+            .seal(project, &number_aad(project, &id), valid.number.as_bytes())?;
+    let now_secs = app.now_secs();
+    let cvc_sealed = app
+        .vault
+        .seal_cvc(&cvc_aad(project, &id), &valid.cvc, now_secs);
+    let token_vault = app
+        .config
+        .project(project)
+        .is_some_and(|p| p.token_vault_key);
+    let rec = PaymentMethodRecord {
+        id: id.clone(),
+        project: project.to_string(),
+        entity: principal.entity.clone(),
+        created_micros: now_micros,
+        card: StoredCard {
+            brand: valid.brand.as_str().to_string(),
+            funding: match valid.funding {
+                Funding::Debit => "debit".into(),
+                Funding::Credit => "credit".into(),
+            },
+            bin: valid.number.get(..6).unwrap_or_default().to_string(),
+            last4: valid
+                .number
+                .get(valid.number.len().saturating_sub(4)..)
+                .unwrap_or_default()
+                .to_string(),
+            expiration_month: valid.expiration_month.clone(),
+            expiration_year: valid.expiration_year.clone(),
+            number_sealed,
+            cvc_sealed,
+        },
+        fingerprint: fingerprint.clone(),
+        token: token_vault.then(|| TokenRecord {
+            id: format!("tok_{}", uuid::Uuid::new_v4().simple()),
+            fingerprint,
+            created_micros: now_micros,
+            masked_data: card::mask(&valid.number),
+        }),
+    };
+    drop(valid);
+    let audit = audit_event(app, principal, "paymentMethod.create", &id);
+    match app.store.insert_payment_method(&rec, audit).await? {
+        Inserted::Created => Response::json(201, &created_view(app, &rec)),
+        Inserted::Existing(existing) => Response::json(200, &created_view(app, &existing)),
+    }
+}
+
+fn check_entity(obj: &Map<String, Value>, principal: &Principal) -> ApiResult<()> {
+    match obj.get("entityId") {
+        None | Some(Value::Null) => Err(ApiError::invalid_field("entityId", "required")),
+        Some(Value::String(e)) if *e == principal.entity => Ok(()),
+        Some(Value::String(_)) => Err(ApiError::forbidden(
+            "entityId does not match the token's subject.",
+        )),
+        Some(_) => Err(ApiError::invalid_field("entityId", "must be a string")),
+    }
+}
+
+/// An audit event for this principal.
+pub fn audit_event(app: &App, principal: &Principal, action: &str, resource: &str) -> AuditEvent {
+    AuditEvent {
+        at_micros: i64::try_from(app.clock.now().unix_timestamp_nanos() / 1000).unwrap_or(0),
+        action: action.to_string(),
+        project: principal.project.clone(),
+        entity: principal.entity.clone(),
+        resource: resource.to_string(),
+    }
+}
+
+fn scope(principal: &Principal) -> Scope<'_> {
+    Scope {
+        project: &principal.project,
+        entity: &principal.entity,
+    }
+}
+
+/// `GET /projects/:projectId/payment-methods?limit&offset&type`
+pub async fn list(app: &App, principal: &Principal, query: Option<&str>) -> ApiResult<Response> {
+    let mut limit = DEFAULT_LIMIT;
+    let mut offset = 0;
+    let mut kind: Option<String> = None;
+    let mut errors = BTreeMap::new();
+    for (name, value) in query_pairs(query) {
+        match name.as_str() {
+            "limit" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => limit = n,
+                _ => {
+                    errors.insert(
+                        "limit".to_string(),
+                        format!("an integer from 1 to {MAX_LIMIT}"),
+                    );
+                }
+            },
+            "offset" => match value.parse::<usize>() {
+                Ok(n) if n <= MAX_OFFSET => offset = n,
+                _ => {
+                    errors.insert(
+                        "offset".to_string(),
+                        format!("an integer from 0 to {MAX_OFFSET}"),
+                    );
+                }
+            },
+            "type" => kind = Some(value),
+            _ => {}
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::invalid_fields(errors));
+    }
+    if kind.as_deref().is_some_and(|k| k != "card") {
+        return Ok(
+            Response::json(200, &Vec::<Value>::new())?.with_header("X-Total-Count", "0".into())
+        );
+    }
+    let page = app
+        .store
+        .list_payment_methods(scope(principal), offset, limit)
+        .await?;
+    let items: Vec<_> = page.items.iter().map(|r| listed_view(app, r)).collect();
+    Ok(Response::json(200, &items)?.with_header("X-Total-Count", page.total.to_string()))
+}
+
+/// `GET /projects/:projectId/payment-methods/:id`
+pub async fn get(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
+    match app.store.get_payment_method(scope(principal), id).await? {
+        Some(rec) => Response::json(200, &listed_view(app, &rec)),
+        None => Err(ApiError::not_found("Payment method")),
+    }
+}
+
+/// `DELETE /projects/:projectId/payment-methods/:id`
+pub async fn delete(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
+    principal.require_private()?;
+    let audit = audit_event(app, principal, "paymentMethod.delete", id);
+    if app
+        .store
+        .delete_payment_method(scope(principal), id, audit)
+        .await?
+    {
+        Ok(Response::empty(204))
+    } else {
+        Err(ApiError::not_found("Payment method"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_types_follow_brand_and_config() {
+        assert_eq!(
+            credential_types(Brand::Visa, false),
+            vec!["network-token", "virtual-card"]
+        );
+        assert_eq!(
+            credential_types(Brand::Visa, true),
+            vec!["network-token", "virtual-card", "pan"]
+        );
+        assert_eq!(credential_types(Brand::Jcb, false), vec!["virtual-card"]);
+        assert_eq!(credential_types(Brand::Unknown, false), Vec::<&str>::new());
+    }
+}

@@ -1,0 +1,187 @@
+//! The configuration file as written: serde structs that refuse unknown keys.
+//!
+//! Every field has its default here; `super::validate` turns these into a checked
+//! [`super::Config`]. `conf/paycred.yaml` documents every key.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address the one listener binds, e.g. `127.0.0.1:8080`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Serve HTTPS on `listen` with this certificate and key.
+    #[serde(default)]
+    pub tls: Option<TlsFile>,
+    /// Directory of the embedded sled store.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// File holding the 32-byte master key (64 hex characters). The environment variable
+    /// `PAYCRED_MASTER_KEY` takes precedence. Never inside `data_dir`.
+    #[serde(default = "default_master_key_file")]
+    pub master_key_file: PathBuf,
+    /// How long a CVC stays readable after it was stored, e.g. `1h`.
+    #[serde(default = "default_cvc_retention")]
+    pub cvc_retention: String,
+    /// Largest request body accepted by the REST routes, in bytes.
+    #[serde(default = "default_rest_max_body")]
+    pub rest_max_body: usize,
+    /// Server process settings.
+    #[serde(default)]
+    pub server: ServerFile,
+    /// The projects (tenants) this service answers for.
+    #[serde(default)]
+    pub projects: Vec<ProjectFile>,
+}
+
+/// `tls:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
+}
+
+/// `server:` — pingora's process settings that paycred exposes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFile {
+    /// Worker threads of the service.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    /// After SIGTERM, how long the listener keeps accepting before it stops (e.g. `1s`).
+    #[serde(default = "default_grace_period")]
+    pub grace_period: String,
+    /// After the grace period, how long in-flight requests get to finish (e.g. `5s`).
+    #[serde(default = "default_shutdown_timeout")]
+    pub graceful_shutdown_timeout: String,
+    /// Idle connections kept per target address.
+    #[serde(default = "default_keepalive_pool")]
+    pub upstream_keepalive_pool_size: usize,
+}
+
+impl Default for ServerFile {
+    fn default() -> Self {
+        Self {
+            threads: default_threads(),
+            grace_period: default_grace_period(),
+            graceful_shutdown_timeout: default_shutdown_timeout(),
+            upstream_keepalive_pool_size: default_keepalive_pool(),
+        }
+    }
+}
+
+/// One entry of `projects:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectFile {
+    /// Project id: the JWT `iss` and the `:projectId` of every path.
+    pub id: String,
+    /// How the project's JWTs are verified.
+    pub jwt: JwtFile,
+    /// `enabled`: the project may issue `pan` credentials (PCI environments only).
+    #[serde(default = "default_pan")]
+    pub pan: String,
+    /// `true`: the project has its own token-vault key; create returns `token`.
+    #[serde(default)]
+    pub token_vault_key: bool,
+    /// Proxy rules.
+    #[serde(default)]
+    pub proxy: ProxyFile,
+}
+
+/// `projects[].jwt:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtFile {
+    /// Public keys; the token's `kid` header picks one.
+    pub keys: Vec<JwtKeyFile>,
+    /// Longest accepted `exp - iat`, e.g. `1h`.
+    #[serde(default = "default_max_lifetime")]
+    pub max_lifetime: String,
+}
+
+/// `projects[].jwt.keys[]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtKeyFile {
+    /// Key id, matched against the token header's `kid`.
+    pub kid: String,
+    /// PEM public key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA).
+    pub public_key_file: PathBuf,
+}
+
+/// `projects[].proxy:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyFile {
+    /// Target hosts: exact names or `*.suffix`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Allow `http://` targets (tests and local development only).
+    #[serde(default)]
+    pub allow_http: bool,
+    /// Allow targets resolving to loopback/private ranges (tests and local development only).
+    #[serde(default)]
+    pub allow_private_networks: bool,
+    /// Extra PEM roots for targets with a private CA.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Longest wait for a target, e.g. `30s`.
+    #[serde(default = "default_proxy_timeout")]
+    pub timeout: String,
+}
+
+impl Default for ProxyFile {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            allow_http: false,
+            allow_private_networks: false,
+            ca_file: None,
+            timeout: default_proxy_timeout(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("./data")
+}
+fn default_master_key_file() -> PathBuf {
+    PathBuf::from("./master.key")
+}
+fn default_cvc_retention() -> String {
+    "1h".into()
+}
+fn default_rest_max_body() -> usize {
+    1024 * 1024
+}
+fn default_threads() -> usize {
+    2
+}
+fn default_grace_period() -> String {
+    "1s".into()
+}
+fn default_shutdown_timeout() -> String {
+    "5s".into()
+}
+fn default_keepalive_pool() -> usize {
+    128
+}
+fn default_pan() -> String {
+    "disabled".into()
+}
+fn default_max_lifetime() -> String {
+    "1h".into()
+}
+fn default_proxy_timeout() -> String {
+    "30s".into()
+}

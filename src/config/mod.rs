@@ -1,0 +1,385 @@
+//! Configuration: one YAML file (`conf/paycred.yaml` documents every key), read into the
+//! serde structs of [`file`] and checked by [`Config::from_file`] into a [`Config`] that
+//! the rest of the service trusts. Unknown keys and bad values stop the start with a
+//! message that names the key; `paycred check` runs the same code.
+
+pub mod file;
+
+use file::{FileConfig, ProjectFile};
+use jsonwebtoken::{Algorithm, DecodingKey};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// The checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub tls: Option<TlsConfig>,
+    pub data_dir: PathBuf,
+    pub master_key_file: PathBuf,
+    pub cvc_retention: Duration,
+    pub rest_max_body: usize,
+    pub server: ServerSettings,
+    pub projects: BTreeMap<String, Arc<ProjectConfig>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub threads: usize,
+    pub grace_period: Duration,
+    pub graceful_shutdown_timeout: Duration,
+    pub upstream_keepalive_pool_size: usize,
+}
+
+/// One project (tenant).
+#[derive(Debug)]
+pub struct ProjectConfig {
+    pub id: String,
+    pub jwt_keys: Vec<JwtKey>,
+    pub jwt_max_lifetime: Duration,
+    pub pan_enabled: bool,
+    pub token_vault_key: bool,
+    pub proxy: ProxyConfig,
+}
+
+/// A project's JWT verification key. The algorithm comes from the key, never the token.
+pub struct JwtKey {
+    pub kid: String,
+    pub alg: Algorithm,
+    pub key: DecodingKey,
+}
+
+impl std::fmt::Debug for JwtKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtKey")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .finish()
+    }
+}
+
+/// A project's proxy rules.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub allowed_hosts: Vec<String>,
+    pub allow_http: bool,
+    pub allow_private_networks: bool,
+    pub ca_file: Option<PathBuf>,
+    pub timeout: Duration,
+}
+
+impl Config {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_yaml(&text)
+    }
+
+    /// Parses and checks YAML text.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let file: FileConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            ConfigError::Parse {
+                path: if path == "." { "config".into() } else { path },
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        Self::from_file(file)
+    }
+
+    /// Checks the parsed file.
+    pub fn from_file(file: FileConfig) -> Result<Config, ConfigError> {
+        let listen: SocketAddr = file
+            .listen
+            .parse()
+            .map_err(|_| invalid("listen", "must be an address like 127.0.0.1:8080"))?;
+        let tls = match file.tls {
+            Some(t) => {
+                require_file("tls.cert_file", &t.cert_file)?;
+                require_file("tls.key_file", &t.key_file)?;
+                Some(TlsConfig {
+                    cert_file: t.cert_file,
+                    key_file: t.key_file,
+                })
+            }
+            None => None,
+        };
+        if file.master_key_file.starts_with(&file.data_dir) {
+            return Err(invalid("master_key_file", "must not be inside data_dir"));
+        }
+        let cvc_retention = duration("cvc_retention", &file.cvc_retention)?;
+        if cvc_retention.is_zero() || cvc_retention > Duration::from_secs(24 * 3600) {
+            return Err(invalid("cvc_retention", "must be between 1s and 24h"));
+        }
+        if !(1024..=64 * 1024 * 1024).contains(&file.rest_max_body) {
+            return Err(invalid(
+                "rest_max_body",
+                "must be between 1024 and 67108864 bytes",
+            ));
+        }
+        let s = &file.server;
+        if !(1..=256).contains(&s.threads) {
+            return Err(invalid("server.threads", "must be between 1 and 256"));
+        }
+        let server = ServerSettings {
+            threads: s.threads,
+            grace_period: duration("server.grace_period", &s.grace_period)?,
+            graceful_shutdown_timeout: duration(
+                "server.graceful_shutdown_timeout",
+                &s.graceful_shutdown_timeout,
+            )?,
+            upstream_keepalive_pool_size: s.upstream_keepalive_pool_size,
+        };
+        let mut projects = BTreeMap::new();
+        for (i, p) in file.projects.into_iter().enumerate() {
+            let key = format!("projects[{i}]");
+            let project = project(&key, p)?;
+            if projects.contains_key(&project.id) {
+                return Err(invalid(format!("{key}.id"), "duplicate project id"));
+            }
+            projects.insert(project.id.clone(), Arc::new(project));
+        }
+        Ok(Config {
+            listen,
+            tls,
+            data_dir: file.data_dir,
+            master_key_file: file.master_key_file,
+            cvc_retention,
+            rest_max_body: file.rest_max_body,
+            server,
+            projects,
+        })
+    }
+
+    /// The project named in a path, if configured.
+    pub fn project(&self, id: &str) -> Option<&Arc<ProjectConfig>> {
+        self.projects.get(id)
+    }
+}
+
+/// Ids of projects, entities and resources: what may appear in a path.
+pub fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
+    if !valid_id(&p.id) {
+        return Err(invalid(
+            format!("{key}.id"),
+            "1-128 characters of A-Z a-z 0-9 _ - .",
+        ));
+    }
+    if p.jwt.keys.is_empty() {
+        return Err(invalid(
+            format!("{key}.jwt.keys"),
+            "at least one key is required",
+        ));
+    }
+    let mut jwt_keys = Vec::new();
+    for (j, k) in p.jwt.keys.iter().enumerate() {
+        let kkey = format!("{key}.jwt.keys[{j}]");
+        if k.kid.is_empty() || jwt_keys.iter().any(|x: &JwtKey| x.kid == k.kid) {
+            return Err(invalid(
+                format!("{kkey}.kid"),
+                "must be non-empty and unique",
+            ));
+        }
+        let pem = std::fs::read(&k.public_key_file).map_err(|e| {
+            invalid(
+                format!("{kkey}.public_key_file"),
+                format!("cannot read {}: {e}", k.public_key_file.display()),
+            )
+        })?;
+        let (alg, decoding) = decoding_key(&pem).ok_or_else(|| {
+            invalid(
+                format!("{kkey}.public_key_file"),
+                "not a PEM public key of type RSA (2048+ bits), P-256 or Ed25519",
+            )
+        })?;
+        jwt_keys.push(JwtKey {
+            kid: k.kid.clone(),
+            alg,
+            key: decoding,
+        });
+    }
+    let jwt_max_lifetime = duration(&format!("{key}.jwt.max_lifetime"), &p.jwt.max_lifetime)?;
+    let pan_enabled = match p.pan.as_str() {
+        "enabled" => true,
+        "disabled" => false,
+        _ => {
+            return Err(invalid(
+                format!("{key}.pan"),
+                "must be `enabled` or `disabled`",
+            ))
+        }
+    };
+    for (h, host) in p.proxy.allowed_hosts.iter().enumerate() {
+        let name = host.strip_prefix("*.").unwrap_or(host);
+        let ok = !name.is_empty()
+            && name.len() <= 253
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if !ok {
+            return Err(invalid(
+                format!("{key}.proxy.allowed_hosts[{h}]"),
+                "a host name or `*.suffix`",
+            ));
+        }
+    }
+    if let Some(ca) = &p.proxy.ca_file {
+        require_file(&format!("{key}.proxy.ca_file"), ca)?;
+    }
+    let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
+    if timeout.is_zero() {
+        return Err(invalid(format!("{key}.proxy.timeout"), "must be positive"));
+    }
+    Ok(ProjectConfig {
+        id: p.id,
+        jwt_keys,
+        jwt_max_lifetime,
+        pan_enabled,
+        token_vault_key: p.token_vault_key,
+        proxy: ProxyConfig {
+            allowed_hosts: p
+                .proxy
+                .allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            allow_http: p.proxy.allow_http,
+            allow_private_networks: p.proxy.allow_private_networks,
+            ca_file: p.proxy.ca_file,
+            timeout,
+        },
+    })
+}
+
+/// Classifies a PEM public key and builds its decoding key; the algorithm is the key's.
+fn decoding_key(pem: &[u8]) -> Option<(Algorithm, DecodingKey)> {
+    if let Ok(k) = DecodingKey::from_rsa_pem(pem) {
+        return Some((Algorithm::RS256, k));
+    }
+    if let Ok(k) = DecodingKey::from_ec_pem(pem) {
+        return Some((Algorithm::ES256, k));
+    }
+    if let Ok(k) = DecodingKey::from_ed_pem(pem) {
+        return Some((Algorithm::EdDSA, k));
+    }
+    None
+}
+
+fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(text).map_err(|_| {
+        invalid(
+            key,
+            format!("`{text}` is not a duration like 30s, 5m or 1h"),
+        )
+    })
+}
+
+fn require_file(key: &str, path: &Path) -> Result<(), ConfigError> {
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!("{} is not a readable file", path.display()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(yaml: &str) -> String {
+        match Config::from_yaml(yaml) {
+            Ok(_) => String::from("ok"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_apply_to_an_empty_file() {
+        let c = Config::from_yaml("{}").unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.cvc_retention, Duration::from_secs(3600));
+        assert_eq!(c.rest_max_body, 1024 * 1024);
+        assert!(c.projects.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("listen: nope", "listen"),
+            ("bogus: 1", "bogus"),
+            ("server: {threads: 0}", "server.threads"),
+            ("server: {colour: red}", "colour"),
+            ("cvc_retention: forever", "cvc_retention"),
+            ("data_dir: /d\nmaster_key_file: /d/k", "master_key_file"),
+            ("projects: [{id: 'a b', jwt: {keys: []}}]", "projects[0].id"),
+            (
+                "projects: [{id: p, jwt: {keys: []}}]",
+                "projects[0].jwt.keys",
+            ),
+            (
+                "projects: [{id: p, jwt: {keys: [{kid: k, public_key_file: /nonexistent}]}}]",
+                "projects[0].jwt.keys[0].public_key_file",
+            ),
+            ("projects: [{id: p, jwt: {keys: [], extra: 1}}]", "extra"),
+        ];
+        for (yaml, key) in cases {
+            let e = err(yaml);
+            assert!(
+                e.contains(key),
+                "{yaml:?} gave {e:?}, expected it to name {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn ids() {
+        assert!(valid_id("proj_123"));
+        assert!(!valid_id(""));
+        assert!(!valid_id("a/b"));
+        assert!(!valid_id(&"x".repeat(129)));
+    }
+}

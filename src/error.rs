@@ -1,0 +1,274 @@
+//! `ApiError`: every error a caller can see, and the one mapping to the envelope of the
+//! specification's section 7 (`{"error": {status, type, title, message, details?}}`).
+//!
+//! Errors from the store, the vault and auth convert into it; a 5xx never carries the
+//! underlying detail (that goes to the log, without secrets).
+
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// The error kinds of the envelope's `type` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidRequest,
+    InvalidTemplate,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RateLimited,
+    InternalError,
+    BadGateway,
+    ServiceUnavailable,
+    GatewayTimeout,
+}
+
+impl ErrorKind {
+    /// HTTP status of this kind.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorKind::InvalidRequest | ErrorKind::InvalidTemplate => 400,
+            ErrorKind::Unauthorized => 401,
+            ErrorKind::Forbidden => 403,
+            ErrorKind::NotFound => 404,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::Conflict => 409,
+            ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::UnsupportedMediaType => 415,
+            ErrorKind::RateLimited => 429,
+            ErrorKind::InternalError => 500,
+            ErrorKind::BadGateway => 502,
+            ErrorKind::ServiceUnavailable => 503,
+            ErrorKind::GatewayTimeout => 504,
+        }
+    }
+
+    /// The envelope's `type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest => "invalidRequest",
+            ErrorKind::InvalidTemplate => "invalidTemplate",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::NotFound => "notFound",
+            ErrorKind::MethodNotAllowed => "methodNotAllowed",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::PayloadTooLarge => "payloadTooLarge",
+            ErrorKind::UnsupportedMediaType => "unsupportedMediaType",
+            ErrorKind::RateLimited => "rateLimited",
+            ErrorKind::InternalError => "internalError",
+            ErrorKind::BadGateway => "badGateway",
+            ErrorKind::ServiceUnavailable => "serviceUnavailable",
+            ErrorKind::GatewayTimeout => "gatewayTimeout",
+        }
+    }
+
+    /// The envelope's short `title`.
+    pub fn title(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest => "Invalid request",
+            ErrorKind::InvalidTemplate => "Invalid template",
+            ErrorKind::Unauthorized => "Unauthorized",
+            ErrorKind::Forbidden => "Forbidden",
+            ErrorKind::NotFound => "Not found",
+            ErrorKind::MethodNotAllowed => "Method not allowed",
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::PayloadTooLarge => "Payload too large",
+            ErrorKind::UnsupportedMediaType => "Unsupported media type",
+            ErrorKind::RateLimited => "Too many requests",
+            ErrorKind::InternalError => "Internal error",
+            ErrorKind::BadGateway => "Bad gateway",
+            ErrorKind::ServiceUnavailable => "Service unavailable",
+            ErrorKind::GatewayTimeout => "Gateway timeout",
+        }
+    }
+}
+
+/// An error answered to the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub details: Option<Value>,
+    /// Extra response headers (`Allow` on 405, `Retry-After` on 429).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            details: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// 400 `invalidRequest` with `details.fields` (field path → message).
+    pub fn invalid_fields(fields: BTreeMap<String, String>) -> Self {
+        let message = match fields.len() {
+            1 => "A request field is invalid.".to_string(),
+            n => format!("{n} request fields are invalid."),
+        };
+        let map: Map<String, Value> = fields
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        Self::new(ErrorKind::InvalidRequest, message).with_details(json!({ "fields": map }))
+    }
+
+    /// 400 `invalidRequest` naming one field.
+    pub fn invalid_field(field: &str, message: &str) -> Self {
+        Self::invalid_fields(BTreeMap::from([(field.to_string(), message.to_string())]))
+    }
+
+    /// 400 `invalidRequest` without a field (malformed JSON, bad query).
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidRequest, message)
+    }
+
+    /// 400 `invalidTemplate` with the body field path and the template text.
+    pub fn invalid_template(field: &str, template: &str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidTemplate, message)
+            .with_details(json!({ "field": field, "template": template }))
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unauthorized, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Forbidden, message)
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(ErrorKind::NotFound, format!("{what} not found."))
+    }
+
+    pub fn method_not_allowed(allow: &str) -> Self {
+        let mut e = Self::new(
+            ErrorKind::MethodNotAllowed,
+            "This method is not allowed on this route.",
+        );
+        e.headers.push(("Allow", allow.to_string()));
+        e
+    }
+
+    /// 500 with nothing of the cause; the caller logs the cause before.
+    pub fn internal() -> Self {
+        Self::new(ErrorKind::InternalError, "internal error")
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn status(&self) -> u16 {
+        self.kind.status()
+    }
+
+    /// The envelope of the specification's section 7.
+    pub fn to_envelope(&self) -> Value {
+        let mut error = json!({
+            "status": self.status(),
+            "type": self.kind.as_str(),
+            "title": self.kind.title(),
+            "message": self.message,
+        });
+        if let (Some(details), Some(obj)) = (&self.details, error.as_object_mut()) {
+            obj.insert("details".into(), details.clone());
+        }
+        json!({ "error": error })
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status(),
+            self.kind.as_str(),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        tracing::error!(error = %e, "store error");
+        match e {
+            crate::store::StoreError::Unavailable(_) => ApiError::new(
+                ErrorKind::ServiceUnavailable,
+                "storage temporarily unavailable",
+            ),
+            _ => ApiError::internal(),
+        }
+    }
+}
+
+impl From<crate::vault::VaultError> for ApiError {
+    fn from(e: crate::vault::VaultError) -> Self {
+        tracing::error!(error = %e, "vault error");
+        ApiError::internal()
+    }
+}
+
+/// Handlers answer `Result<T, ApiError>`.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_has_every_field_of_section_7() {
+        let e = ApiError::invalid_field("card.number", "fails the Luhn check");
+        let v = e.to_envelope();
+        assert_eq!(v["error"]["status"], 400);
+        assert_eq!(v["error"]["type"], "invalidRequest");
+        assert_eq!(v["error"]["title"], "Invalid request");
+        assert!(v["error"]["message"].is_string());
+        assert_eq!(
+            v["error"]["details"]["fields"]["card.number"],
+            "fails the Luhn check"
+        );
+    }
+
+    #[test]
+    fn internal_error_says_nothing_more() {
+        let v = ApiError::internal().to_envelope();
+        assert_eq!(v["error"]["message"], "internal error");
+        assert!(v["error"].get("details").is_none());
+    }
+
+    #[test]
+    fn every_kind_maps_to_a_distinct_type() {
+        use ErrorKind::*;
+        let kinds = [
+            InvalidRequest,
+            InvalidTemplate,
+            Unauthorized,
+            Forbidden,
+            NotFound,
+            MethodNotAllowed,
+            Conflict,
+            PayloadTooLarge,
+            UnsupportedMediaType,
+            RateLimited,
+            InternalError,
+            BadGateway,
+            ServiceUnavailable,
+            GatewayTimeout,
+        ];
+        let names: std::collections::HashSet<_> = kinds.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), kinds.len());
+        assert_eq!(GatewayTimeout.status(), 504);
+    }
+}

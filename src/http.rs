@@ -1,0 +1,198 @@
+//! HTTP plumbing between pingora's session and the plain handlers: a bounded body reader,
+//! the content-type check, and the writer of JSON responses and error envelopes.
+
+use crate::error::{ApiError, ErrorKind};
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde::Serialize;
+
+/// A response produced by a handler, written by [`write_response`].
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    /// JSON body; `None` for 204.
+    pub body: Option<Bytes>,
+}
+
+impl Response {
+    /// A JSON response.
+    pub fn json(status: u16, value: &impl Serialize) -> Result<Response, ApiError> {
+        let body = serde_json::to_vec(value).map_err(|e| {
+            tracing::error!(error = %e, "serialising a response");
+            ApiError::internal()
+        })?;
+        Ok(Response {
+            status,
+            headers: Vec::new(),
+            body: Some(Bytes::from(body)),
+        })
+    }
+
+    /// A response without body.
+    pub fn empty(status: u16) -> Response {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: &'static str, value: String) -> Response {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The error envelope of the specification's section 7.
+    pub fn error(e: &ApiError) -> Response {
+        let body = Bytes::from(e.to_envelope().to_string());
+        Response {
+            status: e.status(),
+            headers: e.headers.clone(),
+            body: Some(body),
+        }
+    }
+}
+
+/// Writes `resp` as the whole answer to the request.
+pub async fn write_response(session: &mut Session, resp: &Response) -> pingora::Result<()> {
+    let len = resp.body.as_ref().map_or(0, |b| b.len());
+    let mut header = ResponseHeader::build(resp.status, Some(4 + resp.headers.len()))?;
+    let has_type = resp
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
+    if resp.body.is_some() && !has_type {
+        header.insert_header("Content-Type", "application/json")?;
+    }
+    if resp.status != 204 {
+        header.insert_header("Content-Length", len.to_string())?;
+    }
+    header.insert_header("Cache-Control", "no-store")?;
+    for (name, value) in &resp.headers {
+        header.insert_header(*name, value.as_str())?;
+    }
+    let end = resp.body.is_none();
+    session.write_response_header(Box::new(header), end).await?;
+    if let Some(body) = &resp.body {
+        session
+            .write_response_body(Some(body.clone()), true)
+            .await?;
+    }
+    Ok(())
+}
+
+/// `application/json`, `application/*+json`, with or without parameters.
+pub fn is_json_content_type(value: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(value) else {
+        return false;
+    };
+    let mime = s
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+/// Reads a JSON request body of at most `max` bytes.
+///
+/// Wrong or missing content type → 415; a declared or actual size over `max` → 413 (the
+/// connection is then not reused, so the unread rest is never parsed as a request).
+/// Answers `Expect: 100-continue` before reading.
+pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, ApiError> {
+    let content_type = session
+        .req_header()
+        .headers
+        .get("content-type")
+        .map(|v| v.as_bytes().to_vec());
+    match content_type {
+        Some(ct) if is_json_content_type(&ct) => {}
+        _ => {
+            session.set_keepalive(None);
+            return Err(ApiError::new(
+                ErrorKind::UnsupportedMediaType,
+                "Send the body as JSON with Content-Type: application/json.",
+            ));
+        }
+    }
+    let declared = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        session.set_keepalive(None);
+        return Err(too_large(max));
+    }
+    let expects_continue = session
+        .req_header()
+        .headers
+        .get("expect")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        session.write_continue_response().await.map_err(|e| {
+            tracing::debug!(error = %e, "writing 100 Continue");
+            ApiError::invalid_request("The request body could not be read.")
+        })?;
+    }
+    let mut buf = BytesMut::new();
+    loop {
+        let chunk = session.read_request_body().await.map_err(|e| {
+            tracing::debug!(error = %e, "reading request body");
+            session.set_keepalive(None);
+            ApiError::invalid_request("The request body could not be read.")
+        })?;
+        let Some(chunk) = chunk else { break };
+        if buf.len() + chunk.len() > max {
+            session.set_keepalive(None);
+            return Err(too_large(max));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+fn too_large(max: usize) -> ApiError {
+    ApiError::new(
+        ErrorKind::PayloadTooLarge,
+        format!("The request body is larger than {max} bytes."),
+    )
+}
+
+/// Parses a JSON body; malformed JSON is 400 `invalidRequest` (no echo of the body).
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid_request(format!(
+            "The body is not valid JSON of the expected shape (line {}, column {}).",
+            e.line(),
+            e.column()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json_content_type(b"application/json"));
+        assert!(is_json_content_type(b"Application/JSON; charset=utf-8"));
+        assert!(is_json_content_type(b"application/merge-patch+json"));
+        assert!(!is_json_content_type(b"text/plain"));
+        assert!(!is_json_content_type(b"application/jsonx"));
+    }
+
+    #[test]
+    fn parse_errors_do_not_echo_the_body() {
+        let e = parse_json::<serde_json::Value>(b"{\"number\": 4242424242424242").err();
+        let text = e.map(|e| e.to_envelope().to_string()).unwrap_or_default();
+        assert!(text.contains("invalidRequest"));
+        assert!(!text.contains("4242424242424242"));
+    }
+}

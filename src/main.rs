@@ -1,0 +1,159 @@
+//! The `paycred` command line: parse arguments, load the config, run.
+
+use clap::{Parser, Subcommand};
+use paycred::config::Config;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "paycred", version, about = "Payment credential service")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve {
+        /// Configuration file.
+        #[arg(short = 'c', long = "config", conflicts_with = "dev")]
+        config: Option<PathBuf>,
+        /// A ready local setup in ./paycred-dev (keys, project `dev`, localhost targets).
+        #[arg(long)]
+        dev: bool,
+        /// Directory of the --dev setup.
+        #[arg(long, default_value = "./paycred-dev", requires = "dev")]
+        dev_dir: PathBuf,
+        /// Listen address for --dev.
+        #[arg(long, default_value = "127.0.0.1:8080", requires = "dev")]
+        listen: SocketAddr,
+    },
+    /// Mint a development JWT signed with a private key.
+    Jwt {
+        /// PEM private key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA).
+        #[arg(long)]
+        key: PathBuf,
+        /// Key id for the token header.
+        #[arg(long)]
+        kid: Option<String>,
+        /// Project id (`iss`).
+        #[arg(long)]
+        project: String,
+        /// Entity id (`sub`).
+        #[arg(long)]
+        sub: String,
+        /// `private` or `public`.
+        #[arg(long, value_parser = ["private", "public"])]
+        role: String,
+        /// Lifetime, e.g. 5m.
+        #[arg(long, default_value = "5m")]
+        ttl: humantime::Duration,
+    },
+    /// Validate a configuration file (the same checks as `serve`).
+    Check {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
+    /// Print a new random master key (64 hex characters), or write it to a file.
+    MasterKey {
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("paycred: {message}");
+    ExitCode::FAILURE
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            config,
+            dev,
+            dev_dir,
+            listen,
+        } => {
+            init_logging();
+            let path = if dev {
+                match paycred::dev::prepare(&dev_dir, listen) {
+                    Ok(setup) => {
+                        println!("{}", paycred::dev::banner(&setup, listen));
+                        setup.config_file
+                    }
+                    Err(e) => return fail(format!("--dev setup: {e}")),
+                }
+            } else {
+                match config {
+                    Some(p) => p,
+                    None => return fail("give -c FILE, or --dev for a local setup"),
+                }
+            };
+            let config = match Config::load(&path) {
+                Ok(c) => c,
+                Err(e) => return fail(format!("{}: {e}", path.display())),
+            };
+            match paycred::build_server(config) {
+                Ok(server) => server.run_forever(),
+                Err(e) => fail(e),
+            }
+        }
+        Command::Jwt {
+            key,
+            kid,
+            project,
+            sub,
+            role,
+            ttl,
+        } => {
+            let pem = match std::fs::read(&key) {
+                Ok(p) => zeroize::Zeroizing::new(p),
+                Err(e) => return fail(format!("{}: {e}", key.display())),
+            };
+            let now = u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0);
+            match paycred::mint::mint(&pem, kid.as_deref(), &project, &sub, &role, ttl.into(), now)
+            {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("{}: {e}", key.display())),
+            }
+        }
+        Command::Check { config } => match Config::load(&config) {
+            Ok(c) => match paycred::vault::master::MasterKey::load(&c.master_key_file) {
+                Ok(_) => {
+                    println!("{}: ok ({} projects)", config.display(), c.projects.len());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("{}: {e}", config.display())),
+            },
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::MasterKey { out } => {
+            let key = paycred::vault::master::MasterKey::generate_hex();
+            match out {
+                Some(path) => match std::fs::write(&path, key.as_bytes()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(format!("{}: {e}", path.display())),
+                },
+                None => {
+                    println!("{}", key.as_str());
+                    ExitCode::SUCCESS
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The master key: 32 bytes from a file or `PAYCRED_MASTER_KEY` (64 hex characters). It
+//! only wraps other keys; its id (a hash prefix) is stored with everything it wraps, so a
+//! rotated-out key is recognised instead of silently failing.
+
+use super::VaultError;
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use zeroize::Zeroizing;
+
+/// Environment variable that overrides `master_key_file`.
+pub const MASTER_KEY_ENV: &str = "PAYCRED_MASTER_KEY";
+
+/// The key-encryption key.
+pub struct MasterKey {
+    id: String,
+    key: Zeroizing<[u8; 32]>,
+}
+
+impl std::fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MasterKey({})", self.id)
+    }
+}
+
+impl MasterKey {
+    /// From 64 hex characters (surrounding whitespace ignored).
+    pub fn from_hex(text: &str) -> Result<Self, VaultError> {
+        let text = Zeroizing::new(text.trim().to_string());
+        let mut key = Zeroizing::new([0u8; 32]);
+        hex::decode_to_slice(text.as_bytes(), key.as_mut_slice())
+            .map_err(|_| VaultError::MasterKey("must be 64 hex characters (32 bytes)".into()))?;
+        let id = hex::encode(
+            &Sha256::digest([b"paycred-master-key-id:".as_slice(), key.as_slice()].concat())[..6],
+        );
+        Ok(Self { id, key })
+    }
+
+    /// From the environment variable if set, else from the file.
+    pub fn load(file: &Path) -> Result<Self, VaultError> {
+        if let Ok(v) = std::env::var(MASTER_KEY_ENV) {
+            return Self::from_hex(&v)
+                .map_err(|e| VaultError::MasterKey(format!("{MASTER_KEY_ENV}: {e}")));
+        }
+        let text = Zeroizing::new(std::fs::read_to_string(file).map_err(|e| {
+            VaultError::MasterKey(format!(
+                "cannot read {}: {e}; create one with `paycred master-key --out {}` or set {MASTER_KEY_ENV}",
+                file.display(),
+                file.display()
+            ))
+        })?);
+        Self::from_hex(&text).map_err(|e| VaultError::MasterKey(format!("{}: {e}", file.display())))
+    }
+
+    /// A fresh random key, as hex.
+    pub fn generate_hex() -> Zeroizing<String> {
+        let mut key = Zeroizing::new([0u8; 32]);
+        rand::rngs::OsRng.fill_bytes(key.as_mut_slice());
+        Zeroizing::new(hex::encode(key.as_slice()))
+    }
+
+    /// Key id stored beside what this key wraps.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Wraps a 32-byte key: `mk_id:base64(nonce || ciphertext)`, bound to `context`.
+    pub fn wrap(&self, context: &str, key: &[u8; 32]) -> Result<String, VaultError> {
+        let sealed = seal_with(&self.key, context.as_bytes(), key)?;
+        Ok(format!("{}:{}", self.id, B64.encode(sealed)))
+    }
+
+    /// Unwraps what [`Self::wrap`] produced with the same `context`.
+    pub fn unwrap_key(
+        &self,
+        context: &str,
+        wrapped: &str,
+    ) -> Result<Zeroizing<[u8; 32]>, VaultError> {
+        let (id, body) = wrapped
+            .split_once(':')
+            .ok_or(VaultError::Corrupt("wrapped key"))?;
+        if id != self.id {
+            return Err(VaultError::MasterKey(format!(
+                "data is wrapped by master key {id}, but the configured master key is {}",
+                self.id
+            )));
+        }
+        let bytes = B64
+            .decode(body)
+            .map_err(|_| VaultError::Corrupt("wrapped key"))?;
+        let plain = open_with(&self.key, context.as_bytes(), &bytes)?;
+        let mut key = Zeroizing::new([0u8; 32]);
+        if plain.len() != 32 {
+            return Err(VaultError::Corrupt("wrapped key length"));
+        }
+        key.copy_from_slice(&plain);
+        Ok(key)
+    }
+}
+
+/// AES-256-GCM: `nonce(12) || ciphertext+tag`, with `aad`.
+pub fn seal_with(key: &[u8; 32], aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
+    let cipher = Aes256Gcm::new_from_slice(key).map_err(|_| VaultError::Crypto)?;
+    let mut nonce = [0u8; 12];
+    rand::rngs::OsRng.fill_bytes(&mut nonce);
+    let ct = cipher
+        .encrypt(
+            &Nonce::from(nonce),
+            Payload {
+                msg: plaintext,
+                aad,
+            },
+        )
+        .map_err(|_| VaultError::Crypto)?;
+    let mut out = Vec::with_capacity(12 + ct.len());
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&ct);
+    Ok(out)
+}
+
+/// Opens what [`seal_with`] produced.
+pub fn open_with(
+    key: &[u8; 32],
+    aad: &[u8],
+    sealed: &[u8],
+) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+    if sealed.len() < 12 + 16 {
+        return Err(VaultError::Corrupt("ciphertext too short"));
+    }
+    let cipher = Aes256Gcm::new_from_slice(key).map_err(|_| VaultError::Crypto)?;
+    let (nonce, ct) = sealed.split_at(12);
+    let nonce: [u8; 12] = nonce.try_into().map_err(|_| VaultError::Corrupt("nonce"))?;
+    cipher
+        .decrypt(&Nonce::from(nonce), Payload { msg: ct, aad })
+        .map(Zeroizing::new)
+        .map_err(|_| VaultError::Crypto)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_round_trips_and_binds_the_context() {
+        let mk = MasterKey::from_hex(&"11".repeat(32)).unwrap_or_else(|e| unreachable!("{e}"));
+        let w = mk
+            .wrap("ctx-a", &[7u8; 32])
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(
+            *mk.unwrap_key("ctx-a", &w)
+                .unwrap_or_else(|e| unreachable!("{e}")),
+            [7u8; 32]
+        );
+        assert!(mk.unwrap_key("ctx-b", &w).is_err());
+        let other = MasterKey::from_hex(&"22".repeat(32)).unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(matches!(
+            other.unwrap_key("ctx-a", &w),
+            Err(VaultError::MasterKey(_))
+        ));
+    }
+
+    #[test]
+    fn bad_master_keys_are_refused() {
+        assert!(MasterKey::from_hex("abc").is_err());
+        assert!(MasterKey::from_hex(&"zz".repeat(32)).is_err());
+        assert!(MasterKey::from_hex(&format!(" {}\n", "ab".repeat(32))).is_ok());
+    }
+}

@@ -1,0 +1,407 @@
+//! Test harness: starts the real `paycred` binary on an ephemeral port with its own data
+//! dir, master key and JWT keys, and talks HTTP to it.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use once_cell::sync::Lazy;
+use serde_json::Value;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Cards used by the tests (public test numbers).
+pub const VISA: &str = "4242424242424242";
+pub const VISA_DEBIT: &str = "4000056655665556";
+pub const MASTERCARD: &str = "5555555555554444";
+pub const AMEX: &str = "378282246310005";
+pub const CVC: &str = "123";
+pub const AMEX_CVC: &str = "7519";
+
+/// A private key PEM and the matching public key PEM.
+pub struct KeyPair {
+    pub private_pem: String,
+    pub public_pem: String,
+}
+
+fn rsa_pair() -> KeyPair {
+    use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+    let private = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048).unwrap();
+    KeyPair {
+        private_pem: private.to_pkcs8_pem(LineEnding::LF).unwrap().to_string(),
+        public_pem: private
+            .to_public_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap(),
+    }
+}
+
+fn ec_pair() -> KeyPair {
+    use p256::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+    let private = p256::SecretKey::random(&mut rand::rngs::OsRng);
+    KeyPair {
+        private_pem: private.to_pkcs8_pem(LineEnding::LF).unwrap().to_string(),
+        public_pem: private
+            .public_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap(),
+    }
+}
+
+fn ed_pair() -> KeyPair {
+    let (private, public) = paycred::mint::generate_ed25519().unwrap();
+    KeyPair {
+        private_pem: private.to_string(),
+        public_pem: public,
+    }
+}
+
+/// Keys of this test process (RSA generation is slow, so once per test binary).
+pub struct Keys {
+    pub rsa: KeyPair,
+    pub ec: KeyPair,
+    pub ed: KeyPair,
+    /// Project B's key.
+    pub other: KeyPair,
+}
+
+pub static KEYS: Lazy<Keys> = Lazy::new(|| Keys {
+    rsa: rsa_pair(),
+    ec: ec_pair(),
+    ed: ed_pair(),
+    other: ed_pair(),
+});
+
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Project A (`proj_a`): RSA, P-256 and Ed25519 keys, pan enabled, own vault key.
+/// Project B (`proj_b`): one Ed25519 key, pan disabled.
+pub const PROJECT: &str = "proj_a";
+pub const OTHER_PROJECT: &str = "proj_b";
+
+/// Options of a test server.
+#[derive(Clone)]
+pub struct Options {
+    pub cvc_retention: &'static str,
+    pub rest_max_body: usize,
+    pub extra_project_yaml: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            cvc_retention: "1h",
+            rest_max_body: 1024 * 1024,
+            extra_project_yaml: String::new(),
+        }
+    }
+}
+
+/// A running server; stopped on drop (its log is printed if the test failed).
+pub struct Server {
+    pub base: String,
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    child: Option<Child>,
+    agent: ureq::Agent,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Self::start_with(Options::default())
+    }
+
+    pub fn start_with(opts: Options) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(&d.join("rsa.pem"), &KEYS.rsa.public_pem);
+        write(&d.join("ec.pem"), &KEYS.ec.public_pem);
+        write(&d.join("ed.pem"), &KEYS.ed.public_pem);
+        write(&d.join("other.pem"), &KEYS.other.public_pem);
+        write(
+            &d.join("master.key"),
+            &paycred::vault::master::MasterKey::generate_hex(),
+        );
+        let config_path = d.join("paycred.yaml");
+        let mut server = Server {
+            base: String::new(),
+            dir,
+            config_path,
+            child: None,
+            agent: ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .build(),
+        };
+        server.write_config(&opts, free_port());
+        server.spawn();
+        server
+    }
+
+    fn write_config(&mut self, opts: &Options, port: u16) {
+        let d = self.dir.path().display();
+        let yaml = format!(
+            "listen: 127.0.0.1:{port}\n\
+             data_dir: {d}/data\n\
+             master_key_file: {d}/master.key\n\
+             cvc_retention: {retention}\n\
+             rest_max_body: {max}\n\
+             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s}}\n\
+             projects:\n\
+             \x20 - id: {PROJECT}\n\
+             \x20   jwt:\n\
+             \x20     keys:\n\
+             \x20       - {{kid: k-rsa, public_key_file: {d}/rsa.pem}}\n\
+             \x20       - {{kid: k-ec, public_key_file: {d}/ec.pem}}\n\
+             \x20       - {{kid: k-ed, public_key_file: {d}/ed.pem}}\n\
+             \x20     max_lifetime: 1h\n\
+             \x20   pan: enabled\n\
+             \x20   token_vault_key: true\n\
+             \x20 - id: {OTHER_PROJECT}\n\
+             \x20   jwt:\n\
+             \x20     keys: [{{kid: k-b, public_key_file: {d}/other.pem}}]\n\
+             {extra}",
+            retention = opts.cvc_retention,
+            max = opts.rest_max_body,
+            extra = opts.extra_project_yaml,
+        );
+        write(&self.config_path, &yaml);
+        self.base = format!("http://127.0.0.1:{port}");
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_paycred"))
+            .args(["serve", "-c"])
+            .arg(&self.config_path)
+            .env(
+                "RUST_LOG",
+                std::env::var("PAYCRED_TEST_LOG").unwrap_or_else(|_| "debug".into()),
+            )
+            .env_remove("PAYCRED_MASTER_KEY")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(r) = self.agent.get(&format!("{}/health", self.base)).call() {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("server exited with {status}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server did not become healthy:\n{}", self.log());
+    }
+
+    /// Stops the server (SIGKILL when `kill`, else SIGTERM and wait).
+    pub fn stop(&mut self, kill: bool) {
+        if let Some(mut child) = self.child.take() {
+            if kill {
+                let _ = child.kill();
+            } else {
+                let _ = Command::new("kill")
+                    .arg("-TERM")
+                    .arg(child.id().to_string())
+                    .status();
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again on the same data dir and port.
+    pub fn restart(&mut self) {
+        self.stop(false);
+        self.spawn();
+    }
+
+    /// A token of project A signed with the Ed25519 key.
+    pub fn token(&self, sub: &str, role: &str) -> String {
+        token_for(&KEYS.ed.private_pem, "k-ed", PROJECT, sub, role, 300)
+    }
+
+    /// Sends a request; returns status, headers and body (JSON when it parses).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        let mut req = self
+            .agent
+            .request(method, &format!("{}{}", self.base, path));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let result = match body {
+            Some(b) => req
+                .set("Content-Type", "application/json")
+                .send_string(&b.to_string()),
+            None => req.call(),
+        };
+        Reply::from(result)
+    }
+
+    /// Sends a raw request with explicit headers and body.
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Reply {
+        let mut req = self
+            .agent
+            .request(method, &format!("{}{}", self.base, path));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let result = match body {
+            Some(b) => req.send_bytes(b),
+            None => req.call(),
+        };
+        Reply::from(result)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop(true);
+        if std::thread::panicking() {
+            eprintln!("----- server log -----\n{}", self.log());
+        }
+    }
+}
+
+/// A response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Reply {
+    fn from(result: Result<ureq::Response, ureq::Error>) -> Reply {
+        let resp = match result {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("transport error: {e}"),
+        };
+        let status = resp.status();
+        let headers = resp
+            .headers_names()
+            .into_iter()
+            .map(|n| {
+                let v = resp.header(&n).unwrap_or_default().to_string();
+                (n, v)
+            })
+            .collect();
+        let mut text = String::new();
+        resp.into_reader()
+            .take(64 * 1024 * 1024)
+            .read_to_string(&mut text)
+            .unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Asserts the error envelope of the specification's section 7.
+    pub fn assert_error(&self, status: u16, kind: &str) {
+        assert_eq!(self.status, status, "body: {}", self.text);
+        let e = &self.json["error"];
+        assert_eq!(e["status"], status, "body: {}", self.text);
+        assert_eq!(e["type"], kind, "body: {}", self.text);
+        assert!(
+            e["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "body: {}",
+            self.text
+        );
+        assert!(e["message"].is_string(), "body: {}", self.text);
+    }
+}
+
+/// Mints a token with the given private key.
+pub fn token_for(
+    private_pem: &str,
+    kid: &str,
+    project: &str,
+    sub: &str,
+    role: &str,
+    ttl: u64,
+) -> String {
+    paycred::mint::mint(
+        private_pem.as_bytes(),
+        Some(kid),
+        project,
+        sub,
+        role,
+        Duration::from_secs(ttl),
+        now(),
+    )
+    .unwrap()
+}
+
+/// A create-payment-method body.
+pub fn card_body(entity: &str, number: &str, cvc: &str) -> Value {
+    serde_json::json!({
+        "entityId": entity,
+        "card": {"number": number, "expirationMonth": "12", "expirationYear": "2031", "cvc": cvc}
+    })
+}
