@@ -14,6 +14,8 @@ pub mod dev;
 pub mod error;
 pub mod gateway;
 pub mod http;
+pub mod issuer;
+pub mod mandate;
 pub mod metrics;
 pub mod mint;
 pub mod secret;
