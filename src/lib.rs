@@ -65,6 +65,10 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     ));
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     let auth = auth::Authenticator::new(config.projects.clone());
+    // Derived from the master key, so sandbox credentials (cryptograms) survive restarts.
+    let issuer = Arc::new(issuer::Sandbox::new(
+        *vault.derive_secret("paycred/sandbox-issuer"),
+    ));
     Ok(Arc::new(App {
         config: Arc::new(config),
         store,
@@ -72,6 +76,8 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
         auth,
         clock: Arc::new(clock::SystemClock),
         metrics: metrics::Metrics::default(),
+        issuer,
+        verifying: Default::default(),
     }))
 }
 

@@ -3,6 +3,8 @@
 //! pingora; `gateway` reads the request and writes the [`Response`].
 
 pub mod payment_methods;
+pub mod purchase_intents;
+pub mod sandbox;
 
 use crate::auth::{Authenticator, Principal};
 use crate::clock::Clock;
@@ -24,6 +26,10 @@ pub struct App {
     pub auth: Authenticator,
     pub clock: Arc<dyn Clock>,
     pub metrics: Metrics,
+    /// Where purchase-intent credentials come from (the sandbox issuer by default).
+    pub issuer: Arc<dyn crate::issuer::Issuer>,
+    /// Purchase intents whose verification is running (a second one at once is 409).
+    pub verifying: purchase_intents::InFlight,
 }
 
 impl App {
@@ -40,6 +46,13 @@ pub enum Resource {
     Metrics,
     PaymentMethods,
     PaymentMethod(String),
+    /// `/purchase-intents` (also `/tenants/:t/purchase-intent`, singular).
+    PurchaseIntents,
+    PurchaseIntent(String),
+    /// `POST .../purchase-intents/:id/verify`
+    PurchaseIntentVerify(String),
+    /// `POST /projects/:projectId/sandbox/authorizations`
+    SandboxAuthorizations,
 }
 
 /// A matched path.
@@ -57,6 +70,9 @@ impl Route {
             Resource::Health | Resource::Metrics => &[Method::GET],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
+            Resource::PurchaseIntents => &[Method::POST],
+            Resource::PurchaseIntent(_) => &[Method::GET],
+            Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations => &[Method::POST],
         }
     }
 
@@ -76,6 +92,10 @@ impl Route {
             Resource::Metrics => "metrics",
             Resource::PaymentMethods => "payment_methods",
             Resource::PaymentMethod(_) => "payment_method",
+            Resource::PurchaseIntents => "purchase_intents",
+            Resource::PurchaseIntent(_) => "purchase_intent",
+            Resource::PurchaseIntentVerify(_) => "purchase_intent_verify",
+            Resource::SandboxAuthorizations => "sandbox_authorizations",
         }
     }
 
@@ -106,6 +126,14 @@ pub fn route(path: &str) -> Option<Route> {
             let resource = match rest {
                 ["payment-methods"] => Resource::PaymentMethods,
                 ["payment-methods", id] if valid_id(id) => Resource::PaymentMethod(id.to_string()),
+                ["purchase-intents" | "purchase-intent"] => Resource::PurchaseIntents,
+                ["purchase-intents" | "purchase-intent", id] if valid_id(id) => {
+                    Resource::PurchaseIntent(id.to_string())
+                }
+                ["purchase-intents" | "purchase-intent", id, "verify"] if valid_id(id) => {
+                    Resource::PurchaseIntentVerify(id.to_string())
+                }
+                ["sandbox", "authorizations"] => Resource::SandboxAuthorizations,
                 _ => return None,
             };
             Some(Route {
@@ -137,6 +165,20 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
         }
         (Resource::PaymentMethod(id), &Method::GET) => pm::get(app, req.principal, id).await,
         (Resource::PaymentMethod(id), &Method::DELETE) => pm::delete(app, req.principal, id).await,
+        (Resource::PurchaseIntents, &Method::POST) => {
+            purchase_intents::create(app, req.principal, req.body.as_deref().unwrap_or_default())
+                .await
+        }
+        (Resource::PurchaseIntent(id), &Method::GET) => {
+            purchase_intents::get(app, req.principal, id).await
+        }
+        (Resource::PurchaseIntentVerify(id), &Method::POST) => {
+            let body = req.body.as_deref().unwrap_or_default();
+            purchase_intents::verify(app, req.principal, id, body).await
+        }
+        (Resource::SandboxAuthorizations, &Method::POST) => {
+            sandbox::authorize(app, req.principal, req.body.as_deref().unwrap_or_default()).await
+        }
         _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
     }
 }
@@ -194,6 +236,25 @@ mod tests {
             Some(Resource::PaymentMethod("pm_1".into()))
         );
         assert_eq!(route("/health").map(|r| r.resource), Some(Resource::Health));
+        for (path, resource) in [
+            ("/projects/p1/purchase-intents", Resource::PurchaseIntents),
+            ("/tenants/p1/purchase-intent", Resource::PurchaseIntents),
+            ("/tenants/p1/purchase-intents/", Resource::PurchaseIntents),
+            (
+                "/tenants/p1/purchase-intent/pi_1",
+                Resource::PurchaseIntent("pi_1".into()),
+            ),
+            (
+                "/projects/p1/purchase-intents/pi_1/verify",
+                Resource::PurchaseIntentVerify("pi_1".into()),
+            ),
+            (
+                "/projects/p1/sandbox/authorizations",
+                Resource::SandboxAuthorizations,
+            ),
+        ] {
+            assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");
+        }
         for bad in [
             "",
             "/",

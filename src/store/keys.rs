@@ -7,6 +7,10 @@
 //! | `pm`       | scope, id                                   | record (JSON)    |
 //! | `pm_time`  | scope, u64::MAX - created_micros (BE), id    | empty            |
 //! | `pm_fp`    | scope, fingerprint                          | id               |
+//! | `pm_verified` | scope, pm id                             | empty (network-token verification passed once) |
+//! | `pi`       | scope, id                                   | intent (JSON)    |
+//! | `pi_by_pm` | scope, pm id, `\0`, u64::MAX - created_micros (BE), id | empty |
+//! | `pi_pm_n`  | scope, pm id                                | intents ever created for the pm (u64 BE) |
 //! | `keyrings` | project                                     | wrapped keyring  |
 //! | `audit`    | seq (BE)                                    | entry (JSON)     |
 //! | `meta`     | `audit_head`                                | last entry       |
@@ -52,6 +56,32 @@ pub fn pm_fingerprint(scope: Scope<'_>, fingerprint: &str) -> Vec<u8> {
     k
 }
 
+/// Key of a purchase intent in `pi`.
+pub fn pi(scope: Scope<'_>, id: &str) -> Vec<u8> {
+    pm(scope, id)
+}
+
+/// Key in `pm_verified` and `pi_pm_n`: scope, payment method id.
+pub fn pm_ref(scope: Scope<'_>, pm_id: &str) -> Vec<u8> {
+    pm(scope, pm_id)
+}
+
+/// Prefix of a payment method's intents in `pi_by_pm`: `scope pm_id \0`.
+pub fn pi_by_pm_prefix(scope: Scope<'_>, pm_id: &str) -> Vec<u8> {
+    let mut k = pm(scope, pm_id);
+    k.push(0);
+    k
+}
+
+/// Key in `pi_by_pm`: a payment method's intents, newest first.
+pub fn pi_by_pm(scope: Scope<'_>, pm_id: &str, created_micros: i64, id: &str) -> Vec<u8> {
+    let mut k = pi_by_pm_prefix(scope, pm_id);
+    let inverted = u64::MAX - u64::try_from(created_micros).unwrap_or(0);
+    k.extend_from_slice(&inverted.to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +103,21 @@ mod tests {
             id_from_pm_time(p.len(), &pm_time(s, 5, "pm_1")),
             Some("pm_1")
         );
+    }
+
+    #[test]
+    fn intents_of_a_payment_method_are_one_range_newest_first() {
+        let s = Scope {
+            project: "p",
+            entity: "e",
+        };
+        let prefix = pi_by_pm_prefix(s, "pm_1");
+        let newer = pi_by_pm(s, "pm_1", 2_000, "pi_b");
+        let older = pi_by_pm(s, "pm_1", 1_000, "pi_a");
+        assert!(newer < older);
+        assert!(newer.starts_with(&prefix) && older.starts_with(&prefix));
+        // pm_1's range does not hold pm_10's intents.
+        assert!(!pi_by_pm(s, "pm_10", 1_000, "pi_c").starts_with(&prefix));
+        assert_eq!(id_from_pm_time(prefix.len(), &older), Some("pi_a"));
     }
 }

@@ -72,6 +72,97 @@ pub struct TokenRecord {
     pub masked_data: String,
 }
 
+/// The stored status of a purchase intent. `expired` is not stored: it is computed from the
+/// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntentStatus {
+    Active,
+    Verify,
+    Unavailable,
+    Expired,
+    Canceled,
+}
+
+impl IntentStatus {
+    /// The API name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentStatus::Active => "active",
+            IntentStatus::Verify => "verify",
+            IntentStatus::Unavailable => "unavailable",
+            IntentStatus::Expired => "expired",
+            IntentStatus::Canceled => "canceled",
+        }
+    }
+}
+
+/// A stored purchase intent. The credential is sealed by the vault (`pan` intents store
+/// none: they read the payment method's card when revealed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IntentRecord {
+    pub id: String,
+    pub project: String,
+    pub entity: String,
+    pub payment_method_id: String,
+    pub credential_type: crate::issuer::CredentialType,
+    pub status: IntentStatus,
+    pub created_micros: i64,
+    pub expires_micros: i64,
+    pub mandates: crate::mandate::Mandates,
+    /// The issued credential (JSON), sealed under `pi/{project}/{id}/credential`.
+    pub credential_sealed: Option<String>,
+    /// Approved uses so far.
+    pub uses: u32,
+    /// Wrong verification codes so far.
+    pub failed_verifications: u32,
+}
+
+impl IntentRecord {
+    /// The status a caller sees at `now_micros`: a `verify` or `active` intent past
+    /// `expiresAt`, or an active one whose usage limit is used up, is `expired`.
+    pub fn status_at(&self, now_micros: i64) -> IntentStatus {
+        match self.status {
+            IntentStatus::Active | IntentStatus::Verify if now_micros >= self.expires_micros => {
+                IntentStatus::Expired
+            }
+            IntentStatus::Active
+                if self
+                    .mandates
+                    .usage_limit
+                    .is_some_and(|limit| self.uses >= limit) =>
+            {
+                IntentStatus::Expired
+            }
+            s => s,
+        }
+    }
+}
+
+/// What [`Store::record_use`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UseOutcome {
+    /// Counted; the number of uses including this one.
+    Recorded(u32),
+    /// No such intent in this scope.
+    NotFound,
+    /// Not `active` (verify, unavailable, canceled).
+    NotActive,
+    /// Past `expiresAt`.
+    Expired,
+    /// The usage limit is used up.
+    UsageLimitReached,
+}
+
+/// One verification attempt, as [`Store::record_verification`] applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerificationAttempt {
+    /// The code was right: the intent turns `active` and its payment method counts as verified.
+    Passed,
+    /// A wrong code: counted.
+    Failed,
+}
+
 /// What an insert found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inserted {
@@ -140,7 +231,8 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> StoreResult<Page<PaymentMethodRecord>>;
 
-    /// Removes a payment method and writes the audit entry in the same transaction.
+    /// Removes a payment method and writes the audit entry in the same transaction, which
+    /// also cancels the method's purchase intents (found through the `pi_by_pm` index).
     /// `false` when the scope has no such id. Durable when it returns.
     async fn delete_payment_method(
         &self,
@@ -148,6 +240,55 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         audit: AuditEvent,
     ) -> StoreResult<bool>;
+
+    /// Stores a new purchase intent and its audit entry, in one transaction, if its payment
+    /// method still exists (`false` otherwise). Durable when it returns.
+    async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool>;
+
+    /// One purchase intent of this scope.
+    async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>>;
+
+    /// Every purchase intent of the scope (no order promised).
+    async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>>;
+
+    /// Sets an intent's stored status; the updated record, `None` when there is no such intent.
+    async fn set_intent_status(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        status: IntentStatus,
+    ) -> StoreResult<Option<IntentRecord>>;
+
+    /// Applies one verification attempt to an intent in `verify` atomically (a passed one also
+    /// marks the payment method verified and writes `audit`); the updated record.
+    async fn record_verification(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        attempt: VerificationAttempt,
+        audit: AuditEvent,
+    ) -> StoreResult<Option<IntentRecord>>;
+
+    /// Whether the payment method passed network-token verification once.
+    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool>;
+
+    /// Counts one use of an intent, atomically: only an `active`, unexpired intent below its
+    /// usage limit is counted. Durable when it returns.
+    async fn record_use(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<UseOutcome>;
+
+    /// The newest intent of `kind` for the payment method that is `active` at `now`.
+    async fn newest_active_intent(
+        &self,
+        scope: Scope<'_>,
+        pm_id: &str,
+        kind: crate::issuer::CredentialType,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<Option<IntentRecord>>;
 
     /// Appends to the audit log. Durable when it returns.
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()>;

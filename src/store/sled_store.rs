@@ -5,9 +5,10 @@
 use super::group_commit::GroupCommit;
 use super::keys;
 use super::{
-    AuditEntry, AuditEvent, Inserted, Page, PaymentMethodRecord, Scope, Store, StoreError,
-    StoreResult, StoreStats,
+    AuditEntry, AuditEvent, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Scope,
+    Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
 };
+use crate::issuer::CredentialType;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
@@ -23,6 +24,10 @@ pub struct SledStore {
     pm: sled::Tree,
     pm_time: sled::Tree,
     pm_fp: sled::Tree,
+    pm_verified: sled::Tree,
+    pi: sled::Tree,
+    pi_by_pm: sled::Tree,
+    pi_pm_n: sled::Tree,
     keyrings: sled::Tree,
     audit: sled::Tree,
     meta: sled::Tree,
@@ -61,6 +66,10 @@ impl SledStore {
             pm: tree("pm")?,
             pm_time: tree("pm_time")?,
             pm_fp: tree("pm_fp")?,
+            pm_verified: tree("pm_verified")?,
+            pi: tree("pi")?,
+            pi_by_pm: tree("pi_by_pm")?,
+            pi_pm_n: tree("pi_pm_n")?,
             keyrings: tree("keyrings")?,
             audit: tree("audit")?,
             meta: tree("meta")?,
@@ -76,7 +85,68 @@ impl SledStore {
     fn decode_pm(bytes: &[u8]) -> StoreResult<PaymentMethodRecord> {
         serde_json::from_slice(bytes).map_err(corrupt)
     }
+
+    fn decode_pi(bytes: &[u8]) -> StoreResult<IntentRecord> {
+        serde_json::from_slice(bytes).map_err(corrupt)
+    }
+
+    /// Ids of a payment method's intents, newest first (read outside a transaction; the
+    /// `pi_pm_n` counter tells a transaction whether the list is still complete).
+    fn intent_ids_of(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<Vec<String>> {
+        let prefix = keys::pi_by_pm_prefix(scope, pm_id);
+        self.pi_by_pm
+            .scan_prefix(&prefix)
+            .keys()
+            .map(|k| {
+                let k = k.map_err(unavailable)?;
+                keys::id_from_pm_time(prefix.len(), &k)
+                    .map(str::to_string)
+                    .ok_or_else(|| corrupt("bad pi_by_pm key"))
+            })
+            .collect()
+    }
+
+    /// Reads, changes and writes back one intent in a transaction; `None` when absent.
+    fn update_intent<T>(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        change: impl Fn(&mut IntentRecord) -> (bool, T),
+    ) -> StoreResult<Option<(IntentRecord, T, bool)>> {
+        let key = keys::pi(scope, id);
+        self.pi
+            .transaction(|t_pi| {
+                let Some(bytes) = t_pi.get(&key)? else {
+                    return Ok(None);
+                };
+                let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                let (changed, out) = change(&mut rec);
+                if changed {
+                    let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                    t_pi.insert(key.as_slice(), value)?;
+                }
+                Ok(Some((rec, out, changed)))
+            })
+            .map_err(tx_error)
+    }
 }
+
+fn micros(t: time::OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+fn count_value(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+fn read_count(v: Option<sled::IVec>) -> u64 {
+    v.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+
+/// Why a delete transaction must be run again.
+const RETRY_DELETE: &str = "intent index changed during delete";
 
 /// Appends `event` to the hash-chained audit log inside a transaction.
 fn append_audit_tx(
@@ -203,28 +273,234 @@ impl Store for SledStore {
         audit: AuditEvent,
     ) -> StoreResult<bool> {
         let pm_key = keys::pm(scope, id);
-        let deleted = (
-            &self.pm,
-            &self.pm_time,
-            &self.pm_fp,
-            &self.audit,
-            &self.meta,
-        )
-            .transaction(|(t_pm, t_time, t_fp, t_audit, t_meta)| {
-                let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
-                    return Ok(false);
-                };
-                let rec = Self::decode_pm(&bytes).map_err(abort)?;
-                t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
-                t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
-                append_audit_tx(t_audit, t_meta, &audit)?;
-                Ok(true)
-            })
-            .map_err(tx_error)?;
+        let ref_key = keys::pm_ref(scope, id);
+        // sled transactions cannot scan, so the intents are listed first and the transaction
+        // checks the per-method counter: an intent created in between makes it run again.
+        let mut attempts = 0;
+        let deleted = loop {
+            let intent_ids = self.intent_ids_of(scope, id)?;
+            let outcome = (
+                &self.pm,
+                &self.pm_time,
+                &self.pm_fp,
+                &self.audit,
+                &self.meta,
+                &self.pi,
+                &self.pi_pm_n,
+                &self.pm_verified,
+            )
+                .transaction(
+                    |(t_pm, t_time, t_fp, t_audit, t_meta, t_pi, t_n, t_verified)| {
+                        let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
+                            return Ok(false);
+                        };
+                        if read_count(t_n.get(&ref_key)?) != intent_ids.len() as u64 {
+                            return Err(abort(StoreError::Unavailable(RETRY_DELETE.into())));
+                        }
+                        for intent_id in &intent_ids {
+                            let key = keys::pi(scope, intent_id);
+                            let Some(bytes) = t_pi.get(&key)? else {
+                                continue;
+                            };
+                            let mut intent = Self::decode_pi(&bytes).map_err(abort)?;
+                            if intent.status != IntentStatus::Canceled {
+                                intent.status = IntentStatus::Canceled;
+                                let value =
+                                    serde_json::to_vec(&intent).map_err(|e| abort(corrupt(e)))?;
+                                t_pi.insert(key.as_slice(), value)?;
+                            }
+                        }
+                        t_n.remove(ref_key.as_slice())?;
+                        t_verified.remove(ref_key.as_slice())?;
+                        let rec = Self::decode_pm(&bytes).map_err(abort)?;
+                        t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
+                        t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
+                        append_audit_tx(t_audit, t_meta, &audit)?;
+                        Ok(true)
+                    },
+                );
+            match outcome {
+                Err(TransactionError::Abort(StoreError::Unavailable(m)))
+                    if m == RETRY_DELETE && attempts < 16 =>
+                {
+                    attempts += 1;
+                }
+                other => break other.map_err(tx_error)?,
+            }
+        };
         if deleted {
             self.durable().await?;
         }
         Ok(deleted)
+    }
+
+    async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool> {
+        let scope = Scope {
+            project: &intent.project,
+            entity: &intent.entity,
+        };
+        let pm_key = keys::pm(scope, &intent.payment_method_id);
+        let ref_key = keys::pm_ref(scope, &intent.payment_method_id);
+        let pi_key = keys::pi(scope, &intent.id);
+        let index_key = keys::pi_by_pm(
+            scope,
+            &intent.payment_method_id,
+            intent.created_micros,
+            &intent.id,
+        );
+        let value = serde_json::to_vec(intent).map_err(corrupt)?;
+        let inserted = (
+            &self.pm,
+            &self.pi,
+            &self.pi_by_pm,
+            &self.pi_pm_n,
+            &self.audit,
+            &self.meta,
+        )
+            .transaction(|(t_pm, t_pi, t_index, t_n, t_audit, t_meta)| {
+                if t_pm.get(&pm_key)?.is_none() {
+                    return Ok(false);
+                }
+                let n = read_count(t_n.get(&ref_key)?);
+                t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
+                t_pi.insert(pi_key.as_slice(), value.as_slice())?;
+                t_index.insert(index_key.as_slice(), &[] as &[u8])?;
+                append_audit_tx(t_audit, t_meta, &audit)?;
+                Ok(true)
+            })
+            .map_err(tx_error)?;
+        if inserted {
+            self.durable().await?;
+        }
+        Ok(inserted)
+    }
+
+    async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>> {
+        match self.pi.get(keys::pi(scope, id)).map_err(unavailable)? {
+            Some(bytes) => Ok(Some(Self::decode_pi(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>> {
+        self.pi
+            .scan_prefix(keys::scope_prefix(scope))
+            .values()
+            .map(|v| Self::decode_pi(&v.map_err(unavailable)?))
+            .collect()
+    }
+
+    async fn set_intent_status(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        status: IntentStatus,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let updated = self.update_intent(scope, id, |rec| {
+            let changed = rec.status != status;
+            rec.status = status;
+            (changed, ())
+        })?;
+        if updated.as_ref().is_some_and(|(_, _, changed)| *changed) {
+            self.durable().await?;
+        }
+        Ok(updated.map(|(rec, _, _)| rec))
+    }
+
+    async fn record_verification(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        attempt: VerificationAttempt,
+        audit: AuditEvent,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let key = keys::pi(scope, id);
+        let updated = (&self.pi, &self.pm_verified, &self.audit, &self.meta)
+            .transaction(|(t_pi, t_verified, t_audit, t_meta)| {
+                let Some(bytes) = t_pi.get(&key)? else {
+                    return Ok(None);
+                };
+                let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                if rec.status != IntentStatus::Verify {
+                    return Ok(Some(rec));
+                }
+                match attempt {
+                    VerificationAttempt::Passed => {
+                        rec.status = IntentStatus::Active;
+                        t_verified
+                            .insert(keys::pm_ref(scope, &rec.payment_method_id), &[] as &[u8])?;
+                        append_audit_tx(t_audit, t_meta, &audit)?;
+                    }
+                    VerificationAttempt::Failed => {
+                        rec.failed_verifications = rec.failed_verifications.saturating_add(1);
+                    }
+                }
+                let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                t_pi.insert(key.as_slice(), value)?;
+                Ok(Some(rec))
+            })
+            .map_err(tx_error)?;
+        if updated.is_some() {
+            self.durable().await?;
+        }
+        Ok(updated)
+    }
+
+    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool> {
+        self.pm_verified
+            .contains_key(keys::pm_ref(scope, pm_id))
+            .map_err(unavailable)
+    }
+
+    async fn record_use(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<UseOutcome> {
+        let now = micros(now);
+        let updated = self.update_intent(scope, id, |rec| {
+            if rec.status != IntentStatus::Active {
+                return (false, UseOutcome::NotActive);
+            }
+            if now >= rec.expires_micros {
+                return (false, UseOutcome::Expired);
+            }
+            if rec.mandates.usage_limit.is_some_and(|l| rec.uses >= l) {
+                return (false, UseOutcome::UsageLimitReached);
+            }
+            rec.uses = rec.uses.saturating_add(1);
+            (true, UseOutcome::Recorded(rec.uses))
+        })?;
+        match updated {
+            None => Ok(UseOutcome::NotFound),
+            Some((_, outcome, changed)) => {
+                if changed {
+                    self.durable().await?;
+                }
+                Ok(outcome)
+            }
+        }
+    }
+
+    async fn newest_active_intent(
+        &self,
+        scope: Scope<'_>,
+        pm_id: &str,
+        kind: CredentialType,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let now = micros(now);
+        for id in self.intent_ids_of(scope, pm_id)? {
+            let Some(bytes) = self.pi.get(keys::pi(scope, &id)).map_err(unavailable)? else {
+                continue;
+            };
+            let rec = Self::decode_pi(&bytes)?;
+            if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
+                return Ok(Some(rec));
+            }
+        }
+        Ok(None)
     }
 
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {

@@ -168,6 +168,11 @@ impl Vault {
         open_with(key, aad.as_bytes(), &bytes)
     }
 
+    /// A stable secret derived from the master key for `context` (see [`MasterKey::derive`]).
+    pub fn derive_secret(&self, context: &str) -> Zeroizing<[u8; 32]> {
+        self.master.derive(context)
+    }
+
     /// Keyed HMAC-SHA256 of a card number, per project (128 bits, hex).
     pub fn fingerprint(&self, project: &str, pan: &str) -> Result<String, VaultError> {
         let ring = self.keyring(project)?;

@@ -1,0 +1,233 @@
+//! `POST /projects/:projectId/sandbox/authorizations` (DESIGN.md §6): a merchant charging a
+//! sandbox credential. Finds the entity's purchase intent that was issued the credential,
+//! checks its status and mandates, and counts an approved use atomically
+//! ([`crate::store::Store::record_use`]). A decline is a 200 too: `{approved, declineReason}`.
+//!
+//! - The credential is looked up among the JWT entity's intents by number and expiry; for
+//!   `pan` intents the number is the stored card's, and the newest matching intent that is
+//!   `active` is used.
+//! - Virtual cards need their `cvc`, network tokens their `cryptogram`. A `pan` needs the cvc
+//!   while it is retained; after that a sent cvc cannot be checked and is accepted.
+//! - Order of checks: `invalidCard`, `invalidCvc` / `invalidCryptogram`, `notActive`,
+//!   `expired`, then the mandates (`usageLimitReached`, `currencyMismatch`,
+//!   `amountOverMaximum`, `mccNotAllowed`); the usage count is re-checked atomically when the
+//!   use is recorded.
+
+use super::purchase_intents::credential_for_matching;
+use super::App;
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{parse_json, Response};
+use crate::issuer::CredentialType;
+use crate::mandate::{Authorization, Currency, DeclineReason, Mcc};
+use crate::store::{IntentStatus, Scope, UseOutcome};
+use rust_decimal::Decimal;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use zeroize::Zeroizing;
+
+/// One parsed authorization request.
+struct AuthRequest {
+    number: Zeroizing<String>,
+    expiration_month: String,
+    expiration_year: String,
+    cvc: Option<Zeroizing<String>>,
+    cryptogram: Option<Zeroizing<String>>,
+    authorization: Authorization,
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, String>> {
+    let mut errors = BTreeMap::new();
+    for k in obj.keys() {
+        if !matches!(
+            k.as_str(),
+            "number"
+                | "expirationMonth"
+                | "expirationYear"
+                | "cvc"
+                | "cryptogram"
+                | "amount"
+                | "currency"
+                | "mcc"
+        ) {
+            errors.insert(k.clone(), "unknown field".to_string());
+        }
+    }
+    let mut string = |name: &str, required: bool| -> Option<String> {
+        match obj.get(name) {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            None | Some(Value::Null) if !required => None,
+            None | Some(Value::Null) => {
+                errors.insert(name.to_string(), "required".to_string());
+                None
+            }
+            Some(_) => {
+                errors.insert(name.to_string(), "must be a non-empty string".to_string());
+                None
+            }
+        }
+    };
+    let number = string("number", true).map(Zeroizing::new);
+    let month = string("expirationMonth", true);
+    let year = string("expirationYear", true);
+    let cvc = string("cvc", false).map(Zeroizing::new);
+    let cryptogram = string("cryptogram", false).map(Zeroizing::new);
+    let currency = string("currency", true);
+    let mcc = string("mcc", false);
+    if cvc.is_some() && cryptogram.is_some() {
+        errors.insert("cryptogram".into(), "send either cvc or cryptogram".into());
+    }
+    if cvc.is_none() && cryptogram.is_none() {
+        errors.insert("cvc".into(), "cvc or cryptogram is required".into());
+    }
+    let amount = match obj.get("amount").and_then(text) {
+        Some(t) => match Decimal::from_str(&t) {
+            Ok(d) if d > Decimal::ZERO && !t.contains(['e', 'E']) => Some(d),
+            _ => {
+                errors.insert("amount".into(), "must be a decimal amount above 0".into());
+                None
+            }
+        },
+        None => {
+            errors.insert("amount".into(), "required: a decimal amount".into());
+            None
+        }
+    };
+    let currency = currency.and_then(|c| {
+        let parsed = Currency::parse(&c);
+        if parsed.is_none() {
+            errors.insert("currency".into(), "must be an ISO 4217 code".into());
+        }
+        parsed
+    });
+    let mcc = match mcc {
+        Some(m) => match Mcc::parse(&m) {
+            Some(m) => Some(m),
+            None => {
+                errors.insert("mcc".into(), "must be 4 digits".into());
+                None
+            }
+        },
+        None => None,
+    };
+    match (number, month, year, amount, currency) {
+        (
+            Some(number),
+            Some(expiration_month),
+            Some(expiration_year),
+            Some(amount),
+            Some(currency),
+        ) if errors.is_empty() => Ok(AuthRequest {
+            number,
+            expiration_month,
+            expiration_year,
+            cvc,
+            cryptogram,
+            authorization: Authorization {
+                amount,
+                currency,
+                mcc,
+            },
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn decline(reason: DeclineReason) -> ApiResult<Response> {
+    Response::json(
+        200,
+        &json!({"approved": false, "declineReason": reason.as_str()}),
+    )
+}
+
+/// `POST /projects/:projectId/sandbox/authorizations`
+pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
+    principal.require_private()?;
+    let value: Value = parse_json(body)?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::invalid_request("The body must be a JSON object."));
+    };
+    let req = parse(&obj).map_err(ApiError::invalid_fields)?;
+    drop(obj);
+    let scope = Scope {
+        project: &principal.project,
+        entity: &principal.entity,
+    };
+    let now = app.clock.now();
+    let now_micros = i64::try_from(now.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX);
+    let mut intents = app.store.list_intents(scope).await?;
+    // Newest first, and among equals the active ones first (pan intents share one number).
+    intents.sort_by_key(|r| {
+        (
+            r.status_at(now_micros) != IntentStatus::Active,
+            std::cmp::Reverse(r.created_micros),
+        )
+    });
+    let mut found = None;
+    for rec in intents {
+        let Some(c) = credential_for_matching(app, &rec).await? else {
+            continue;
+        };
+        if constant_time_eq(c.number.as_bytes(), req.number.as_bytes())
+            && c.expiration_month == req.expiration_month
+            && c.expiration_year == req.expiration_year
+        {
+            found = Some((rec, c));
+            break;
+        }
+    }
+    let Some((rec, credential)) = found else {
+        return decline(DeclineReason::InvalidCard);
+    };
+    let secret_ok = match rec.credential_type {
+        CredentialType::NetworkToken => match (&req.cryptogram, &credential.cryptogram) {
+            (Some(sent), Some(issued)) => constant_time_eq(sent.as_bytes(), issued.as_bytes()),
+            _ => false,
+        },
+        CredentialType::VirtualCard => match (&req.cvc, &credential.cvc) {
+            (Some(sent), Some(issued)) => constant_time_eq(sent.as_bytes(), issued.as_bytes()),
+            _ => false,
+        },
+        CredentialType::Pan => match (&req.cvc, &credential.cvc) {
+            (Some(sent), Some(retained)) => constant_time_eq(sent.as_bytes(), retained.as_bytes()),
+            (Some(_), None) => true,
+            (None, _) => false,
+        },
+    };
+    drop(credential);
+    if !secret_ok {
+        return decline(match rec.credential_type {
+            CredentialType::NetworkToken => DeclineReason::InvalidCryptogram,
+            _ => DeclineReason::InvalidCvc,
+        });
+    }
+    match rec.status {
+        IntentStatus::Active => {}
+        _ => return decline(DeclineReason::NotActive),
+    }
+    if now_micros >= rec.expires_micros {
+        return decline(DeclineReason::Expired);
+    }
+    if let Err(reason) = rec.mandates.check(&req.authorization, now, rec.uses) {
+        return decline(reason);
+    }
+    match app.store.record_use(scope, &rec.id, now).await? {
+        UseOutcome::Recorded(_) => Response::json(200, &json!({"approved": true})),
+        UseOutcome::UsageLimitReached => decline(DeclineReason::UsageLimitReached),
+        UseOutcome::Expired => decline(DeclineReason::Expired),
+        UseOutcome::NotActive | UseOutcome::NotFound => decline(DeclineReason::NotActive),
+    }
+}
