@@ -5,33 +5,47 @@
 //!  request ──▶ request_filter ─┬─ unknown route ─────────────▶ 404 envelope
 //!                              ├─ wrong method ──────────────▶ 405 envelope + Allow
 //!                              ├─ /health, /metrics ─────────▶ answered here
-//!                              └─ REST route ─▶ auth (JWT) ─▶ read bounded JSON body
-//!                                             ─▶ api::dispatch ─▶ JSON / envelope
-//!                                 (returns Ok(true): the response is written, no upstream)
+//!                              ├─ REST route ─▶ auth (JWT) ─▶ read bounded JSON body
+//!                              │              ─▶ api::dispatch ─▶ JSON / envelope   (Ok(true))
+//!                              └─ /proxy ─▶ auth (Svc-Authorization | Authorization), private role
+//!                                        ─▶ target guard (URL, allow-list, resolve, address ranges)
+//!                                        ─▶ JSON body ≤ 64 KiB with Content-Length: read whole,
+//!                                           substitute every template (400 before any connection)
+//!                                                                                    (Ok(false))
+//!  upstream_peer ──▶ the checked address, SNI + verification for the host, project timeout
+//!  upstream_request_filter ──▶ path+query from the URL, Host, drop Svc-* and hop-by-hop headers,
+//!                              Content-Length fixed or dropped when the body changes
+//!  [request header sent to the target]
+//!  request_body_filter ──▶ the prepared body, or streaming substitution chunk by chunk
+//!                          (an error aborts the upstream request before its end)
+//!  [target response passed back unchanged]
+//!  fail_to_proxy ──▶ ApiError carried in the pingora error → envelope; connect errors 502,
+//!                    timeouts 504
 //!  logging ──▶ metrics (route shape, status, latency) and one access-log line
 //! ```
-//!
-//! The proxy path (`upstream_peer`, `request_body_filter`) joins this chart when the
-//! proxy route lands; until then no request ever reaches an upstream.
 
 use crate::api::{self, ApiRequest, App, Resource};
-use crate::error::ApiError;
-use crate::http::{read_json_body, write_response, Response};
+use crate::error::{ApiError, ErrorKind};
+use crate::http::{is_json_content_type, read_json_body, write_response, Response};
+use crate::proxy::{self, substitute::Substitution, CaRoots, ProxyCtx, PREFLIGHT_LIMIT};
 use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
 use http::Method;
+use pingora::http::RequestHeader;
 use pingora::prelude::*;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// The service.
 pub struct Gateway {
     app: Arc<App>,
+    ca_roots: CaRoots,
 }
 
 impl Gateway {
-    pub fn new(app: Arc<App>) -> Self {
-        Self { app }
+    pub fn new(app: Arc<App>, ca_roots: CaRoots) -> Self {
+        Self { app, ca_roots }
     }
 }
 
@@ -40,6 +54,33 @@ pub struct RequestCtx {
     started: Instant,
     route: &'static str,
     status: u16,
+    proxy: Option<ProxyCtx>,
+    /// The prepared body was handed to pingora already.
+    prepared_sent: bool,
+}
+
+/// Carries an `ApiError` through pingora's error type, marked as the downstream's fault so
+/// pingora stops waiting for the target (PINGORA.md: HTTP/2 stall otherwise).
+fn carry(e: ApiError) -> Box<Error> {
+    Error::because(ErrorType::HTTPStatus(e.status()), "paycred", e).into_down()
+}
+
+fn carried(e: &Error) -> Option<&ApiError> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = e.cause.as_deref().map(|c| c as _);
+    while let Some(c) = cause {
+        if let Some(api) = c.downcast_ref::<ApiError>() {
+            return Some(api);
+        }
+        // pingora boxes causes either as `Error` or as `Box<Error>`.
+        if let Some(inner) = c.downcast_ref::<Error>() {
+            cause = inner.cause.as_deref().map(|c| c as _);
+        } else if let Some(inner) = c.downcast_ref::<Box<Error>>() {
+            cause = inner.cause.as_deref().map(|c| c as _);
+        } else {
+            cause = c.source();
+        }
+    }
+    None
 }
 
 #[async_trait]
@@ -51,12 +92,15 @@ impl ProxyHttp for Gateway {
             started: Instant::now(),
             route: "unknown",
             status: 0,
+            proxy: None,
+            prepared_sent: false,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let response = match self.answer(session, ctx).await {
-            Ok(r) => r,
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(false),
             Err(e) => Response::error(&e),
         };
         ctx.status = response.status;
@@ -67,33 +111,222 @@ impl ProxyHttp for Gateway {
     async fn upstream_peer(
         &self,
         _session: &mut Session,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        Err(Error::explain(
-            ErrorType::InternalError,
-            "no upstream for this route",
-        ))
+        let Some(p) = ctx.proxy.as_ref() else {
+            return Err(Error::explain(
+                ErrorType::InternalError,
+                "no upstream for this route",
+            ));
+        };
+        Ok(Box::new(proxy::peer(p, self.ca_roots.get(&p.project.id))))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some(p) = ctx.proxy.as_mut() else {
+            return Err(Error::explain(ErrorType::InternalError, "no proxy state"));
+        };
+        let uri = p
+            .target
+            .url
+            .path_and_query
+            .parse::<http::Uri>()
+            .map_err(|_| {
+                carry(ApiError::invalid_field(
+                    "Svc-Target-URL",
+                    "has an invalid path",
+                ))
+            })?;
+        upstream.set_uri(uri);
+        upstream.insert_header("Host", proxy::host_header(&p.target))?;
+        let svc: Vec<http::HeaderName> = upstream
+            .headers
+            .keys()
+            .filter(|n| n.as_str().starts_with("svc-"))
+            .cloned()
+            .collect();
+        for name in svc {
+            upstream.remove_header(&name);
+        }
+        for name in proxy::DROPPED_HEADERS {
+            upstream.remove_header(*name);
+        }
+        if p.drop_authorization {
+            upstream.remove_header("authorization");
+        }
+        match (&p.prepared, p.substitute) {
+            (Some(body), _) => {
+                upstream.remove_header("transfer-encoding");
+                upstream.insert_header("Content-Length", body.len().to_string())?;
+            }
+            (None, true) => {
+                // Streaming substitution changes the length: pingora sends it chunked.
+                upstream.remove_header("content-length");
+                // A retry replays the body through the filter: start over.
+                p.substitution.reset();
+            }
+            (None, false) => {}
+        }
+        ctx.prepared_sent = false;
+        Ok(())
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some(p) = ctx.proxy.as_mut() else {
+            return Ok(());
+        };
+        if let Some(prepared) = &p.prepared {
+            if !ctx.prepared_sent {
+                ctx.prepared_sent = true;
+                *body = Some(prepared.clone());
+            } else {
+                *body = if end_of_stream {
+                    None
+                } else {
+                    Some(Bytes::new())
+                };
+            }
+            return Ok(());
+        }
+        if !p.substitute {
+            return Ok(());
+        }
+        let mut out = match body.take() {
+            Some(chunk) => p
+                .substitution
+                .feed(&self.app, &p.principal, &chunk)
+                .await
+                .map_err(carry)?,
+            None => Vec::new(),
+        };
+        if end_of_stream {
+            out.extend(p.substitution.finish().map_err(carry)?);
+            record_uses(&self.app, p).await.map_err(carry)?;
+            // At the end, nothing left is `None`: an empty write would be a second terminator
+            // (pingora issue #935).
+            *body = (!out.is_empty()).then(|| Bytes::from(out));
+        } else {
+            // Before the end, `Some(empty)` holds back; `None` would end the body.
+            *body = Some(Bytes::from(out));
+        }
+        Ok(())
+    }
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
+        carried(error).is_some_and(|e| e.status() < 500)
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let api_error = match carried(e) {
+            Some(a) => a.clone(),
+            None => match e.etype() {
+                ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+                    ApiError::new(
+                        ErrorKind::GatewayTimeout,
+                        "The target did not answer in time.",
+                    )
+                }
+                _ if matches!(e.esource(), ErrorSource::Upstream) => {
+                    ApiError::new(ErrorKind::BadGateway, "The target could not be reached.")
+                }
+                ErrorType::ConnectRefused
+                | ErrorType::ConnectNoRoute
+                | ErrorType::TLSHandshakeFailure
+                | ErrorType::ConnectError
+                | ErrorType::ConnectionClosed
+                | ErrorType::InvalidCert
+                | ErrorType::HandshakeError => {
+                    ApiError::new(ErrorKind::BadGateway, "The target could not be reached.")
+                }
+                _ if matches!(e.esource(), ErrorSource::Downstream) => {
+                    // The caller went away or sent a broken request: nothing to answer.
+                    ctx.status = 499;
+                    return FailToProxy {
+                        error_code: 0,
+                        can_reuse_downstream: false,
+                    };
+                }
+                _ => {
+                    tracing::error!(error_type = e.etype().as_str(), "proxy failure");
+                    ApiError::internal()
+                }
+            },
+        };
+        ctx.status = api_error.status();
+        if session.response_written().is_none() {
+            if let Err(write_error) = write_response(session, &Response::error(&api_error)).await {
+                tracing::debug!(error = %write_error, "writing the error response");
+            }
+        }
+        FailToProxy {
+            error_code: api_error.status(),
+            can_reuse_downstream: false,
+        }
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
         let elapsed = ctx.started.elapsed();
+        if ctx.proxy.is_some() {
+            if let Some(resp) = session.response_written() {
+                if ctx.status == 0 {
+                    ctx.status = resp.status.as_u16();
+                }
+            }
+        }
         self.app.metrics.record(ctx.route, ctx.status, elapsed);
+        let target = ctx
+            .proxy
+            .as_ref()
+            .map(|p| p.target.url.host.as_str())
+            .unwrap_or("");
         tracing::info!(
             method = %session.req_header().method,
             route = ctx.route,
             status = ctx.status,
+            target,
             micros = elapsed.as_micros() as u64,
             "request"
         );
     }
 }
 
+/// Counts one use of every purchase intent the request's templates used.
+async fn record_uses(app: &App, p: &ProxyCtx) -> Result<(), ApiError> {
+    for intent in p.substitution.intents_used() {
+        api::purchase_intents::record_proxy_use(
+            app,
+            &p.principal.project,
+            &p.principal.entity,
+            &intent,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 impl Gateway {
+    /// `Ok(Some)`: answer here; `Ok(None)`: proxy to the target.
     async fn answer(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-    ) -> Result<Response, ApiError> {
+    ) -> Result<Option<Response>, ApiError> {
         let req = session.req_header();
         let Some(route) = api::route(req.uri.path()) else {
             return Err(ApiError::not_found("Route"));
@@ -104,8 +337,15 @@ impl Gateway {
             return Err(ApiError::method_not_allowed(&route.allow_header()));
         }
         match route.resource {
-            Resource::Health => return Response::json(200, &serde_json::json!({"status": "ok"})),
-            Resource::Metrics => return Ok(self.metrics()),
+            Resource::Health => {
+                return Response::json(200, &serde_json::json!({"status": "ok"})).map(Some)
+            }
+            Resource::Metrics => return Ok(Some(self.metrics())),
+            Resource::Proxy => {
+                let project = route.project.as_deref().unwrap_or_default();
+                ctx.proxy = Some(self.start_proxy(session, project).await?);
+                return Ok(None);
+            }
             _ => {}
         }
         let project = route.project.as_deref().unwrap_or_default();
@@ -127,7 +367,73 @@ impl Gateway {
             query: query.as_deref(),
             body,
         };
-        api::dispatch(&self.app, request).await
+        api::dispatch(&self.app, request).await.map(Some)
+    }
+
+    /// Authenticates, checks the target and, for small JSON bodies, substitutes up front.
+    async fn start_proxy(
+        &self,
+        session: &mut Session,
+        project: &str,
+    ) -> Result<ProxyCtx, ApiError> {
+        let headers = &session.req_header().headers;
+        let (auth_header, drop_authorization) = match headers.get("svc-authorization") {
+            Some(v) => (Some(v.as_bytes()), false),
+            None => (headers.get("authorization").map(|v| v.as_bytes()), true),
+        };
+        let principal = self
+            .app
+            .auth
+            .authenticate(auth_header, project, self.app.now_secs())?;
+        principal.require_private()?;
+        let project = self
+            .app
+            .config
+            .project(project)
+            .cloned()
+            .ok_or_else(ApiError::internal)?;
+        let raw_target = headers
+            .get("svc-target-url")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::invalid_field("Svc-Target-URL", "required: the URL to forward to")
+            })?;
+        let url = proxy::target::parse(raw_target, &project.proxy)?;
+        let substitute = headers
+            .get("content-type")
+            .is_some_and(|v| is_json_content_type(v.as_bytes()));
+        let declared = headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        let chunked = headers.get("transfer-encoding").is_some();
+        let target = proxy::target::resolve(url, &project.proxy).await?;
+        let mut ctx = ProxyCtx {
+            principal,
+            project,
+            target,
+            drop_authorization,
+            substitute,
+            prepared: None,
+            substitution: Substitution::default(),
+            body_changed: false,
+        };
+        if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
+            let body = read_preflight_body(session).await?;
+            let mut out = ctx
+                .substitution
+                .feed(&self.app, &ctx.principal, &body)
+                .await?;
+            out.extend(ctx.substitution.finish()?);
+            record_uses(&self.app, &ctx).await?;
+            ctx.body_changed = ctx.substitution.templates > 0;
+            ctx.prepared = Some(if ctx.body_changed {
+                Bytes::from(out)
+            } else {
+                body
+            });
+        }
+        Ok(ctx)
     }
 
     fn metrics(&self) -> Response {
@@ -149,5 +455,50 @@ impl Gateway {
             headers: vec![("Content-Type", "text/plain; version=0.0.4".to_string())],
             body: Some(bytes::Bytes::from(text)),
         }
+    }
+}
+
+/// Reads a body of at most [`PREFLIGHT_LIMIT`] bytes, keeping pingora's retry buffer (so it
+/// replays the body to the target after `request_filter`).
+async fn read_preflight_body(session: &mut Session) -> Result<Bytes, ApiError> {
+    session.enable_retry_buffering();
+    let expects_continue = session
+        .req_header()
+        .headers
+        .get("expect")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        session
+            .write_continue_response()
+            .await
+            .map_err(|_| ApiError::invalid_request("The request body could not be read."))?;
+    }
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = session
+        .read_request_body()
+        .await
+        .map_err(|_| ApiError::invalid_request("The request body could not be read."))?
+    {
+        if buf.len() + chunk.len() > PREFLIGHT_LIMIT {
+            return Err(ApiError::new(
+                ErrorKind::PayloadTooLarge,
+                "The body is larger than its Content-Length.",
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_carried_api_error_is_found_through_wrapping() {
+        let e = carry(ApiError::invalid_template("a", "{{x}}", "bad"));
+        assert!(carried(&e).is_some());
+        let wrapped = Error::because(ErrorType::HTTPStatus(400), "wrap", e).more_context("Peer");
+        assert_eq!(carried(&wrapped).map(|a| a.status()), Some(400));
     }
 }

@@ -18,8 +18,10 @@ pub mod issuer;
 pub mod mandate;
 pub mod metrics;
 pub mod mint;
+pub mod proxy;
 pub mod secret;
 pub mod store;
+pub mod template;
 pub mod vault;
 
 use api::App;
@@ -111,11 +113,12 @@ pub fn build_server(config: Config) -> Result<Server, StartError> {
     let listen = config.listen.to_string();
     let tls = config.tls.clone();
     let app = build_app(config)?;
+    let ca_roots = proxy::load_ca_roots(&app.config.projects).map_err(StartError::Listener)?;
     let mut server = Server::new_with_opt_and_conf(None, server_conf);
     server.bootstrap();
     let mut service = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
-        gateway::Gateway::new(app),
+        gateway::Gateway::new(app, ca_roots),
         "paycred",
     );
     match tls {

@@ -53,6 +53,8 @@ pub enum Resource {
     PurchaseIntentVerify(String),
     /// `POST /projects/:projectId/sandbox/authorizations`
     SandboxAuthorizations,
+    /// `ANY /projects/:projectId/proxy`, forwarded by `gateway` (never dispatched here).
+    Proxy,
 }
 
 /// A matched path.
@@ -73,6 +75,15 @@ impl Route {
             Resource::PurchaseIntents => &[Method::POST],
             Resource::PurchaseIntent(_) => &[Method::GET],
             Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations => &[Method::POST],
+            Resource::Proxy => &[
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+                Method::HEAD,
+                Method::OPTIONS,
+            ],
         }
     }
 
@@ -96,6 +107,7 @@ impl Route {
             Resource::PurchaseIntent(_) => "purchase_intent",
             Resource::PurchaseIntentVerify(_) => "purchase_intent_verify",
             Resource::SandboxAuthorizations => "sandbox_authorizations",
+            Resource::Proxy => "proxy",
         }
     }
 
@@ -134,6 +146,7 @@ pub fn route(path: &str) -> Option<Route> {
                     Resource::PurchaseIntentVerify(id.to_string())
                 }
                 ["sandbox", "authorizations"] => Resource::SandboxAuthorizations,
+                ["proxy"] => Resource::Proxy,
                 _ => return None,
             };
             Some(Route {

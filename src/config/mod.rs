@@ -250,7 +250,16 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
             ))
         }
     };
+    let mut allowed_hosts = Vec::new();
     for (h, host) in p.proxy.allowed_hosts.iter().enumerate() {
+        if let Ok(ip) = host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::Ipv6Addr>()
+        {
+            allowed_hosts.push(ip.to_string());
+            continue;
+        }
+        allowed_hosts.push(host.to_ascii_lowercase());
         let name = host.strip_prefix("*.").unwrap_or(host);
         let ok = !name.is_empty()
             && name.len() <= 253
@@ -278,12 +287,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         pan_enabled,
         token_vault_key: p.token_vault_key,
         proxy: ProxyConfig {
-            allowed_hosts: p
-                .proxy
-                .allowed_hosts
-                .iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
+            allowed_hosts,
             allow_http: p.proxy.allow_http,
             allow_private_networks: p.proxy.allow_private_networks,
             ca_file: p.proxy.ca_file,

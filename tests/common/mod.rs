@@ -2,6 +2,8 @@
 //! dir, master key and JWT keys, and talks HTTP to it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod upstream;
+
 use once_cell::sync::Lazy;
 use serde_json::Value;
 use std::io::Read;
@@ -83,6 +85,10 @@ pub fn now() -> u64 {
 /// Project B (`proj_b`): one Ed25519 key, pan disabled.
 pub const PROJECT: &str = "proj_a";
 pub const OTHER_PROJECT: &str = "proj_b";
+/// Project `proj_guard`: private networks NOT allowed; these hosts allow-listed so that the
+/// address checks (not the allow-list) are what refuses them.
+pub const GUARD_PROJECT: &str = "proj_guard";
+pub const GUARD_HOSTS: &str = "[localhost, 127.0.0.1, 127.1.2.3, 0.0.0.0, 10.0.0.1, 172.16.5.4, 192.168.1.1, 169.254.169.254, 100.64.0.1, \"::1\", \"fe80::1\", \"fd00:ec2::254\", \"::ffff:127.0.0.1\", \"64:ff9b::7f00:1\", \"2002:7f00:1::\", \"::\", 224.0.0.1, 255.255.255.255, 198.18.0.1, 192.0.2.1, 2130706433, 0x7f000001, 017700000001, 127.1, 0177.0.0.1, \"fc00::1\", \"::ffff:a00:1\", \"::ffff:169.254.169.254\", 240.0.0.1]";
 
 /// Options of a test server.
 #[derive(Clone)]
@@ -90,6 +96,7 @@ pub struct Options {
     pub cvc_retention: &'static str,
     pub rest_max_body: usize,
     pub extra_project_yaml: String,
+    pub proxy_timeout: &'static str,
 }
 
 impl Default for Options {
@@ -98,6 +105,7 @@ impl Default for Options {
             cvc_retention: "1h",
             rest_max_body: 1024 * 1024,
             extra_project_yaml: String::new(),
+            proxy_timeout: "5s",
         }
     }
 }
@@ -173,6 +181,18 @@ impl Server {
              \x20     max_lifetime: 1h\n\
              \x20   pan: enabled\n\
              \x20   token_vault_key: true\n\
+             \x20   proxy:\n\
+             \x20     allowed_hosts: [127.0.0.1, localhost]\n\
+             \x20     allow_http: true\n\
+             \x20     allow_private_networks: true\n\
+             \x20     timeout: {proxy_timeout}\n\
+             \x20 - id: {GUARD_PROJECT}\n\
+             \x20   jwt:\n\
+             \x20     keys: [{{kid: k-ed, public_key_file: {d}/ed.pem}}]\n\
+             \x20   pan: enabled\n\
+             \x20   proxy:\n\
+             \x20     allowed_hosts: {guard_hosts}\n\
+             \x20     allow_http: true\n\
              \x20 - id: {OTHER_PROJECT}\n\
              \x20   jwt:\n\
              \x20     keys: [{{kid: k-b, public_key_file: {d}/other.pem}}]\n\
@@ -180,6 +200,8 @@ impl Server {
             retention = opts.cvc_retention,
             max = opts.rest_max_body,
             extra = opts.extra_project_yaml,
+            proxy_timeout = opts.proxy_timeout,
+            guard_hosts = GUARD_HOSTS,
         );
         write(&self.config_path, &yaml);
         self.base = format!("http://127.0.0.1:{port}");
@@ -283,6 +305,25 @@ impl Server {
             None => req.call(),
         };
         Reply::from(result)
+    }
+
+    /// Like [`Self::raw`] on a new connection.
+    pub fn raw_fresh(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(30))
+            .max_idle_connections(0)
+            .build();
+        let mut req = agent.request(method, &format!("{}{}", self.base, path));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        Reply::from(req.send_bytes(body))
     }
 
     /// Sends a raw request with explicit headers and body.

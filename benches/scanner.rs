@@ -1,0 +1,88 @@
+//! Scanner throughput in bytes/s: 1 KiB, 64 KiB and 1 MiB JSON bodies with 0, 1 and 100
+//! templates, fed in 16 KiB chunks as the proxy receives them.
+//!
+//! A body is an order-like document of items of about 128 bytes each; templates replace the
+//! `pan` field of evenly spaced items. A 1 KiB body has room for 8 items, so the "1 KiB, 100
+//! templates" case grows to 100 items (about 13 KiB); throughput is over the real size.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use paycred::template::{ResolveError, Scanner, TemplateRef};
+
+const CHUNK: usize = 16 * 1024;
+const TEMPLATE: &str = "{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}";
+
+fn body(size: usize, templates: usize) -> Vec<u8> {
+    let item = |i: usize, pan: &str| {
+        format!(
+            r#"{{"id":"item_{i:06}","name":"Widget \"deluxe\" {i}","qty":{q},"price":1999,"tags":["a","b"],"pan":"{pan}"}}"#,
+            q = i % 7
+        )
+    };
+    let per_item = item(0, "").len() + 1;
+    let items = (size.saturating_sub(40) / per_item).max(templates).max(1);
+    let every = items.checked_div(templates).unwrap_or(usize::MAX);
+    let mut out = String::from(r#"{"currency":"usd","items":["#);
+    let mut placed = 0;
+    for i in 0..items {
+        if i > 0 {
+            out.push(',');
+        }
+        let pan = if placed < templates && i % every == 0 {
+            placed += 1;
+            TEMPLATE
+        } else {
+            ""
+        };
+        out.push_str(&item(i, pan));
+    }
+    out.push_str("]}");
+    // Pad to the nominal size with whitespace, which JSON allows.
+    while out.len() < size {
+        out.push(' ');
+    }
+    out.into_bytes()
+}
+
+fn scanner(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scanner");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30);
+    for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
+        for templates in [0, 1, 100] {
+            let input = body(size, templates);
+            assert_eq!(Scanner::has_templates(&input), templates > 0);
+            group.throughput(Throughput::Bytes(input.len() as u64));
+            let mut scanner = Scanner::new();
+            let mut out = Vec::with_capacity(input.len() * 2);
+            let mut resolve =
+                |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("{templates}_templates")),
+                &input,
+                |b, input| {
+                    b.iter(|| {
+                        out.clear();
+                        let mut n = 0;
+                        for chunk in input.chunks(CHUNK) {
+                            n += scanner.feed(chunk, &mut out, &mut resolve).unwrap();
+                        }
+                        scanner.finish(&mut out).unwrap();
+                        assert_eq!(n, templates);
+                        black_box(&out);
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scanner);
+criterion_main!(benches);

@@ -1,0 +1,117 @@
+//! The proxy route: `ANY /projects/:projectId/proxy` forwards the caller's request to
+//! `Svc-Target-URL` with credential templates in the JSON body substituted.
+//!
+//! - [`target`]: the URL and address checks (403 `forbidden`).
+//! - [`credentials`]: the values a template names.
+//! - [`substitute`]: the streaming substitution over body chunks.
+//!
+//! Bodies up to [`PREFLIGHT_LIMIT`] with a `Content-Length` are read and substituted
+//! whole before the target is contacted, so a bad template answers 400 and the target sees
+//! nothing. Larger or chunked bodies stream; a template error mid-stream aborts the
+//! upstream request before its end, so the target never receives a complete request.
+
+pub mod credentials;
+pub mod substitute;
+pub mod target;
+
+use crate::auth::Principal;
+use crate::config::ProjectConfig;
+use bytes::Bytes;
+use pingora::prelude::HttpPeer;
+use pingora::tls::x509::X509;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use substitute::Substitution;
+use target::Target;
+
+/// Bodies up to this size (with a Content-Length) are checked before the target is contacted.
+pub const PREFLIGHT_LIMIT: usize = 64 * 1024;
+
+/// Request headers never forwarded: paycred's own and hop-by-hop ones.
+pub const DROPPED_HEADERS: &[&str] = &[
+    "svc-authorization",
+    "svc-target-url",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+];
+
+/// Per-request proxy state.
+pub struct ProxyCtx {
+    pub principal: Arc<Principal>,
+    pub project: Arc<ProjectConfig>,
+    pub target: Target,
+    /// `Authorization` carried paycred's token (not the target's): drop it.
+    pub drop_authorization: bool,
+    /// The body is JSON: templates are substituted.
+    pub substitute: bool,
+    /// The whole substituted body, when it was read in `request_filter`.
+    pub prepared: Option<Bytes>,
+    pub substitution: Substitution,
+    /// The body length changes: `Content-Length` must go (or be replaced).
+    pub body_changed: bool,
+}
+
+/// Extra CA roots per project, loaded once.
+pub type CaRoots = HashMap<String, Arc<Box<[X509]>>>;
+
+/// Loads every project's `proxy.ca_file`.
+pub fn load_ca_roots(
+    projects: &std::collections::BTreeMap<String, Arc<ProjectConfig>>,
+) -> Result<CaRoots, String> {
+    let mut roots = HashMap::new();
+    for (id, p) in projects {
+        if let Some(path) = &p.proxy.ca_file {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let certs =
+                X509::stack_from_pem(&pem).map_err(|e| format!("{}: {e}", path.display()))?;
+            if certs.is_empty() {
+                return Err(format!("{}: no certificates", path.display()));
+            }
+            roots.insert(id.clone(), Arc::new(certs.into_boxed_slice()));
+        }
+    }
+    Ok(roots)
+}
+
+/// The upstream peer: the checked address, TLS with SNI and verification against the
+/// host name, the project's timeout.
+pub fn peer(ctx: &ProxyCtx, ca: Option<&Arc<Box<[X509]>>>) -> HttpPeer {
+    let url = &ctx.target.url;
+    let mut peer = HttpPeer::new(ctx.target.addr, url.https, url.host.clone());
+    let timeout = ctx.project.proxy.timeout;
+    let o = &mut peer.options;
+    o.connection_timeout = Some(timeout.min(Duration::from_secs(10)));
+    o.total_connection_timeout = Some(timeout.min(Duration::from_secs(15)));
+    o.read_timeout = Some(timeout);
+    o.write_timeout = Some(timeout);
+    o.idle_timeout = Some(Duration::from_secs(60));
+    o.verify_cert = true;
+    o.verify_hostname = true;
+    if let Some(ca) = ca {
+        o.ca = Some(ca.clone());
+    }
+    peer
+}
+
+/// `Host` header value for the target.
+pub fn host_header(target: &Target) -> String {
+    let url = &target.url;
+    let host = if url.host.contains(':') {
+        format!("[{}]", url.host)
+    } else {
+        url.host.clone()
+    };
+    let default_port = if url.https { 443 } else { 80 };
+    if url.port == default_port {
+        host
+    } else {
+        format!("{host}:{}", url.port)
+    }
+}

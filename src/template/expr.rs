@@ -1,0 +1,683 @@
+//! The template expression: `{{ paymentMethod: pm_123 | type: 'pan' | json: '$.number' }}`.
+//!
+//! [`parse`] turns the text of one template, from `{{` to `}}` inclusive and already
+//! JSON-unescaped, into a [`TemplateRef`]. The grammar:
+//!
+//! ```text
+//! template := "{{" ws part ws ( "|" ws part ws )* "}}"
+//! part     := name ws ":" ws value
+//! name     := "paymentMethod" | "type" | "json"
+//! value    := "'" text "'" | '"' text '"' | bare
+//! ```
+//!
+//! - Whitespace (spaces, tabs, carriage returns, newlines) is free around every token.
+//! - The three parts may come in any order, but each exactly once.
+//! - Values may be single-quoted, double-quoted or bare (no quotes, up to the next
+//!   whitespace or `|`). The spec writes the id bare and the other two quoted; accepting all
+//!   three forms everywhere costs nothing and spares callers a confusing error.
+//! - A quoted value ends at the first matching quote outside square brackets, so
+//!   `json: '$['number']'` works.
+//! - `paymentMethod` is `[A-Za-z0-9_-]{1,128}`.
+//! - `type` is `virtualCard`, `networkToken` or `pan`; the API spellings `virtual-card` and
+//!   `network-token` are accepted too.
+//! - `json` is `$.<field>`, `$.card.<field>` or `$.token.<field>`, each segment also in bracket
+//!   form (`$['number']`, `$['card']["cvc"]`). `$.card.` is accepted for every type (one guide
+//!   example uses it with network tokens); `$.token.` only for `networkToken`. Fields:
+//!   `number`, `expirationMonth`, `expirationYear`, plus `cvc` for `virtualCard` and `pan`, or
+//!   `cryptogram` for `networkToken`.
+//!
+//! Error messages describe the template's structure only. The one piece of caller text they may
+//! repeat is an unknown field name, and only when it is short and purely alphabetic, so a card
+//! number typed into the wrong place is never echoed.
+
+use std::fmt;
+
+/// Longest accepted payment method id.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Longest field name [`ExprError::UnknownField`] repeats back.
+const MAX_ECHOED_FIELD_LEN: usize = 32;
+
+/// The kind of credential a template reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CredentialKind {
+    /// `'virtualCard'`: the virtual card of the newest active purchase intent.
+    VirtualCard,
+    /// `'networkToken'`: the network token of the newest active purchase intent.
+    NetworkToken,
+    /// `'pan'`: the stored card itself.
+    Pan,
+}
+
+impl CredentialKind {
+    /// The spelling used in templates.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialKind::VirtualCard => "virtualCard",
+            CredentialKind::NetworkToken => "networkToken",
+            CredentialKind::Pan => "pan",
+        }
+    }
+
+    fn from_template(s: &str) -> Option<Self> {
+        match s {
+            "virtualCard" | "virtual-card" => Some(CredentialKind::VirtualCard),
+            "networkToken" | "network-token" => Some(CredentialKind::NetworkToken),
+            "pan" => Some(CredentialKind::Pan),
+            _ => None,
+        }
+    }
+
+    /// Whether `field` exists for this kind of credential.
+    pub fn has_field(self, field: CredentialField) -> bool {
+        match field {
+            CredentialField::Number
+            | CredentialField::ExpirationMonth
+            | CredentialField::ExpirationYear => true,
+            CredentialField::Cvc => self != CredentialKind::NetworkToken,
+            CredentialField::Cryptogram => self == CredentialKind::NetworkToken,
+        }
+    }
+}
+
+impl fmt::Display for CredentialKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The field of a credential a template reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CredentialField {
+    /// `number`
+    Number,
+    /// `expirationMonth`
+    ExpirationMonth,
+    /// `expirationYear`
+    ExpirationYear,
+    /// `cvc` (virtual cards and pans)
+    Cvc,
+    /// `cryptogram` (network tokens)
+    Cryptogram,
+}
+
+impl CredentialField {
+    /// The spelling used in JSON paths.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialField::Number => "number",
+            CredentialField::ExpirationMonth => "expirationMonth",
+            CredentialField::ExpirationYear => "expirationYear",
+            CredentialField::Cvc => "cvc",
+            CredentialField::Cryptogram => "cryptogram",
+        }
+    }
+
+    fn from_path(s: &str) -> Option<Self> {
+        match s {
+            "number" => Some(CredentialField::Number),
+            "expirationMonth" => Some(CredentialField::ExpirationMonth),
+            "expirationYear" => Some(CredentialField::ExpirationYear),
+            "cvc" => Some(CredentialField::Cvc),
+            "cryptogram" => Some(CredentialField::Cryptogram),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CredentialField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One parsed template: which credential value to put in its place.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TemplateRef {
+    /// The payment method id, as written.
+    pub payment_method: String,
+    /// The credential type.
+    pub kind: CredentialKind,
+    /// The credential field.
+    pub field: CredentialField,
+}
+
+/// Why a template does not parse. The messages never repeat caller text except, where noted,
+/// a short alphabetic field name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExprError {
+    /// The text does not start with `{{` and end with `}}`.
+    #[error("a template starts with `{{{{` and ends with `}}}}`")]
+    NotDelimited,
+    /// Nothing between the braces.
+    #[error("empty template; expected `paymentMethod`, `type` and `json`")]
+    Empty,
+    /// A part name other than the three known ones.
+    #[error("unknown part; expected `paymentMethod`, `type` or `json`")]
+    UnknownPart,
+    /// A part given twice.
+    #[error("`{0}` is given more than once")]
+    Duplicate(&'static str),
+    /// A part missing.
+    #[error("missing `{0}`")]
+    Missing(&'static str),
+    /// A part name not followed by `:`.
+    #[error("expected `:` after `{0}`")]
+    ExpectedColon(&'static str),
+    /// A part with no value after the `:`.
+    #[error("missing value for `{0}`")]
+    MissingValue(&'static str),
+    /// A quote that is never closed.
+    #[error("unterminated quote in `{0}`")]
+    UnterminatedQuote(&'static str),
+    /// Something other than `|` or `}}` after a value.
+    #[error("expected `|` or `}}}}` after `{0}`")]
+    ExpectedSeparator(&'static str),
+    /// The payment method id is not `[A-Za-z0-9_-]{1,128}`.
+    #[error("invalid payment method id")]
+    InvalidPaymentMethod,
+    /// The type is not one of the three credential types.
+    #[error("unknown type; expected 'virtualCard', 'networkToken' or 'pan'")]
+    UnknownType,
+    /// The JSON path has a shape other than `$.<field>`, `$.card.<field>`, `$.token.<field>`.
+    #[error("unsupported json path; expected '$.<field>', '$.card.<field>' or '$.token.<field>'")]
+    UnsupportedPath,
+    /// `$.token.` with a type other than `networkToken`.
+    #[error("'$.token.' paths are only for type 'networkToken'")]
+    TokenPathForCard,
+    /// A field the credential type does not have. Carries the field name when it is short and
+    /// alphabetic.
+    #[error("{}", unknown_field_message(.field.as_deref(), *.kind))]
+    UnknownField {
+        /// The field as written, if safe to repeat.
+        field: Option<String>,
+        /// The credential type of the template.
+        kind: CredentialKind,
+    },
+}
+
+fn unknown_field_message(field: Option<&str>, kind: CredentialKind) -> String {
+    let expected = match kind {
+        CredentialKind::NetworkToken => "number, expirationMonth, expirationYear or cryptogram",
+        CredentialKind::VirtualCard | CredentialKind::Pan => {
+            "number, expirationMonth, expirationYear or cvc"
+        }
+    };
+    match field {
+        Some(name) => format!("unknown field `{name}` for type '{kind}'; expected {expected}"),
+        None => format!("unknown field for type '{kind}'; expected {expected}"),
+    }
+}
+
+/// The three part names, in their canonical order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    PaymentMethod,
+    Type,
+    Json,
+}
+
+impl Part {
+    fn name(self) -> &'static str {
+        match self {
+            Part::PaymentMethod => "paymentMethod",
+            Part::Type => "type",
+            Part::Json => "json",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "paymentMethod" => Some(Part::PaymentMethod),
+            "type" => Some(Part::Type),
+            "json" => Some(Part::Json),
+            _ => None,
+        }
+    }
+}
+
+/// Parses one template, `{{` to `}}` inclusive, already JSON-unescaped.
+pub fn parse(text: &str) -> Result<TemplateRef, ExprError> {
+    let inner = text
+        .strip_prefix("{{")
+        .and_then(|t| t.strip_suffix("}}"))
+        .ok_or(ExprError::NotDelimited)?;
+    let mut cur = Cursor { s: inner, pos: 0 };
+    cur.skip_ws();
+    if cur.at_end() {
+        return Err(ExprError::Empty);
+    }
+
+    let mut values: [Option<&str>; 3] = [None, None, None];
+    loop {
+        let name = cur.take_while(|b| b.is_ascii_alphanumeric() || b == b'_');
+        let part = Part::from_name(name).ok_or(ExprError::UnknownPart)?;
+        cur.skip_ws();
+        if !cur.eat(b':') {
+            return Err(ExprError::ExpectedColon(part.name()));
+        }
+        cur.skip_ws();
+        let value = cur.value(part)?;
+        let slot = &mut values[part as usize];
+        if slot.is_some() {
+            return Err(ExprError::Duplicate(part.name()));
+        }
+        *slot = Some(value);
+        cur.skip_ws();
+        if cur.at_end() {
+            break;
+        }
+        if !cur.eat(b'|') {
+            return Err(ExprError::ExpectedSeparator(part.name()));
+        }
+        cur.skip_ws();
+    }
+
+    let [payment_method, kind, json] = values;
+    let payment_method = payment_method.ok_or(ExprError::Missing("paymentMethod"))?;
+    let kind = kind.ok_or(ExprError::Missing("type"))?;
+    let json = json.ok_or(ExprError::Missing("json"))?;
+
+    if !valid_id(payment_method) {
+        return Err(ExprError::InvalidPaymentMethod);
+    }
+    let kind = CredentialKind::from_template(kind).ok_or(ExprError::UnknownType)?;
+    let field = parse_path(json, kind)?;
+    Ok(TemplateRef {
+        payment_method: payment_method.to_owned(),
+        kind,
+        field,
+    })
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=MAX_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `$.f`, `$.card.f`, `$.token.f`, with any segment in bracket form.
+fn parse_path(path: &str, kind: CredentialKind) -> Result<CredentialField, ExprError> {
+    let rest = path.strip_prefix('$').ok_or(ExprError::UnsupportedPath)?;
+    let mut segments: [&str; 2] = ["", ""];
+    let mut count = 0;
+    let mut cur = Cursor { s: rest, pos: 0 };
+    while !cur.at_end() {
+        let segment = if cur.eat(b'.') {
+            cur.take_while(|b| b.is_ascii_alphanumeric() || b == b'_')
+        } else if cur.eat(b'[') {
+            let quote = cur.peek().filter(|&q| q == b'\'' || q == b'"');
+            let quote = quote.ok_or(ExprError::UnsupportedPath)?;
+            cur.pos += 1;
+            let name = cur.take_while(|b| b != quote);
+            if !(cur.eat(quote) && cur.eat(b']')) {
+                return Err(ExprError::UnsupportedPath);
+            }
+            name
+        } else {
+            return Err(ExprError::UnsupportedPath);
+        };
+        if segment.is_empty() {
+            return Err(ExprError::UnsupportedPath);
+        }
+        let slot = segments.get_mut(count).ok_or(ExprError::UnsupportedPath)?;
+        *slot = segment;
+        count += 1;
+    }
+    let name = match (count, segments) {
+        (1, [field, _]) => field,
+        (2, ["card", field]) => field,
+        (2, ["token", field]) if kind == CredentialKind::NetworkToken => field,
+        (2, ["token", _]) => return Err(ExprError::TokenPathForCard),
+        _ => return Err(ExprError::UnsupportedPath),
+    };
+    CredentialField::from_path(name)
+        .filter(|f| kind.has_field(*f))
+        .ok_or_else(|| ExprError::UnknownField {
+            field: echoable(name).then(|| name.to_owned()),
+            kind,
+        })
+}
+
+/// A field name may be repeated in an error when it cannot be a card value.
+fn echoable(name: &str) -> bool {
+    name.len() <= MAX_ECHOED_FIELD_LEN && name.bytes().all(|b| b.is_ascii_alphabetic())
+}
+
+struct Cursor<'a> {
+    s: &'a str,
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn rest(&self) -> &'a str {
+        self.s.get(self.pos..).unwrap_or("")
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos >= self.s.len()
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.as_bytes().get(self.pos).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        let hit = self.peek() == Some(b);
+        if hit {
+            self.pos += 1;
+        }
+        hit
+    }
+
+    fn skip_ws(&mut self) {
+        self.take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    }
+
+    /// Advances over ASCII bytes matching `pred`; the result is always on char boundaries
+    /// because `pred` is only ever true for ASCII bytes or stops at the quote byte.
+    fn take_while(&mut self, pred: impl Fn(u8) -> bool) -> &'a str {
+        let rest = self.rest();
+        let n = rest.bytes().take_while(|&b| pred(b)).count();
+        self.pos += n;
+        rest.get(..n).unwrap_or("")
+    }
+
+    /// A quoted or bare value.
+    fn value(&mut self, part: Part) -> Result<&'a str, ExprError> {
+        let rest = self.rest();
+        match self.peek() {
+            Some(q @ (b'\'' | b'"')) => {
+                // The closing quote is the first one outside brackets: `'$['number']'`.
+                let body = rest.get(1..).unwrap_or("");
+                let mut depth = 0usize;
+                let end = body
+                    .bytes()
+                    .position(|b| {
+                        match b {
+                            b'[' => depth += 1,
+                            b']' => depth = depth.saturating_sub(1),
+                            _ => {}
+                        }
+                        b == q && depth == 0
+                    })
+                    .ok_or(ExprError::UnterminatedQuote(part.name()))?;
+                self.pos += end + 2;
+                Ok(body.get(..end).unwrap_or(""))
+            }
+            _ => {
+                let value = self.take_while(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'|'));
+                if value.is_empty() {
+                    Err(ExprError::MissingValue(part.name()))
+                } else {
+                    Ok(value)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CredentialField::*;
+    use CredentialKind::*;
+
+    fn ok(
+        pm: &str,
+        kind: CredentialKind,
+        field: CredentialField,
+    ) -> Result<TemplateRef, ExprError> {
+        Ok(TemplateRef {
+            payment_method: pm.to_owned(),
+            kind,
+            field,
+        })
+    }
+
+    #[test]
+    fn table() {
+        let long_id = "a".repeat(MAX_ID_LEN);
+        let too_long_id = "a".repeat(MAX_ID_LEN + 1);
+        let with_long = format!("{{{{paymentMethod:{long_id}|type:'pan'|json:'$.cvc'}}}}");
+        let with_too_long = format!("{{{{paymentMethod:{too_long_id}|type:'pan'|json:'$.cvc'}}}}");
+        let cases: Vec<(&str, Result<TemplateRef, ExprError>)> = vec![
+            // The spec's form.
+            (
+                "{{ paymentMethod: pm_123 | type: 'pan' | json: '$.number' }}",
+                ok("pm_123", Pan, Number),
+            ),
+            (
+                "{{ paymentMethod: pm_123 | type: 'virtualCard' | json: '$.card.cvc' }}",
+                ok("pm_123", VirtualCard, Cvc),
+            ),
+            (
+                "{{ paymentMethod: pm-1 | type: 'networkToken' | json: '$.token.cryptogram' }}",
+                ok("pm-1", NetworkToken, Cryptogram),
+            ),
+            // `$.card.` is accepted for network tokens too.
+            (
+                "{{paymentMethod:x|type:'networkToken'|json:'$.card.expirationMonth'}}",
+                ok("x", NetworkToken, ExpirationMonth),
+            ),
+            // Whitespace of every kind, or none.
+            (
+                "{{\n\tpaymentMethod\t:\r\n pm_1 \n|\ttype : \"pan\"\n| json :\n'$.expirationYear'\n}}",
+                ok("pm_1", Pan, ExpirationYear),
+            ),
+            (
+                "{{paymentMethod:pm_1|type:'pan'|json:'$.number'}}",
+                ok("pm_1", Pan, Number),
+            ),
+            // Any order.
+            (
+                "{{ json: '$.cvc' | type: 'pan' | paymentMethod: pm_9 }}",
+                ok("pm_9", Pan, Cvc),
+            ),
+            // Bracket paths, with either quote, nested in the other.
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: \"$['number']\" }}",
+                ok("p", Pan, Number),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$['card'][\"cvc\"]' }}",
+                ok("p", Pan, Cvc),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'networkToken' | json: '$.token['number']' }}",
+                ok("p", NetworkToken, Number),
+            ),
+            // Quoted id, bare type and path, API spellings of the types.
+            (
+                "{{ paymentMethod: 'pm_1' | type: pan | json: $.number }}",
+                ok("pm_1", Pan, Number),
+            ),
+            (
+                "{{ paymentMethod: pm_1 | type: 'virtual-card' | json: '$.number' }}",
+                ok("pm_1", VirtualCard, Number),
+            ),
+            (
+                "{{ paymentMethod: pm_1 | type: 'network-token' | json: '$.cryptogram' }}",
+                ok("pm_1", NetworkToken, Cryptogram),
+            ),
+            (with_long.as_str(), ok(&long_id, Pan, Cvc)),
+            // Errors.
+            ("paymentMethod: p | type: 'pan' | json: '$.number'", Err(ExprError::NotDelimited)),
+            ("{{ paymentMethod: p | type: 'pan' | json: '$.number' }", Err(ExprError::NotDelimited)),
+            ("{{ }}", Err(ExprError::Empty)),
+            ("{{}}", Err(ExprError::Empty)),
+            ("{{ paymentMethod: p | type: 'pan' }}", Err(ExprError::Missing("json"))),
+            ("{{ type: 'pan' | json: '$.number' }}", Err(ExprError::Missing("paymentMethod"))),
+            ("{{ paymentMethod: p | json: '$.number' }}", Err(ExprError::Missing("type"))),
+            (
+                "{{ paymentMethod: p | type: 'pan' | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::Duplicate("type")),
+            ),
+            (
+                "{{ paymentmethod: p | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::UnknownPart),
+            ),
+            ("{{ 4111111111111111 }}", Err(ExprError::UnknownPart)),
+            (
+                "{{ paymentMethod p | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::ExpectedColon("paymentMethod")),
+            ),
+            (
+                "{{ paymentMethod: | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::MissingValue("paymentMethod")),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.number }}",
+                Err(ExprError::UnterminatedQuote("json")),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan | json: '$.number' }}",
+                Err(ExprError::ExpectedSeparator("type")),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$['number' }}",
+                Err(ExprError::UnterminatedQuote("json")),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' json: '$.number' }}",
+                Err(ExprError::ExpectedSeparator("type")),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.number' | }}",
+                Err(ExprError::UnknownPart),
+            ),
+            (
+                "{{ paymentMethod: pm.1 | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::InvalidPaymentMethod),
+            ),
+            (with_too_long.as_str(), Err(ExprError::InvalidPaymentMethod)),
+            (
+                "{{ paymentMethod: 'pm 1' | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::InvalidPaymentMethod),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'PAN' | json: '$.number' }}",
+                Err(ExprError::UnknownType),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'card' | json: '$.number' }}",
+                Err(ExprError::UnknownType),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: 'number' }}",
+                Err(ExprError::UnsupportedPath),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$' }}",
+                Err(ExprError::UnsupportedPath),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.card.details.number' }}",
+                Err(ExprError::UnsupportedPath),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.foo.number' }}",
+                Err(ExprError::UnsupportedPath),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$[number]' }}",
+                Err(ExprError::UnsupportedPath),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$..number' }}",
+                Err(ExprError::UnsupportedPath),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.token.number' }}",
+                Err(ExprError::TokenPathForCard),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.cryptogram' }}",
+                Err(ExprError::UnknownField {
+                    field: Some("cryptogram".into()),
+                    kind: Pan,
+                }),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'networkToken' | json: '$.token.cvc' }}",
+                Err(ExprError::UnknownField {
+                    field: Some("cvc".into()),
+                    kind: NetworkToken,
+                }),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.Number' }}",
+                Err(ExprError::UnknownField {
+                    field: Some("Number".into()),
+                    kind: Pan,
+                }),
+            ),
+            // A field that could be a card value is not repeated.
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$.4111111111111111' }}",
+                Err(ExprError::UnknownField {
+                    field: None,
+                    kind: Pan,
+                }),
+            ),
+        ];
+        assert!(cases.len() >= 25);
+        for (text, want) in cases {
+            assert_eq!(parse(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn messages_repeat_no_card_data() {
+        let secret = "4111111111111111";
+        let texts = [
+            format!("{{{{ {secret} }}}}"),
+            format!("{{{{ paymentMethod: {secret}x! | type: 'pan' | json: '$.number' }}}}"),
+            format!("{{{{ paymentMethod: p | type: '{secret}' | json: '$.number' }}}}"),
+            format!("{{{{ paymentMethod: p | type: 'pan' | json: '$.{secret}' }}}}"),
+            format!("{{{{ paymentMethod: p | type: 'pan' | json: '$.card.{secret}' }}}}"),
+            format!("{{{{ paymentMethod: p | type: 'pan' | json: '{secret}' }}}}"),
+            format!("{{{{ paymentMethod: p | type: 'pan' | json: '$.number' | x: {secret} }}}}"),
+        ];
+        for text in texts {
+            let err = parse(&text).err();
+            let message = err.map(|e| e.to_string()).unwrap_or_default();
+            assert!(!message.is_empty(), "{text} should fail");
+            assert!(!message.contains(secret), "{message}");
+            assert!(!message.contains("4111"), "{message}");
+        }
+    }
+
+    #[test]
+    fn message_texts() {
+        assert_eq!(
+            ExprError::NotDelimited.to_string(),
+            "a template starts with `{{` and ends with `}}`"
+        );
+        assert_eq!(
+            ExprError::ExpectedSeparator("type").to_string(),
+            "expected `|` or `}}` after `type`"
+        );
+        let unknown = ExprError::UnknownField {
+            field: Some("cvc".into()),
+            kind: NetworkToken,
+        };
+        assert_eq!(
+            unknown.to_string(),
+            "unknown field `cvc` for type 'networkToken'; expected number, expirationMonth, expirationYear or cryptogram"
+        );
+    }
+
+    #[test]
+    fn fields_per_kind() {
+        for kind in [VirtualCard, NetworkToken, Pan] {
+            for field in [Number, ExpirationMonth, ExpirationYear, Cvc, Cryptogram] {
+                let text =
+                    format!("{{{{ paymentMethod: p | type: '{kind}' | json: '$.{field}' }}}}");
+                let got = parse(&text);
+                assert_eq!(got.is_ok(), kind.has_field(field), "{text}");
+            }
+        }
+    }
+}

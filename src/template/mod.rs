@@ -1,0 +1,54 @@
+//! Credential templates in proxied JSON bodies: the expression parser and the streaming
+//! scanner that substitutes them.
+//!
+//! A caller of the proxy writes, inside a JSON string value,
+//!
+//! ```text
+//! {"card": {"number": "{{ paymentMethod: pm_123 | type: 'pan' | json: '$.number' }}"}}
+//! ```
+//!
+//! and the target receives the card number in its place. The rules:
+//!
+//! - Templates are recognised only inside string *values*. A `{{` in an object key, or
+//!   between tokens, passes through untouched. The raw bytes `{{` start a template; an
+//!   escaped brace (`\u007b`) does not. Extra leading braces are text: `{{{ … }}` is `{` and a
+//!   template.
+//! - A template runs to the first `}}` and must end inside the string it started in. It may
+//!   be up to [`MAX_TEMPLATE_LEN`] bytes as written; longer is an error.
+//! - The held text is JSON-unescaped (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\uXXXX`
+//!   including surrogate pairs), so `type: \"pan\"` works, and then parsed by [`parse`]; see
+//!   [`expr`] for the grammar.
+//! - The [`Resolver`] supplies the value; it is JSON-string-escaped into the output: `"` and
+//!   `\` with a backslash, control characters as `\u00XX`, non-ASCII UTF-8 as is.
+//! - Several templates per string are fine and the text around them is kept.
+//! - Every byte that is not part of a template is copied byte for byte: the body is never
+//!   re-encoded or reformatted, and malformed JSON passes through for the target to judge.
+//! - A template may be split across any chunk boundary (inside `{{` or `}}`, an escape, a
+//!   multi-byte character). The scanner holds back only the open template and a trailing `{`,
+//!   never the body; its memory is bounded (see [`scanner`]).
+//! - Any failure is a [`TemplateError`] carrying the JSON path of the field (`card.number`,
+//!   `items[0].pan`, `["weird key"]`, `$` at the top level), the template as written and a
+//!   message free of card data. The proxy maps it to 400 `invalidTemplate`.
+//!
+//! ```
+//! use paycred::template::{ResolveError, Scanner, TemplateRef};
+//!
+//! let body = br#"{"n":"{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}"}"#;
+//! let mut resolve = |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+//! let mut scanner = Scanner::new();
+//! let mut out = Vec::new();
+//! for chunk in body.chunks(7) {
+//!     scanner.feed(chunk, &mut out, &mut resolve)?;
+//! }
+//! scanner.finish(&mut out)?;
+//! assert_eq!(out, br#"{"n":"4242424242424242"}"#);
+//! # Ok::<(), paycred::template::TemplateError>(())
+//! ```
+
+pub mod expr;
+pub mod scanner;
+
+pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};
+pub use scanner::{
+    ResolveError, Resolver, Scanner, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN,
+};

@@ -1,0 +1,1111 @@
+//! The streaming scanner: finds templates in JSON string values, chunk by chunk, and writes the
+//! body through with each template replaced by its JSON-escaped value.
+//!
+//! The scanner is a tolerant lexer, not a parser. It follows strings, escapes, objects, arrays
+//! and keys versus values well enough to know where templates may be and what JSON path they
+//! sit at, and copies every other byte through untouched. Malformed JSON passes through; the
+//! target will judge it.
+//!
+//! Memory per scanner is bounded whatever the body: the held-back template (at most
+//! [`MAX_TEMPLATE_LEN`] bytes), the path of the current field ([`MAX_PATH_DEPTH`] levels of at
+//! most [`MAX_KEY_LEN`] bytes of key each) and a bit per container up to [`MAX_KIND_DEPTH`]
+//! levels. Deeper containers are still followed: their path shows as `…`, and beyond
+//! [`MAX_KIND_DEPTH`] levels every string is taken as a value.
+
+use std::fmt::Write as _;
+
+use memchr::{memchr2, memchr3, memmem};
+
+use super::expr::{self, TemplateRef};
+
+/// Longest template, `{{` to `}}` inclusive, as written in the body (escapes undecoded).
+pub const MAX_TEMPLATE_LEN: usize = 512;
+/// Deepest nesting whose keys and indices appear in [`TemplateError::field`].
+pub const MAX_PATH_DEPTH: usize = 128;
+/// Longest key kept for [`TemplateError::field`]; longer keys are cut and shown with `…`.
+pub const MAX_KEY_LEN: usize = 256;
+/// Deepest nesting at which objects and arrays are told apart.
+pub const MAX_KIND_DEPTH: usize = 1024;
+
+/// Looks up the value of one template.
+pub trait Resolver {
+    /// The credential value for `t`, or why there is none. The message becomes the
+    /// [`TemplateError::message`] and so the client-facing error: it must not contain card data.
+    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError>;
+}
+
+impl<F> Resolver for F
+where
+    F: FnMut(&TemplateRef) -> Result<String, ResolveError>,
+{
+    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError> {
+        self(t)
+    }
+}
+
+/// A template that names no usable credential, e.g. "unknown payment method".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ResolveError {
+    /// Client-facing reason, free of card data.
+    pub message: String,
+}
+
+impl ResolveError {
+    /// A resolve error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ResolveError {
+            message: message.into(),
+        }
+    }
+}
+
+/// A template that cannot be substituted: the proxy answers 400 `invalidTemplate`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid template at {field}: {message}")]
+pub struct TemplateError {
+    /// JSON path of the body field holding the template: `card.number`, `items[0].pan`,
+    /// `["weird key"]`, or `$` for a top-level string.
+    pub field: String,
+    /// The template as written in the body (JSON escapes not decoded), as far as it was read.
+    pub template: String,
+    /// What is wrong, free of card data.
+    pub message: String,
+}
+
+/// Where the lexer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Between tokens: whitespace, punctuation, numbers, literals.
+    Structure,
+    /// Inside an object key.
+    Key,
+    /// Inside a string value.
+    Value,
+    /// Inside a template, holding its bytes back.
+    Template,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+}
+
+/// One level of the path: the container and where in it the scanner is.
+///
+/// Keys are copied lazily: while a key lies in the chunk being scanned it is only a range of
+/// that chunk (`pending`), copied into `Scanner::keys` when the chunk ends. Most keys are
+/// replaced by the next member's key within the same chunk and are never copied at all.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    kind: Kind,
+    /// Index of the current element (arrays only).
+    index: u64,
+    /// A key has been seen in this object.
+    has_key: bool,
+    /// The key was longer than [`MAX_KEY_LEN`].
+    key_cut: bool,
+    /// `keys[key_start..key_end]` holds the key, or its start when `pending` too.
+    stored: bool,
+    key_start: usize,
+    key_end: usize,
+    /// The key (or its rest) is `chunk[pend_from..pend_to]` of the chunk being scanned.
+    pending: bool,
+    pend_from: usize,
+    pend_to: usize,
+}
+
+impl Frame {
+    fn new(kind: Kind) -> Self {
+        Frame {
+            kind,
+            index: 0,
+            has_key: false,
+            key_cut: false,
+            stored: false,
+            key_start: 0,
+            key_end: 0,
+            pending: false,
+            pend_from: 0,
+            pend_to: 0,
+        }
+    }
+}
+
+/// The bytes that matter between tokens.
+const STRUCTURAL: [bool; 256] = table(b"\"{}[],:");
+/// The bytes that end a run of plain key bytes.
+const KEY_STOP: [bool; 256] = table(b"\"\\");
+/// The bytes that end a run of plain value bytes.
+const VALUE_STOP: [bool; 256] = table(b"\"\\{");
+
+const fn table(bytes: &[u8]) -> [bool; 256] {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < bytes.len() {
+        table[bytes[i] as usize] = true;
+        i += 1;
+    }
+    table
+}
+
+/// Position of the first byte in `table`. Most strings in JSON are short: a byte loop over the
+/// first bytes, then `search` (SIMD) over the rest.
+#[inline]
+fn find(hay: &[u8], table: &[bool; 256], search: impl Fn(&[u8]) -> Option<usize>) -> Option<usize> {
+    const SHORT: usize = 24;
+    let (head, tail) = hay.split_at(hay.len().min(SHORT));
+    if let Some(k) = head.iter().position(|&b| table[usize::from(b)]) {
+        return Some(k);
+    }
+    if tail.is_empty() {
+        return None;
+    }
+    search(tail).map(|k| k + SHORT)
+}
+
+const KIND_WORDS: usize = MAX_KIND_DEPTH / 64;
+
+/// Incremental template scanner for one body at a time; [`Scanner::reset`] (or a successful
+/// [`Scanner::finish`]) readies it for the next.
+///
+/// After an error, `out` holds an unspecified prefix of the output and every further `feed` or
+/// `finish` returns the same error until the scanner is reset.
+#[derive(Debug, Clone)]
+pub struct Scanner {
+    mode: Mode,
+    /// `Key`, `Value`, `Template`: the previous byte was a backslash.
+    escape: bool,
+    /// `Value`: the previous byte was an unescaped `{`, not yet written.
+    brace: bool,
+    /// ... and that `{` came in an earlier chunk.
+    brace_carried: bool,
+    /// `Template`: the previous byte was an unescaped `}`.
+    close: bool,
+    /// The next string is a key (only ever set inside an object).
+    expect_key: bool,
+    /// Open containers, counted however deep.
+    depth: usize,
+    /// Kind of the innermost container, `None` at the top level (cached from `kinds`).
+    current: Option<Kind>,
+    /// Bit `d` set: the container at depth `d` is an array.
+    kinds: [u64; KIND_WORDS],
+    /// Path of the current field, up to [`MAX_PATH_DEPTH`] levels.
+    frames: Vec<Frame>,
+    /// Stored keys of `frames`, back to back.
+    keys: Vec<u8>,
+    /// The template being read, as written.
+    held: Vec<u8>,
+    /// The template JSON-unescaped, for the expression parser.
+    decoded: String,
+    failed: Option<TemplateError>,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Scanner::new()
+    }
+}
+
+impl Scanner {
+    /// A scanner at the start of a body.
+    pub fn new() -> Self {
+        Scanner {
+            mode: Mode::Structure,
+            escape: false,
+            brace: false,
+            brace_carried: false,
+            close: false,
+            expect_key: false,
+            depth: 0,
+            current: None,
+            kinds: [0; KIND_WORDS],
+            frames: Vec::new(),
+            keys: Vec::new(),
+            held: Vec::with_capacity(MAX_TEMPLATE_LEN),
+            decoded: String::new(),
+            failed: None,
+        }
+    }
+
+    /// Back to the start of a body, keeping allocations (pingora may replay a body).
+    pub fn reset(&mut self) {
+        self.mode = Mode::Structure;
+        self.escape = false;
+        self.brace = false;
+        self.brace_carried = false;
+        self.close = false;
+        self.expect_key = false;
+        self.depth = 0;
+        self.current = None;
+        self.kinds = [0; KIND_WORDS];
+        self.frames.clear();
+        self.keys.clear();
+        self.held.clear();
+        self.decoded.clear();
+        self.failed = None;
+    }
+
+    /// Whether `body` may contain a template: a cheap check that lets a caller skip scanning
+    /// a whole body held in memory.
+    pub fn has_templates(body: &[u8]) -> bool {
+        memmem::find(body, b"{{").is_some()
+    }
+
+    /// Scans one chunk, appending output to `out`. Bytes of a template that is not complete at
+    /// the end of the chunk (and a trailing `{` that may start one) are held back for the next
+    /// call. Returns how many templates were substituted in this chunk.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        out.reserve(chunk.len());
+        if self.mode == Mode::Key {
+            // A key that continues from the previous chunk.
+            if let Some(f) = self.top_frame() {
+                f.pending = true;
+                f.pend_from = 0;
+                f.pend_to = 0;
+            }
+        }
+        let result = self.scan(chunk, out, r);
+        if self.mode == Mode::Key {
+            if let Some(f) = self.top_frame() {
+                f.pend_to = chunk.len();
+            }
+        }
+        self.store_keys(chunk);
+        if let Err(err) = &result {
+            self.failed = Some(err.clone());
+        }
+        result
+    }
+
+    /// End of body: writes what is held back and resets the scanner. A template still open is
+    /// an error.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        if self.mode == Mode::Template {
+            let err = self.error(&[], "unterminated template");
+            self.failed = Some(err.clone());
+            return Err(err);
+        }
+        if self.brace_carried {
+            out.push(b'{');
+        }
+        self.reset();
+        Ok(())
+    }
+
+    fn scan(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        let len = chunk.len();
+        // chunk[run..i] is output not yet copied to `out`; it is copied in one go when the
+        // scanner has to hold back or substitute, or at the end of the chunk.
+        let mut run = 0;
+        let mut i = 0;
+        let mut count = 0;
+        'chunk: while i < len {
+            match self.mode {
+                Mode::Structure => {
+                    // Punctuation is dense between tokens: a byte loop beats a search here.
+                    // Plain strings (no escape, no brace) are skipped without leaving the
+                    // loop; anything else goes to its mode's arm.
+                    loop {
+                        let Some(&b) = chunk.get(i) else {
+                            break 'chunk;
+                        };
+                        i += 1;
+                        if !STRUCTURAL[usize::from(b)] {
+                            continue;
+                        }
+                        if !self.structural(b, i) {
+                            continue;
+                        }
+                        // A string opens: skip to its end while only escapes come up.
+                        let key = self.mode == Mode::Key;
+                        loop {
+                            let rest = chunk.get(i..).unwrap_or_default();
+                            let stop = if key {
+                                find(rest, &KEY_STOP, |h| memchr2(b'"', b'\\', h))
+                            } else {
+                                find(rest, &VALUE_STOP, |h| memchr3(b'"', b'\\', b'{', h))
+                            };
+                            let Some(k) = stop else {
+                                break 'chunk;
+                            };
+                            match rest.get(k) {
+                                Some(b'"') => {
+                                    i += k + 1;
+                                    if key {
+                                        self.expect_key = false;
+                                        if let Some(f) = self.top_frame() {
+                                            f.pend_to = i - 1;
+                                        }
+                                    }
+                                    self.mode = Mode::Structure;
+                                    break;
+                                }
+                                Some(b'\\') if k + 1 < rest.len() => i += k + 2,
+                                _ => {
+                                    // A brace, or an escape cut by the chunk's end.
+                                    i += k;
+                                    continue 'chunk;
+                                }
+                            }
+                        }
+                    }
+                }
+                Mode::Key => {
+                    if self.escape {
+                        self.escape = false;
+                        i += 1;
+                        continue;
+                    }
+                    let rest = chunk.get(i..).unwrap_or_default();
+                    let Some(k) = find(rest, &KEY_STOP, |h| memchr2(b'"', b'\\', h)) else {
+                        break;
+                    };
+                    i += k + 1;
+                    if rest.get(k) == Some(&b'"') {
+                        self.mode = Mode::Structure;
+                        self.expect_key = false;
+                        if let Some(f) = self.top_frame() {
+                            f.pend_to = i - 1;
+                        }
+                    } else {
+                        self.escape = true;
+                    }
+                }
+                Mode::Value => {
+                    if self.escape {
+                        self.escape = false;
+                        i += 1;
+                        continue;
+                    }
+                    let rest = chunk.get(i..).unwrap_or_default();
+                    if self.brace {
+                        self.brace = false;
+                        let carried = std::mem::take(&mut self.brace_carried);
+                        if rest.first() == Some(&b'{') {
+                            // `{{`: a template starts at the first brace.
+                            let start = if carried { i } else { i.saturating_sub(1) };
+                            flush(out, chunk, run, start);
+                            self.held.clear();
+                            self.held.extend_from_slice(b"{{");
+                            self.close = false;
+                            self.mode = Mode::Template;
+                            i += 1;
+                            continue;
+                        }
+                        if carried {
+                            // A lone `{` at the end of the previous chunk; here i == run == 0.
+                            out.push(b'{');
+                        }
+                    }
+                    let Some(k) = find(rest, &VALUE_STOP, |h| memchr3(b'"', b'\\', b'{', h)) else {
+                        break;
+                    };
+                    i += k + 1;
+                    match rest.get(k) {
+                        Some(b'"') => self.mode = Mode::Structure,
+                        Some(b'\\') => self.escape = true,
+                        _ => self.brace = true,
+                    }
+                }
+                Mode::Template => {
+                    let Some(&b) = chunk.get(i) else { break };
+                    i += 1;
+                    if self.template_byte(b, chunk, out, r)? {
+                        count += 1;
+                        run = i;
+                        self.mode = Mode::Value;
+                    }
+                }
+            }
+        }
+        match self.mode {
+            // Everything since the template's start is in `held`.
+            Mode::Template => {}
+            Mode::Value if self.brace && !self.brace_carried => {
+                flush(out, chunk, run, len.saturating_sub(1));
+                self.brace_carried = true;
+            }
+            _ => flush(out, chunk, run, len),
+        }
+        Ok(count)
+    }
+
+    /// A punctuation byte between tokens; `at` is the position after it. Returns true when it
+    /// opens a string.
+    #[inline]
+    fn structural(&mut self, b: u8, at: usize) -> bool {
+        match b {
+            b'"' => {
+                self.escape = false;
+                self.brace = false;
+                if self.expect_key {
+                    self.mode = Mode::Key;
+                    if let Some(f) = self.top_frame() {
+                        let forget = f.stored.then_some(f.key_start);
+                        f.stored = false;
+                        f.has_key = true;
+                        f.key_cut = false;
+                        f.pending = true;
+                        f.pend_from = at;
+                        f.pend_to = at;
+                        if let Some(start) = forget {
+                            self.keys.truncate(start);
+                        }
+                    }
+                } else {
+                    self.mode = Mode::Value;
+                }
+                return true;
+            }
+            b'{' => {
+                self.push(Kind::Object);
+                self.expect_key = self.current == Some(Kind::Object);
+            }
+            b'[' => {
+                self.push(Kind::Array);
+                self.expect_key = false;
+            }
+            b'}' | b']' => {
+                self.pop();
+                self.expect_key = false;
+            }
+            b',' => match self.current {
+                Some(Kind::Object) => self.expect_key = true,
+                Some(Kind::Array) => {
+                    if let Some(f) = self.top_frame() {
+                        f.index = f.index.saturating_add(1);
+                    }
+                }
+                None => {}
+            },
+            b':' => self.expect_key = false,
+            _ => {}
+        }
+        false
+    }
+
+    /// One byte of a template. Returns true when the template is complete and substituted.
+    fn template_byte(
+        &mut self,
+        b: u8,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<bool, TemplateError> {
+        if !self.escape {
+            match b {
+                // The string ends inside the template.
+                b'"' => return Err(self.error(chunk, "unterminated template")),
+                // `{{{`: the first brace is text, the template starts at the next.
+                b'{' if self.held.len() == 2 => {
+                    out.push(b'{');
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+        if self.held.len() >= MAX_TEMPLATE_LEN {
+            return Err(self.error(chunk, "template too long"));
+        }
+        self.held.push(b);
+        if std::mem::take(&mut self.escape) {
+            self.close = false;
+            return Ok(false);
+        }
+        match b {
+            b'\\' => {
+                self.escape = true;
+                self.close = false;
+            }
+            b'}' if self.close => {
+                self.substitute(chunk, out, r)?;
+                self.held.clear();
+                self.close = false;
+                return Ok(true);
+            }
+            b'}' => self.close = true,
+            _ => self.close = false,
+        }
+        Ok(false)
+    }
+
+    /// Decodes, parses and resolves the held template and writes its value.
+    fn substitute(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), TemplateError> {
+        if let Err(message) = json_unescape(&self.held, &mut self.decoded) {
+            return Err(self.error(chunk, message));
+        }
+        let reference = match expr::parse(&self.decoded) {
+            Ok(reference) => reference,
+            Err(err) => return Err(self.error(chunk, &err.to_string())),
+        };
+        let value = match r.resolve(&reference) {
+            Ok(value) => value,
+            Err(err) => return Err(self.error(chunk, &err.message)),
+        };
+        json_escape_into(out, value.as_bytes());
+        wipe(value);
+        Ok(())
+    }
+
+    /// The error for the current template; `chunk` is the chunk being scanned, where pending
+    /// keys lie.
+    fn error(&self, chunk: &[u8], message: &str) -> TemplateError {
+        TemplateError {
+            field: self.path(chunk),
+            template: String::from_utf8_lossy(&self.held).into_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Kind of the container at depth `d`. Beyond [`MAX_KIND_DEPTH`] it is unknown and taken
+    /// as an array, so strings there count as values.
+    fn kind_at(&self, d: usize) -> Kind {
+        let word = self.kinds.get(d / 64).copied().unwrap_or(u64::MAX);
+        if word >> (d % 64) & 1 == 1 {
+            Kind::Array
+        } else {
+            Kind::Object
+        }
+    }
+
+    /// The innermost frame, when the innermost container has one.
+    #[inline]
+    fn top_frame(&mut self) -> Option<&mut Frame> {
+        if self.depth > MAX_PATH_DEPTH {
+            return None;
+        }
+        self.frames.last_mut()
+    }
+
+    #[inline]
+    fn push(&mut self, kind: Kind) {
+        if self.depth < MAX_PATH_DEPTH {
+            self.frames.push(Frame::new(kind));
+        }
+        let d = self.depth;
+        if let Some(word) = self.kinds.get_mut(d / 64) {
+            let bit = 1u64 << (d % 64);
+            match kind {
+                Kind::Array => *word |= bit,
+                Kind::Object => *word &= !bit,
+            }
+        }
+        self.depth = self.depth.saturating_add(1);
+        self.current = Some(self.kind_at(d));
+    }
+
+    #[inline]
+    fn pop(&mut self) {
+        // A stray closer at the top level is passed through and otherwise ignored.
+        let Some(depth) = self.depth.checked_sub(1) else {
+            return;
+        };
+        self.depth = depth;
+        self.current = depth.checked_sub(1).map(|d| self.kind_at(d));
+        if self.frames.len() > depth {
+            if let Some(f) = self.frames.pop() {
+                if f.stored {
+                    self.keys.truncate(f.key_start);
+                }
+            }
+        }
+    }
+
+    /// Copies the keys that lie in `chunk` into `keys`, up to [`MAX_KEY_LEN`] each, before the
+    /// chunk goes away. Pending keys are those of the innermost frames, so appending in order
+    /// keeps `keys` in frame order.
+    fn store_keys(&mut self, chunk: &[u8]) {
+        for f in self.frames.iter_mut().filter(|f| f.pending) {
+            if !f.stored {
+                f.stored = true;
+                f.key_start = self.keys.len();
+                f.key_end = f.key_start;
+            }
+            self.keys.truncate(f.key_end);
+            let part = chunk.get(f.pend_from..f.pend_to).unwrap_or_default();
+            let room = MAX_KEY_LEN.saturating_sub(f.key_end - f.key_start);
+            let take = part.len().min(room);
+            f.key_cut |= take < part.len();
+            self.keys
+                .extend_from_slice(part.get(..take).unwrap_or_default());
+            f.key_end = self.keys.len();
+            f.pending = false;
+        }
+    }
+
+    /// The key of `f` as written, at most [`MAX_KEY_LEN`] bytes, and whether it was cut.
+    fn key<'a>(&'a self, f: &Frame, chunk: &'a [u8]) -> (std::borrow::Cow<'a, [u8]>, bool) {
+        let stored = if f.stored {
+            self.keys.get(f.key_start..f.key_end).unwrap_or_default()
+        } else {
+            &[]
+        };
+        if !f.pending {
+            return (stored.into(), f.key_cut);
+        }
+        let part = chunk.get(f.pend_from..f.pend_to).unwrap_or_default();
+        let room = MAX_KEY_LEN.saturating_sub(stored.len());
+        let take = part.len().min(room);
+        let mut key = stored.to_vec();
+        key.extend_from_slice(part.get(..take).unwrap_or_default());
+        (key.into(), f.key_cut || take < part.len())
+    }
+
+    /// The JSON path of the current field: `card.number`, `items[0].pan`, `["a b"].c`, `$`.
+    fn path(&self, chunk: &[u8]) -> String {
+        let mut path = String::new();
+        for f in &self.frames {
+            match f.kind {
+                Kind::Array => {
+                    let _ = write!(path, "[{}]", f.index);
+                }
+                Kind::Object if f.has_key => {
+                    let (key, cut) = self.key(f, chunk);
+                    let plain = !cut
+                        && !key.is_empty()
+                        && key.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
+                    if plain {
+                        if !path.is_empty() {
+                            path.push('.');
+                        }
+                        path.push_str(&String::from_utf8_lossy(&key));
+                    } else {
+                        // The key as written, so its escapes stay valid inside the quotes; a
+                        // cut key loses a dangling backslash.
+                        let trailing = key.iter().rev().take_while(|&&b| b == b'\\').count();
+                        let key = if trailing % 2 == 1 {
+                            key.get(..key.len() - 1).unwrap_or_default()
+                        } else {
+                            &key
+                        };
+                        path.push_str("[\"");
+                        path.push_str(&String::from_utf8_lossy(key));
+                        if cut {
+                            path.push('…');
+                        }
+                        path.push_str("\"]");
+                    }
+                }
+                // An object member without a key: malformed input, nothing to show.
+                Kind::Object => {}
+            }
+        }
+        if self.depth > MAX_PATH_DEPTH {
+            path.push('…');
+        }
+        if path.is_empty() {
+            path.push('$');
+        }
+        path
+    }
+}
+
+fn flush(out: &mut Vec<u8>, chunk: &[u8], from: usize, to: usize) {
+    if let Some(bytes) = chunk.get(from..to) {
+        out.extend_from_slice(bytes);
+    }
+}
+
+/// Overwrites a resolved value before freeing it. Best effort: copies made while `out` grew
+/// are out of reach, and `out` itself is the caller's to protect.
+fn wipe(value: String) {
+    let mut bytes = value.into_bytes();
+    bytes.fill(0);
+    std::hint::black_box(&bytes);
+}
+
+/// Writes `value` as the inside of a JSON string: `"` and `\` backslash-escaped, control
+/// characters as `\u00XX`, everything else (including non-ASCII UTF-8) as is.
+fn json_escape_into(out: &mut Vec<u8>, value: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(value.len());
+    let mut run = 0;
+    for (i, &b) in value.iter().enumerate() {
+        let escaped: [u8; 6];
+        let replacement: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0..=0x1f => {
+                escaped = [
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0xf)],
+                ];
+                &escaped
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(value.get(run..i).unwrap_or_default());
+        out.extend_from_slice(replacement);
+        run = i + 1;
+    }
+    out.extend_from_slice(value.get(run..).unwrap_or_default());
+}
+
+const BAD_ESCAPE: &str = "invalid escape sequence in template";
+
+/// Decodes the JSON string escapes of a template into `dst`.
+fn json_unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+    let text = std::str::from_utf8(raw).map_err(|_| "template is not valid UTF-8")?;
+    dst.clear();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            dst.push(c);
+            continue;
+        }
+        let decoded = match chars.next().ok_or(BAD_ESCAPE)? {
+            '"' => '"',
+            '\\' => '\\',
+            '/' => '/',
+            'b' => '\u{8}',
+            'f' => '\u{c}',
+            'n' => '\n',
+            'r' => '\r',
+            't' => '\t',
+            'u' => {
+                let first = hex4(&mut chars)?;
+                let code = match first {
+                    0xd800..=0xdbff => {
+                        if chars.next() != Some('\\') || chars.next() != Some('u') {
+                            return Err(BAD_ESCAPE);
+                        }
+                        let second = hex4(&mut chars)?;
+                        if !(0xdc00..=0xdfff).contains(&second) {
+                            return Err(BAD_ESCAPE);
+                        }
+                        0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00)
+                    }
+                    0xdc00..=0xdfff => return Err(BAD_ESCAPE),
+                    _ => first,
+                };
+                char::from_u32(code).ok_or(BAD_ESCAPE)?
+            }
+            _ => return Err(BAD_ESCAPE),
+        };
+        dst.push(decoded);
+    }
+    Ok(())
+}
+
+fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, &'static str> {
+    let mut code = 0;
+    for _ in 0..4 {
+        let digit = chars
+            .next()
+            .and_then(|c| c.to_digit(16))
+            .ok_or(BAD_ESCAPE)?;
+        code = code << 4 | digit;
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::template::{CredentialField, CredentialKind};
+
+    const PAN_NUMBER: &str = "{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}";
+
+    /// Resolves `pm_<x>` to `<x>:<type>:<field>`, `pm_q` to a value that needs escaping, and
+    /// anything else to "unknown payment method".
+    fn resolver(t: &TemplateRef) -> Result<String, ResolveError> {
+        match t.payment_method.as_str() {
+            "pm_q" => Ok("a\"b\\c\n\u{1}é😀".to_owned()),
+            "pm_num" => Ok("4242424242424242".to_owned()),
+            pm => match pm.strip_prefix("pm_") {
+                Some(x) => Ok(format!("{x}:{}:{}", t.kind, t.field)),
+                None => Err(ResolveError::new("unknown payment method")),
+            },
+        }
+    }
+
+    /// Runs `body` through a scanner in chunks of `size` bytes.
+    fn run_chunked(body: &[u8], size: usize) -> Result<(Vec<u8>, usize), TemplateError> {
+        let mut scanner = Scanner::new();
+        let mut out = Vec::new();
+        let mut count = 0;
+        let mut r = resolver;
+        for chunk in body.chunks(size.max(1)) {
+            count += scanner.feed(chunk, &mut out, &mut r)?;
+        }
+        scanner.finish(&mut out)?;
+        Ok((out, count))
+    }
+
+    /// Runs `body` in one chunk, then in every two-way split and byte by byte, and checks that
+    /// they all agree.
+    fn run(body: &str) -> Result<String, TemplateError> {
+        let body = body.as_bytes();
+        let whole = run_chunked(body, body.len());
+        let mut splits = vec![run_chunked(body, 1)];
+        for at in 0..=body.len() {
+            let mut scanner = Scanner::new();
+            let mut out = Vec::new();
+            let mut r = resolver;
+            let (a, b) = body.split_at(at);
+            let result = scanner
+                .feed(a, &mut out, &mut r)
+                .and_then(|n| Ok(n + scanner.feed(b, &mut out, &mut r)?))
+                .and_then(|n| scanner.finish(&mut out).map(|()| (out, n)));
+            splits.push(result);
+        }
+        for split in splits {
+            match (&whole, &split) {
+                (Ok(w), Ok(s)) => assert_eq!(w, s),
+                (Err(w), Err(s)) => assert_eq!(w, s),
+                _ => panic!("chunking changed the outcome: {whole:?} vs {split:?}"),
+            }
+        }
+        whole.map(|(out, _)| String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn substitutes() {
+        let cases: Vec<(String, &str)> = vec![
+            (r#"{"a":1,"b":[true,null,"x"]}"#.into(), r#"{"a":1,"b":[true,null,"x"]}"#),
+            (format!(r#"{{"card":{{"number":"{PAN_NUMBER}"}}}}"#), r#"{"card":{"number":"1:pan:number"}}"#),
+            (format!(r#"{{"n":"x{PAN_NUMBER}y"}}"#), r#"{"n":"x1:pan:numbery"}"#),
+            (
+                r#"{"exp":"{{paymentMethod:pm_1|type:'pan'|json:'$.expirationMonth'}}/{{paymentMethod:pm_1|type:'pan'|json:'$.expirationYear'}}"}"#.into(),
+                r#"{"exp":"1:pan:expirationMonth/1:pan:expirationYear"}"#,
+            ),
+            // Double quotes arrive JSON-escaped.
+            (
+                r#"{"n":"{{ paymentMethod: pm_7 | type: \"networkToken\" | json: \"$.token.cryptogram\" }}"}"#.into(),
+                r#"{"n":"7:networkToken:cryptogram"}"#,
+            ),
+            // Other escapes in the template are decoded, including a surrogate pair.
+            (
+                r#"["{{\tpaymentMethod: pm\u005f2 |\ntype: 'pan' | json: '\u0024.number'\r}}"]"#.into(),
+                r#"["2:pan:number"]"#,
+            ),
+            // Keys are never substituted.
+            (format!(r#"{{"{PAN_NUMBER}":1}}"#), ""),
+            // Extra braces are text.
+            (format!(r#"["{{{PAN_NUMBER}}}"]"#), r#"["{1:pan:number}"]"#),
+            (format!(r#"["{{{{{PAN_NUMBER}"]"#), r#"["{{1:pan:number"]"#),
+            // Braces that start no template, escapes before a template.
+            (r#"{"a":"{ } }} {x{","b":"}}{"}"#.into(), r#"{"a":"{ } }} {x{","b":"}}{"}"#),
+            (format!(r#"["\\{PAN_NUMBER}\"{{"]"#), r#"["\\1:pan:number\"{"]"#),
+            (r#"["\{{"]"#.into(), r#"["\{{"]"#),
+            // Values are escaped.
+            (
+                r#"{"q":"<{{ paymentMethod: pm_q | type: 'pan' | json: '$.cvc' }}>"}"#.into(),
+                r#"{"q":"<a\"b\\c\u000a\u0001é😀>"}"#,
+            ),
+            // Top-level string, templates after nested containers.
+            (format!(r#""{PAN_NUMBER}""#), r#""1:pan:number""#),
+            (
+                format!(r#"{{"a":{{"b":[1,{{"c":"d"}}]}},"e":"{PAN_NUMBER}"}}"#),
+                r#"{"a":{"b":[1,{"c":"d"}]},"e":"1:pan:number"}"#,
+            ),
+            // Malformed JSON passes through.
+            (r#"]]}},:{"a""#.into(), r#"]]}},:{"a""#),
+            (format!(r#"}}]"{PAN_NUMBER}"  "#), r#"}]"1:pan:number"  "#),
+        ];
+        for (body, want) in cases {
+            let want = if want.is_empty() { body.as_str() } else { want };
+            assert_eq!(run(&body), Ok(want.to_owned()), "{body}");
+        }
+    }
+
+    #[test]
+    fn errors() {
+        const UNKNOWN_PART: &str = "unknown part; expected `paymentMethod`, `type` or `json`";
+        let nope = "{{ paymentMethod: nope | type: 'pan' | json: '$.number' }}";
+        let long = format!(
+            r#"["{{{{ paymentMethod: pm_1 {} }}}}"]"#,
+            " ".repeat(MAX_TEMPLATE_LEN)
+        );
+        let long_template = String::from_utf8_lossy(&long.as_bytes()[2..2 + MAX_TEMPLATE_LEN]);
+        let deep = format!("{}\"{nope}\"", "[".repeat(MAX_PATH_DEPTH + 5));
+        let deep_field = format!("{}…", "[0]".repeat(MAX_PATH_DEPTH));
+        let long_key = format!(r#"{{"{}":"{{{{x}}}}"}}"#, "k".repeat(MAX_KEY_LEN + 1));
+        let long_key_field = format!("[\"{}…\"]", "k".repeat(MAX_KEY_LEN));
+        let cases: Vec<(String, &str, &str, &str)> = vec![
+            (
+                format!(r#"{{"card":{{"number":"{nope}"}}}}"#),
+                "card.number",
+                nope,
+                "unknown payment method",
+            ),
+            (
+                r#"{"items":[{"pan":"{{ type: 'pan' }}"}]}"#.into(),
+                "items[0].pan",
+                "{{ type: 'pan' }}",
+                "missing `paymentMethod`",
+            ),
+            (r#"{"a":{"b":[0,1,[{"c":"{{x}}"}]]}}"#.into(), "a.b[2][0].c", "{{x}}", UNKNOWN_PART),
+            (
+                r#"{"x":[1,2],"weird key":{"\"q\"":"{{x}}"}}"#.into(),
+                r#"["weird key"]["\"q\""]"#,
+                "{{x}}",
+                UNKNOWN_PART,
+            ),
+            (r#""{{x}}""#.into(), "$", "{{x}}", UNKNOWN_PART),
+            (r#"[1,"{{x}}"]"#.into(), "[1]", "{{x}}", UNKNOWN_PART),
+            (
+                r#"{"n":"{{ paymentMethod: pm_1 | type: \"pan\" | json: '$.cryptogram' }}"}"#.into(),
+                "n",
+                r#"{{ paymentMethod: pm_1 | type: \"pan\" | json: '$.cryptogram' }}"#,
+                "unknown field `cryptogram` for type 'pan'; expected number, expirationMonth, expirationYear or cvc",
+            ),
+            (
+                r#"["{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' \ud83d\ude00 }}"]"#.into(),
+                "[0]",
+                r#"{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' \ud83d\ude00 }}"#,
+                "expected `|` or `}}` after `json`",
+            ),
+            (r#"{"n":"{{ x } y"}"#.into(), "n", "{{ x } y", "unterminated template"),
+            (r#"{"n":"{{ x }"#.into(), "n", "{{ x }", "unterminated template"),
+            (r#"{"n":"{{"#.into(), "n", "{{", "unterminated template"),
+            (r#"{"n":"{{ \q }}"}"#.into(), "n", r#"{{ \q }}"#, BAD_ESCAPE),
+            (r#"{"n":"{{ \ud800 }}"}"#.into(), "n", r#"{{ \ud800 }}"#, BAD_ESCAPE),
+            (long.clone(), "[0]", &long_template, "template too long"),
+            (deep, &deep_field, nope, "unknown payment method"),
+            (long_key, &long_key_field, "{{x}}", UNKNOWN_PART),
+        ];
+        for (body, field, template, message) in cases {
+            let err = run(&body).expect_err(&body);
+            let want = TemplateError {
+                field: field.to_owned(),
+                template: template.to_owned(),
+                message: message.to_owned(),
+            };
+            assert_eq!(err, want, "{body}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_resolves_and_unwinds() {
+        let mut r = |t: &TemplateRef| Ok::<_, ResolveError>(t.payment_method.clone());
+        let depth = MAX_KIND_DEPTH + 10;
+        let body = format!("{}{}{}", r#"{"k":"#.repeat(depth), "1", "}".repeat(depth))
+            + r#"{"a":["{{x}}"]}"#;
+        let mut s = Scanner::new();
+        let mut out = Vec::new();
+        let err = s.feed(body.as_bytes(), &mut out, &mut r).unwrap_err();
+        assert_eq!(err.field, "a[0]");
+        // Keys stay keys below the path cap.
+        let body = format!(
+            "{}{{\"{PAN_NUMBER}\":1}}{}",
+            "[".repeat(500),
+            "]".repeat(500)
+        );
+        s.reset();
+        out.clear();
+        assert_eq!(s.feed(body.as_bytes(), &mut out, &mut r), Ok(0));
+        assert_eq!(out, body.as_bytes());
+    }
+
+    #[test]
+    fn counts_per_chunk_and_reuses() {
+        let mut s = Scanner::new();
+        let mut r = resolver;
+        let mut out = Vec::new();
+        let body = format!(r#"["{PAN_NUMBER}","{PAN_NUMBER}"]"#);
+        let (a, b) = body.split_at(10);
+        assert_eq!(s.feed(a.as_bytes(), &mut out, &mut r), Ok(0));
+        assert_eq!(s.feed(b.as_bytes(), &mut out, &mut r), Ok(2));
+        assert_eq!(s.finish(&mut out), Ok(()));
+        assert_eq!(out, br#"["1:pan:number","1:pan:number"]"#);
+
+        // finish resets: a second body starts clean.
+        out.clear();
+        assert_eq!(s.feed(b"\"{{", &mut out, &mut r), Ok(0));
+        assert!(s.finish(&mut out).is_err());
+        // After an error the scanner keeps failing until reset.
+        assert!(s.feed(b"x", &mut out, &mut r).is_err());
+        s.reset();
+        out.clear();
+        assert_eq!(s.feed(b"\"a{", &mut out, &mut r), Ok(0));
+        assert_eq!(out, b"\"a");
+        assert_eq!(s.feed(b"", &mut out, &mut r), Ok(0));
+        assert_eq!(s.finish(&mut out), Ok(()));
+        assert_eq!(out, b"\"a{");
+    }
+
+    #[test]
+    fn has_templates() {
+        assert!(Scanner::has_templates(b"{\"a\":\"{{\"}"));
+        assert!(!Scanner::has_templates(b"{\"a\":{\"b\":\"{ {\"}}"));
+    }
+
+    #[test]
+    fn escaping() {
+        let cases: [(&str, &str); 5] = [
+            ("4242", "4242"),
+            ("\"", "\\\""),
+            ("\\", "\\\\"),
+            ("\u{0}\t\u{1f}\u{7f}", "\\u0000\\u0009\\u001f\u{7f}"),
+            ("é/😀", "é/😀"),
+        ];
+        for (value, want) in cases {
+            let mut out = Vec::new();
+            json_escape_into(&mut out, value.as_bytes());
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn unescaping() {
+        let cases: [(&[u8], Result<&str, &str>); 8] = [
+            (br#"a\"b\\c\/d"#, Ok("a\"b\\c/d")),
+            (br#"\b\f\n\r\t"#, Ok("\u{8}\u{c}\n\r\t")),
+            (br#"\u00e9\u20AC\ud83d\ude00"#, Ok("é€😀")),
+            (br#"\ud83d"#, Err(BAD_ESCAPE)),
+            (br#"\ude00"#, Err(BAD_ESCAPE)),
+            (br#"\u12"#, Err(BAD_ESCAPE)),
+            (b"\\", Err(BAD_ESCAPE)),
+            (b"\xff", Err("template is not valid UTF-8")),
+        ];
+        for (raw, want) in cases {
+            let mut dst = String::new();
+            let got = json_unescape(raw, &mut dst).map(|()| dst.as_str());
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn passes_kinds_and_fields() {
+        let mut seen = Vec::new();
+        let mut r = |t: &TemplateRef| {
+            seen.push((t.kind, t.field));
+            Ok::<_, ResolveError>(String::new())
+        };
+        let mut s = Scanner::new();
+        let mut out = Vec::new();
+        let body = br#"["{{ paymentMethod: p | type: 'virtualCard' | json: '$.card.cvc' }}"]"#;
+        assert_eq!(s.feed(body, &mut out, &mut r), Ok(1));
+        assert_eq!(out, br#"[""]"#);
+        assert_eq!(seen, [(CredentialKind::VirtualCard, CredentialField::Cvc)]);
+    }
+}

@@ -1,0 +1,189 @@
+//! A recording HTTP/1.1 server on 127.0.0.1 that stands in for a target API. It records
+//! only *complete* requests (full Content-Length or chunked body up to the terminator), and
+//! counts every connection, so a test can prove the target saw nothing.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One complete request as the target received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    requests: Mutex<Vec<Recorded>>,
+    connections: AtomicUsize,
+    incomplete: AtomicUsize,
+    stop: AtomicBool,
+    delay_ms: AtomicUsize,
+}
+
+/// The recording target.
+pub struct Upstream {
+    pub port: u16,
+    shared: Arc<Shared>,
+}
+
+impl Upstream {
+    pub fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                s.connections.fetch_add(1, Ordering::SeqCst);
+                let s2 = s.clone();
+                std::thread::spawn(move || serve(conn, &s2));
+            }
+        });
+        Upstream { port, shared }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Requests whose body never completed (connection closed mid-body).
+    pub fn incomplete(&self) -> usize {
+        self.shared.incomplete.load(Ordering::SeqCst)
+    }
+
+    /// Answer only after this long.
+    pub fn set_delay(&self, d: Duration) {
+        self.shared
+            .delay_ms
+            .store(d.as_millis() as usize, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn serve(conn: TcpStream, s: &Shared) {
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.trim_end().splitn(3, ' ');
+        let method = parts.next().unwrap_or("").to_string();
+        let path = parts.next().unwrap_or("").to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        let get = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.clone())
+        };
+        let mut body = Vec::new();
+        let complete =
+            if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+                read_chunked(&mut reader, &mut body)
+            } else if let Some(len) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
+                body.resize(len, 0);
+                reader.read_exact(&mut body).is_ok()
+            } else {
+                true
+            };
+        if !complete {
+            s.incomplete.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        let delay = s.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay as u64));
+        }
+        let answer = format!("{{\"received\":{}}}", body.len());
+        s.requests.lock().unwrap().push(Recorded {
+            method,
+            path,
+            headers,
+            body,
+        });
+        let resp = format!(
+            "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nX-Target: recorded\r\nContent-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        );
+        if writer.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn read_chunked(reader: &mut BufReader<TcpStream>, body: &mut Vec<u8>) -> bool {
+    loop {
+        let mut size_line = String::new();
+        if reader.read_line(&mut size_line).unwrap_or(0) == 0 {
+            return false;
+        }
+        let Ok(size) = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or(""), 16)
+        else {
+            return false;
+        };
+        if size == 0 {
+            let mut end = String::new();
+            return reader.read_line(&mut end).is_ok() && end == "\r\n";
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        if reader.read_exact(&mut body[start..]).is_err() {
+            return false;
+        }
+        let mut crlf = [0u8; 2];
+        if reader.read_exact(&mut crlf).is_err() || &crlf != b"\r\n" {
+            return false;
+        }
+    }
+}

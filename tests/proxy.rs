@@ -1,0 +1,371 @@
+//! The proxy end to end: a recording target on 127.0.0.1, templates substituted in small
+//! (checked before any connection) and multi-MiB (streamed) bodies, fail-closed errors, both
+//! auth headers, the target guard with listeners that prove no connection was made.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::upstream::Upstream;
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn tpl(pm: &str, kind: &str, path: &str) -> String {
+    format!("{{{{ paymentMethod: {pm} | type: '{kind}' | json: '{path}' }}}}")
+}
+
+fn proxy_path() -> String {
+    format!("/projects/{PROJECT}/proxy")
+}
+
+fn setup() -> (Server, Upstream, String, String) {
+    let server = Server::start();
+    let t = server.token("user_1", "private");
+    let pm = server.call(
+        "POST",
+        &format!("/projects/{PROJECT}/payment-methods"),
+        Some(&t),
+        Some(&card_body("user_1", VISA, CVC)),
+    );
+    assert_eq!(pm.status, 201, "{}", pm.text);
+    let id = pm.json["id"].as_str().unwrap().to_string();
+    (server, Upstream::start(), t, id)
+}
+
+fn post(server: &Server, token: &str, target: &str, body: &[u8], extra: &[(&str, &str)]) -> Reply {
+    let auth = format!("Bearer {token}");
+    let mut headers = vec![
+        ("Authorization", auth.as_str()),
+        ("Svc-Target-URL", target),
+        ("Content-Type", "application/json"),
+    ];
+    headers.extend_from_slice(extra);
+    server.raw("POST", &proxy_path(), &headers, Some(body))
+}
+
+fn fresh_post(server: &Server, token: &str, target: &str) -> Reply {
+    let auth = format!("Bearer {token}");
+    server.raw_fresh(
+        "POST",
+        &proxy_path(),
+        &[
+            ("Authorization", &auth),
+            ("Svc-Target-URL", target),
+            ("Content-Type", "application/json"),
+        ],
+        b"{}",
+    )
+}
+
+#[test]
+fn four_templates_in_a_small_body_are_substituted() {
+    let (server, up, t, pm) = setup();
+    let body = json!({
+        "amount": 1000,
+        "card": {
+            "number": tpl(&pm, "pan", "$.number"),
+            "exp": format!("{}/{}", tpl(&pm, "pan", "$.card.expirationMonth"), tpl(&pm, "pan", "$.expirationYear")),
+            "cvc": tpl(&pm, "pan", "$.cvc"),
+        },
+        "note": "caf\u{e9} \"quoted\" {not a template}",
+    });
+    let r = post(
+        &server,
+        &t,
+        &up.url("/v1/charges?capture=true"),
+        body.to_string().as_bytes(),
+        &[],
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.header("X-Target"),
+        Some("recorded"),
+        "the target's response passes through"
+    );
+    let reqs = up.requests();
+    assert_eq!(reqs.len(), 1);
+    let got = &reqs[0];
+    assert_eq!(got.method, "POST");
+    assert_eq!(got.path, "/v1/charges?capture=true");
+    assert_eq!(
+        got.header("Host"),
+        Some(format!("127.0.0.1:{}", up.port)).as_deref()
+    );
+    assert!(got.header("Svc-Target-URL").is_none());
+    assert!(
+        got.header("Authorization").is_none(),
+        "paycred's token is never forwarded"
+    );
+    let sent: Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(sent["card"]["number"], VISA);
+    assert_eq!(sent["card"]["exp"], "12/2031");
+    assert_eq!(sent["card"]["cvc"], CVC);
+    assert_eq!(sent["note"], body["note"]);
+    assert_eq!(
+        got.header("Content-Length"),
+        Some(got.body.len().to_string()).as_deref()
+    );
+    assert!(!server.log().contains(VISA));
+}
+
+#[test]
+fn svc_authorization_leaves_the_callers_authorization_to_the_target() {
+    let (server, up, t, pm) = setup();
+    let body = json!({"pan": tpl(&pm, "pan", "$.number")}).to_string();
+    let svc = format!("Bearer {t}");
+    let target = up.url("/pay");
+    let headers = [
+        ("Svc-Authorization", svc.as_str()),
+        ("Authorization", "Bearer target-api-key"),
+        ("Svc-Target-URL", target.as_str()),
+        ("Svc-Trace", "x"),
+        ("Content-Type", "application/json"),
+        ("X-Merchant", "m1"),
+    ];
+    let r = server.raw("POST", &proxy_path(), &headers, Some(body.as_bytes()));
+    assert_eq!(r.status, 201, "{}", r.text);
+    let got = &up.requests()[0];
+    assert_eq!(got.header("Authorization"), Some("Bearer target-api-key"));
+    assert_eq!(got.header("X-Merchant"), Some("m1"));
+    assert!(
+        got.headers
+            .iter()
+            .all(|(n, _)| !n.to_ascii_lowercase().starts_with("svc-")),
+        "{:?}",
+        got.headers
+    );
+}
+
+#[test]
+fn a_bad_template_in_a_small_body_never_reaches_the_target() {
+    let (server, up, t, pm) = setup();
+    let cases = [
+        (
+            json!({"card": {"number": tpl("pm_unknown", "pan", "$.number")}}),
+            "card.number",
+        ),
+        (
+            json!({"items": [{"pan": "{{ paymentMethod: x | type: 'pan' }}"}]}),
+            "items[0].pan",
+        ),
+        (json!({"a": tpl(&pm, "pan", "$.cryptogram")}), "a"),
+        (json!({"a": tpl(&pm, "virtualCard", "$.number")}), "a"),
+        (json!({"a": tpl(&pm, "bogus", "$.number")}), "a"),
+        (json!({"a": "{{ unterminated"}), "a"),
+    ];
+    for (body, field) in cases {
+        let r = post(&server, &t, &up.url("/x"), body.to_string().as_bytes(), &[]);
+        r.assert_error(400, "invalidTemplate");
+        assert_eq!(r.json["error"]["details"]["field"], field, "{}", r.text);
+        assert!(
+            r.json["error"]["details"]["template"]
+                .as_str()
+                .unwrap()
+                .starts_with("{{"),
+            "{}",
+            r.text
+        );
+    }
+    // Another entity's payment method is unknown to this caller.
+    let t2 = server.token("user_2", "private");
+    let r = post(
+        &server,
+        &t2,
+        &up.url("/x"),
+        json!({"n": tpl(&pm, "pan", "$.number")})
+            .to_string()
+            .as_bytes(),
+        &[],
+    );
+    r.assert_error(400, "invalidTemplate");
+    assert_eq!(up.connections(), 0, "the target was contacted");
+}
+
+fn big_body(pm: &str, size: usize) -> (String, String) {
+    let filler = "x".repeat(1000);
+    let n = size / 1024;
+    let mut items = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..n {
+        let (v, e) = if i == 0 || i == n / 2 || i == n - 1 {
+            (tpl(pm, "pan", "$.number"), VISA.to_string())
+        } else {
+            (filler.clone(), filler.clone())
+        };
+        items.push(json!({"i": i, "v": v}));
+        expected.push(json!({"i": i, "v": e}));
+    }
+    (
+        json!({"items": items}).to_string(),
+        json!({"items": expected}).to_string(),
+    )
+}
+
+#[test]
+fn a_multi_mib_body_streams_with_templates_at_start_middle_and_end() {
+    let (server, up, t, pm) = setup();
+    let (body, expected) = big_body(&pm, 3 * 1024 * 1024);
+    let r = post(&server, &t, &up.url("/big"), body.as_bytes(), &[]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let got = &up.requests()[0];
+    assert_eq!(got.body.len(), expected.len());
+    assert!(got.body == expected.as_bytes(), "the streamed body differs");
+}
+
+#[test]
+fn a_bad_template_at_the_end_of_a_streamed_body_leaves_the_target_an_incomplete_request() {
+    let (server, up, t, pm) = setup();
+    let (mut body, _) = big_body(&pm, 2 * 1024 * 1024);
+    body.truncate(body.len() - 2);
+    body.push_str(&format!(
+        ",{{\"last\":\"{}\"}}]}}",
+        tpl("pm_missing", "pan", "$.number")
+    ));
+    let r = post(&server, &t, &up.url("/big"), body.as_bytes(), &[]);
+    assert!(
+        r.status == 400 || r.status == 502,
+        "{} {}",
+        r.status,
+        r.text
+    );
+    if r.status == 400 {
+        r.assert_error(400, "invalidTemplate");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        up.requests().is_empty(),
+        "the target received a complete request"
+    );
+}
+
+#[test]
+fn other_bodies_pass_through_byte_for_byte() {
+    let (server, up, t, _pm) = setup();
+    let body = b"plain {{ paymentMethod: pm | type: 'pan' | json: '$.number' }} text";
+    let auth = format!("Bearer {t}");
+    let target = up.url("/raw");
+    let r = server.raw(
+        "PUT",
+        &proxy_path(),
+        &[
+            ("Authorization", &auth),
+            ("Svc-Target-URL", &target),
+            ("Content-Type", "text/plain"),
+        ],
+        Some(body),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let got = &up.requests()[0];
+    assert_eq!(got.method, "PUT");
+    assert_eq!(got.body, body);
+}
+
+#[test]
+fn caller_errors() {
+    let (server, up, t, _pm) = setup();
+    let auth = format!("Bearer {t}");
+    server
+        .raw(
+            "POST",
+            &proxy_path(),
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            Some(b"{}"),
+        )
+        .assert_error(400, "invalidRequest");
+    let target = up.url("/x");
+    server
+        .raw(
+            "POST",
+            &proxy_path(),
+            &[("Svc-Target-URL", &target)],
+            Some(b"{}"),
+        )
+        .assert_error(401, "unauthorized");
+    let public = server.token("user_1", "public");
+    post(&server, &public, &target, b"{}", &[]).assert_error(403, "forbidden");
+    post(&server, &t, "https://evil.example/x", b"{}", &[]).assert_error(403, "forbidden");
+    assert_eq!(up.connections(), 0);
+}
+
+#[test]
+fn target_down_is_502_and_slow_is_504() {
+    let server = Server::start_with(Options {
+        proxy_timeout: "1s",
+        ..Options::default()
+    });
+    let t = server.token("user_1", "private");
+    // A target that accepts and hangs up without answering (a closed port could be reused
+    // by a parallel test's listener).
+    let hangup = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hangup.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in hangup.incoming().take(4) {
+            drop(conn);
+        }
+    });
+    // A fresh connection: on a reused keep-alive connection the caller sometimes sees a reset
+    // instead of this 502 (noted on the proxy issue, not yet explained).
+    fresh_post(&server, &t, &format!("http://127.0.0.1:{port}/x")).assert_error(502, "badGateway");
+    let up = Upstream::start();
+    up.set_delay(Duration::from_secs(3));
+    post(&server, &t, &up.url("/slow"), b"{}", &[]).assert_error(504, "gatewayTimeout");
+}
+
+#[test]
+fn forbidden_targets_are_refused_without_a_connection() {
+    let server = Server::start();
+    let up = Upstream::start();
+    let t = token_for(
+        &KEYS.ed.private_pem,
+        "k-ed",
+        GUARD_PROJECT,
+        "user_1",
+        "private",
+        300,
+    );
+    let p = up.port;
+    let targets = vec![
+        format!("http://127.0.0.1:{p}/"),
+        format!("http://localhost:{p}/"),
+        format!("http://127.1.2.3:{p}/"),
+        format!("http://0.0.0.0:{p}/"),
+        format!("http://[::1]:{p}/"),
+        format!("http://[::ffff:127.0.0.1]:{p}/"),
+        format!("http://[64:ff9b::7f00:1]:{p}/"),
+        format!("http://[2002:7f00:1::]:{p}/"),
+        format!("http://[::]:{p}/"),
+        format!("http://2130706433:{p}/"),
+        format!("http://0x7f000001:{p}/"),
+        format!("http://017700000001:{p}/"),
+        format!("http://127.1:{p}/"),
+        format!("http://0177.0.0.1:{p}/"),
+        "http://10.0.0.1/".into(),
+        "http://172.16.5.4/".into(),
+        "http://192.168.1.1/".into(),
+        "http://169.254.169.254/latest/meta-data/".into(),
+        "http://100.64.0.1/".into(),
+        "http://[fe80::1]/".into(),
+        "http://[fd00:ec2::254]/".into(),
+        "http://[fc00::1]/".into(),
+        "http://[::ffff:a00:1]/".into(),
+        "http://[::ffff:169.254.169.254]/".into(),
+        "http://224.0.0.1/".into(),
+        "http://255.255.255.255/".into(),
+        "http://198.18.0.1/".into(),
+        "http://192.0.2.1/".into(),
+        "http://240.0.0.1/".into(),
+        format!("http://user:pw@127.0.0.1:{p}/"),
+        format!("ftp://127.0.0.1:{p}/"),
+        "http://not-allowed.example/".into(),
+    ];
+    assert!(targets.len() >= 30);
+    for target in &targets {
+        let r = post(&server, &t, target, b"{}", &[]);
+        assert_eq!(r.status, 403, "{target}: {}", r.text);
+        r.assert_error(403, "forbidden");
+    }
+    assert_eq!(up.connections(), 0, "a forbidden target was connected to");
+}
