@@ -26,10 +26,10 @@
 
 use crate::api::{self, ApiRequest, App, Resource};
 use crate::error::{ApiError, ErrorKind};
-use crate::http::{is_json_content_type, read_json_body, write_response, Response};
+use crate::http::{is_json_content_type, read_body, read_json_body, write_response, Response};
 use crate::proxy::{self, substitute::Substitution, CaRoots, ProxyCtx, PREFLIGHT_LIMIT};
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::Method;
 use pingora::http::RequestHeader;
 use pingora::prelude::*;
@@ -462,32 +462,7 @@ impl Gateway {
 /// replays the body to the target after `request_filter`).
 async fn read_preflight_body(session: &mut Session) -> Result<Bytes, ApiError> {
     session.enable_retry_buffering();
-    let expects_continue = session
-        .req_header()
-        .headers
-        .get("expect")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if expects_continue {
-        session
-            .write_continue_response()
-            .await
-            .map_err(|_| ApiError::invalid_request("The request body could not be read."))?;
-    }
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = session
-        .read_request_body()
-        .await
-        .map_err(|_| ApiError::invalid_request("The request body could not be read."))?
-    {
-        if buf.len() + chunk.len() > PREFLIGHT_LIMIT {
-            return Err(ApiError::new(
-                ErrorKind::PayloadTooLarge,
-                "The body is larger than its Content-Length.",
-            ));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
+    read_body(session, PREFLIGHT_LIMIT).await
 }
 
 #[cfg(test)]

@@ -129,6 +129,12 @@ pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, 
         session.set_keepalive(None);
         return Err(too_large(max));
     }
+    read_body(session, max).await
+}
+
+/// Reads a request body of at most `max` bytes (413 past that, and the connection is not
+/// reused), answering `Expect: 100-continue` first.
+pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiError> {
     let expects_continue = session
         .req_header()
         .headers
