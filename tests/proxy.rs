@@ -369,3 +369,138 @@ fn forbidden_targets_are_refused_without_a_connection() {
     }
     assert_eq!(up.connections(), 0, "a forbidden target was connected to");
 }
+
+/// A TLS target: `openssl s_server -www` with a certificate for `localhost` signed by a test
+/// CA made here. Trusted through the project's `ca_file`: the request goes through; a
+/// project without that root: 502 (verification fails, nothing is sent).
+#[test]
+fn https_targets_are_verified_against_the_ca_file() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        let ok = Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=paycred test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(d.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut tls_server = Command::new("openssl")
+        .args([
+            "s_server",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            "srv.pem",
+            "-key",
+            "srv.key",
+            "-www",
+            "-quiet",
+        ])
+        .current_dir(d)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ca = d.join("ca.pem").display().to_string();
+    let project = |id: &str, ca_line: &str| {
+        format!(
+            "  - id: {id}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: {keys}/ed.pem}}]\n    proxy:\n      allowed_hosts: [localhost]\n      allow_private_networks: true\n{ca_line}",
+            keys = "KEYS_DIR"
+        )
+    };
+    let extra = format!(
+        "{}{}",
+        project("proj_tls", &format!("      ca_file: {ca}\n")),
+        project("proj_untrusted", "")
+    );
+    let server = Server::start_with(Options {
+        extra_project_yaml: extra,
+        ..Options::default()
+    });
+    let target = format!("https://localhost:{port}/");
+    for (project, want) in [("proj_tls", 200), ("proj_untrusted", 502)] {
+        let t = token_for(
+            &KEYS.ed.private_pem,
+            "k-ed",
+            project,
+            "user_1",
+            "private",
+            300,
+        );
+        let auth = format!("Bearer {t}");
+        let r = server.raw(
+            "GET",
+            &format!("/projects/{project}/proxy"),
+            &[("Authorization", &auth), ("Svc-Target-URL", &target)],
+            None,
+        );
+        assert_eq!(r.status, want, "{project}: {}", r.text);
+        if want == 502 {
+            r.assert_error(502, "badGateway");
+        }
+    }
+    let _ = tls_server.kill();
+    let _ = tls_server.wait();
+}

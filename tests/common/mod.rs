@@ -199,7 +199,7 @@ impl Server {
              {extra}",
             retention = opts.cvc_retention,
             max = opts.rest_max_body,
-            extra = opts.extra_project_yaml,
+            extra = opts.extra_project_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
             guard_hosts = GUARD_HOSTS,
         );
