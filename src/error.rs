@@ -92,7 +92,7 @@ impl ErrorKind {
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
     /// Extra response headers (`Allow` on 405, `Retry-After` on 429).
     pub headers: Vec<(&'static str, String)>,
 }
@@ -163,7 +163,7 @@ impl ApiError {
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -180,7 +180,7 @@ impl ApiError {
             "message": self.message,
         });
         if let (Some(details), Some(obj)) = (&self.details, error.as_object_mut()) {
-            obj.insert("details".into(), details.clone());
+            obj.insert("details".into(), Value::clone(details));
         }
         json!({ "error": error })
     }

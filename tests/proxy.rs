@@ -504,3 +504,99 @@ fn https_targets_are_verified_against_the_ca_file() {
     let _ = tls_server.kill();
     let _ = tls_server.wait();
 }
+
+fn create_intent(server: &Server, t: &str, pm: &str, kind: &str, mandates: Value) -> Value {
+    let r = server.call(
+        "POST",
+        &format!("/projects/{PROJECT}/purchase-intents"),
+        Some(t),
+        Some(&json!({"entityId": "user_1", "credentialType": kind, "paymentMethodId": pm, "mandates": mandates})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json
+}
+
+#[test]
+fn intent_templates_resolve_the_newest_active_intent_and_count_one_use_per_request() {
+    let (server, up, t, pm) = setup();
+    // A virtual card that may be used twice.
+    let vc = create_intent(
+        &server,
+        &t,
+        &pm,
+        "virtual-card",
+        json!([{"type": "usageLimit", "value": "2", "details": {"count": 2}}]),
+    );
+    assert_eq!(vc["status"], "active", "{vc}");
+    // A network token: the first one of a payment method needs verification.
+    let nt = create_intent(
+        &server,
+        &t,
+        &pm,
+        "network-token",
+        json!([{"type": "maxAmount", "value": "10"}, {"type": "currency", "value": "USD"}]),
+    );
+    assert_eq!(nt["status"], "verify", "{nt}");
+    let body = json!({
+        "vc": {"number": tpl(&pm, "virtualCard", "$.number"), "cvc": tpl(&pm, "virtualCard", "$.card.cvc"), "again": tpl(&pm, "virtualCard", "$.number")},
+    })
+    .to_string();
+    // Two requests, each naming the intent twice: one use each.
+    for _ in 0..2 {
+        let r = post(&server, &t, &up.url("/pay"), body.as_bytes(), &[]);
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let sent: Value = serde_json::from_slice(&up.requests()[0].body).unwrap();
+    assert_eq!(sent["vc"]["number"], vc["card"]["number"]);
+    assert_eq!(sent["vc"]["again"], vc["card"]["number"]);
+    assert_eq!(sent["vc"]["cvc"], vc["card"]["cvc"]);
+    assert_ne!(
+        sent["vc"]["number"], VISA,
+        "a virtual card is never the stored number"
+    );
+    // The usage limit is used up: no active intent any more, and the target sees nothing.
+    let r = post(&server, &t, &up.url("/pay"), body.as_bytes(), &[]);
+    r.assert_error(400, "invalidTemplate");
+    assert_eq!(up.requests().len(), 2);
+    let got = server.call(
+        "GET",
+        &format!(
+            "/projects/{PROJECT}/purchase-intents/{}",
+            vc["id"].as_str().unwrap()
+        ),
+        Some(&t),
+        None,
+    );
+    assert_eq!(got.json["status"], "expired", "{}", got.text);
+
+    // The network token resolves only once verified.
+    let nt_body = json!({"token": tpl(&pm, "networkToken", "$.token.number"), "cryptogram": tpl(&pm, "networkToken", "$.cryptogram")}).to_string();
+    post(&server, &t, &up.url("/pay"), nt_body.as_bytes(), &[])
+        .assert_error(400, "invalidTemplate");
+    let public = server.token("user_1", "public");
+    let verify = format!(
+        "/projects/{PROJECT}/purchase-intents/{}/verify",
+        nt["id"].as_str().unwrap()
+    );
+    let v = server.call(
+        "POST",
+        &verify,
+        Some(&public),
+        Some(&json!({"code": "123456"})),
+    );
+    assert_eq!(v.json["status"], "active", "{}", v.text);
+    let r = post(&server, &t, &up.url("/pay"), nt_body.as_bytes(), &[]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[2].body).unwrap();
+    let active = server.call(
+        "GET",
+        &format!(
+            "/projects/{PROJECT}/purchase-intents/{}",
+            nt["id"].as_str().unwrap()
+        ),
+        Some(&t),
+        None,
+    );
+    assert_eq!(sent["token"], active.json["token"]["number"]);
+    assert_eq!(sent["cryptogram"], active.json["token"]["cryptogram"]);
+}

@@ -10,38 +10,79 @@ use crate::api::{purchase_intents, App};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::issuer::{Credential, CredentialType};
-use crate::template::{CredentialField, CredentialKind};
-use zeroize::Zeroizing;
+use crate::template::{CredentialField, CredentialKind, TemplateRef};
+use jsonpath_rust::JsonPath;
+use serde_json::{Map, Value};
+use zeroize::Zeroize;
 
-/// The fields of one credential.
+/// One credential as the JSON object templates address with JSONPath:
+/// `{number, expirationMonth, expirationYear, cvc?, cryptogram?, card: {…}, token: {…}}`
+/// (`token` only for network tokens). Every string in it is zeroed on drop.
 pub struct CredentialValues {
-    pub number: Zeroizing<String>,
-    pub expiration_month: String,
-    pub expiration_year: String,
-    pub cvc: Option<Zeroizing<String>>,
-    pub cryptogram: Option<Zeroizing<String>>,
+    object: Value,
     /// The purchase intent it came from (`None` for `pan`): counted as one use per request.
     pub intent_id: Option<String>,
 }
 
 impl CredentialValues {
-    /// One field, or why it is not there (a message without card data).
-    pub fn field(&self, field: CredentialField) -> Result<String, String> {
-        match field {
-            CredentialField::Number => Ok(self.number.to_string()),
-            CredentialField::ExpirationMonth => Ok(self.expiration_month.clone()),
-            CredentialField::ExpirationYear => Ok(self.expiration_year.clone()),
-            CredentialField::Cvc => self
-                .cvc
-                .as_ref()
-                .map(|c| c.to_string())
-                .ok_or_else(|| "the cvc is no longer retained for this credential".to_string()),
-            CredentialField::Cryptogram => self
-                .cryptogram
-                .as_ref()
-                .map(|c| c.to_string())
-                .ok_or_else(|| "this credential has no cryptogram".to_string()),
+    fn new(c: &Credential, kind: CredentialKind, intent_id: Option<String>) -> Self {
+        let mut flat = Map::new();
+        flat.insert("number".into(), Value::String(c.number.clone()));
+        flat.insert(
+            "expirationMonth".into(),
+            Value::String(c.expiration_month.clone()),
+        );
+        flat.insert(
+            "expirationYear".into(),
+            Value::String(c.expiration_year.clone()),
+        );
+        if let Some(cvc) = &c.cvc {
+            flat.insert("cvc".into(), Value::String(cvc.clone()));
         }
+        if let Some(cryptogram) = &c.cryptogram {
+            flat.insert("cryptogram".into(), Value::String(cryptogram.clone()));
+        }
+        let mut object = flat.clone();
+        object.insert("card".into(), Value::Object(flat.clone()));
+        if kind == CredentialKind::NetworkToken {
+            object.insert("token".into(), Value::Object(flat));
+        }
+        Self {
+            object: Value::Object(object),
+            intent_id,
+        }
+    }
+
+    /// The value the template's JSONPath selects (jsonpath-rust over the credential object),
+    /// or why there is none (a message without card data).
+    pub fn select(&self, t: &TemplateRef) -> Result<String, String> {
+        let found = self
+            .object
+            .query(&t.path)
+            .map_err(|_| "the json path does not parse".to_string())?;
+        match found.as_slice() {
+            [Value::String(v)] => Ok(v.clone()),
+            [] if t.field == CredentialField::Cvc => {
+                Err("the cvc is no longer retained for this credential".to_string())
+            }
+            [] => Err(format!("this credential has no {}", t.field.as_str())),
+            _ => Err("the json path must select exactly one field".to_string()),
+        }
+    }
+}
+
+fn zero_strings(v: &mut Value) {
+    match v {
+        Value::String(s) => s.zeroize(),
+        Value::Array(items) => items.iter_mut().for_each(zero_strings),
+        Value::Object(map) => map.values_mut().for_each(zero_strings),
+        _ => {}
+    }
+}
+
+impl Drop for CredentialValues {
+    fn drop(&mut self) {
+        zero_strings(&mut self.object);
     }
 }
 
@@ -72,7 +113,7 @@ pub async fn fetch(
             )
             .await?;
             Ok(match found {
-                Some((intent_id, c)) => Ok(values(c, Some(intent_id))),
+                Some((intent_id, c)) => Ok(CredentialValues::new(&c, kind, Some(intent_id))),
                 None => Err(format!(
                     "no active {} purchase intent for this payment method",
                     ty.as_str()
@@ -104,18 +145,7 @@ async fn stored_card(
     )
     .await?;
     Ok(match found {
-        Some(c) => Ok(values(c, None)),
+        Some(c) => Ok(CredentialValues::new(&c, CredentialKind::Pan, None)),
         None => Err("unknown payment method".into()),
     })
-}
-
-fn values(c: Credential, intent_id: Option<String>) -> CredentialValues {
-    CredentialValues {
-        number: Zeroizing::new(c.number.clone()),
-        expiration_month: c.expiration_month.clone(),
-        expiration_year: c.expiration_year.clone(),
-        cvc: c.cvc.as_ref().map(|v| Zeroizing::new(v.clone())),
-        cryptogram: c.cryptogram.as_ref().map(|v| Zeroizing::new(v.clone())),
-        intent_id,
-    }
 }

@@ -50,7 +50,7 @@ impl Substitution {
             let cache = &self.cache;
             let mut resolve = |t: &TemplateRef| -> Result<String, ResolveError> {
                 match cache.get(&(t.payment_method.clone(), t.kind)) {
-                    Some(Ok(values)) => values.field(t.field).map_err(ResolveError::new),
+                    Some(Ok(values)) => values.select(t).map_err(ResolveError::new),
                     Some(Err(message)) => Err(ResolveError::new(message.clone())),
                     None => {
                         missing.push((t.payment_method.clone(), t.kind));

@@ -140,6 +140,9 @@ pub struct TemplateRef {
     pub kind: CredentialKind,
     /// The credential field.
     pub field: CredentialField,
+    /// The JSONPath as written (checked to name `field`), evaluated over the credential
+    /// object by the resolver.
+    pub path: String,
 }
 
 /// Why a template does not parse. The messages never repeat caller text except, where noted,
@@ -287,6 +290,7 @@ pub fn parse(text: &str) -> Result<TemplateRef, ExprError> {
         payment_method: payment_method.to_owned(),
         kind,
         field,
+        path: json.to_owned(),
     })
 }
 
@@ -433,6 +437,7 @@ mod tests {
             payment_method: pm.to_owned(),
             kind,
             field,
+            path: String::new(),
         })
     }
 
@@ -624,7 +629,11 @@ mod tests {
         ];
         assert!(cases.len() >= 25);
         for (text, want) in cases {
-            assert_eq!(parse(text), want, "{text}");
+            let got = parse(text).map(|t| TemplateRef {
+                path: String::new(),
+                ..t
+            });
+            assert_eq!(got, want, "{text}");
         }
     }
 
