@@ -41,11 +41,17 @@ use std::time::Instant;
 pub struct Gateway {
     app: Arc<App>,
     ca_roots: CaRoots,
+    /// `Idempotency-Key`s whose first request is running.
+    idempotency: crate::idempotency::InFlight,
 }
 
 impl Gateway {
     pub fn new(app: Arc<App>, ca_roots: CaRoots) -> Self {
-        Self { app, ca_roots }
+        Self {
+            app,
+            ca_roots,
+            idempotency: Default::default(),
+        }
     }
 }
 
@@ -355,6 +361,11 @@ impl Gateway {
             .auth
             .authenticate(authorization, project, self.app.now_secs())?;
         let query = req.uri.query().map(str::to_string);
+        let idempotency_key = match method == Method::POST {
+            true => crate::idempotency::key_from(&req.headers)?,
+            false => None,
+        };
+        let path = req.uri.path().to_string();
         let body = if method == Method::POST {
             Some(read_json_body(session, self.app.config.rest_max_body).await?)
         } else {
@@ -365,9 +376,22 @@ impl Gateway {
             route: &route,
             principal: &principal,
             query: query.as_deref(),
-            body,
+            body: body.clone(),
         };
-        api::dispatch(&self.app, request).await.map(Some)
+        let Some(key) = idempotency_key else {
+            return api::dispatch(&self.app, request).await.map(Some);
+        };
+        let body = body.unwrap_or_default();
+        crate::idempotency::run(
+            &self.app,
+            &self.idempotency,
+            &principal,
+            (method.as_str(), &path, &body),
+            &key,
+            api::dispatch(&self.app, request),
+        )
+        .await
+        .map(Some)
     }
 
     /// Authenticates, checks the target and, for small JSON bodies, substitutes up front.

@@ -14,6 +14,7 @@ pub mod dev;
 pub mod error;
 pub mod gateway;
 pub mod http;
+pub mod idempotency;
 pub mod issuer;
 pub mod mandate;
 pub mod metrics;
@@ -66,6 +67,7 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
         config.cvc_retention,
     ));
     spawn_cvc_sweeper(Arc::downgrade(&vault));
+    idempotency::spawn_sweeper(Arc::downgrade(&store));
     let auth = auth::Authenticator::new(config.projects.clone());
     // Derived from the master key, so sandbox credentials (cryptograms) survive restarts.
     let issuer = Arc::new(issuer::Sandbox::new(

@@ -5,12 +5,14 @@
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
 pub mod group_commit;
+pub mod idempotency;
 pub mod keys;
 pub mod sled_store;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use idempotency::IdempotentRecord;
 pub use sled_store::SledStore;
 
 /// A store failure. The message never carries card data.
@@ -295,6 +297,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// The whole audit log, oldest first.
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>>;
+
+    /// The stored first response of an `Idempotency-Key` of this scope, unless expired at
+    /// `now_micros` ([`idempotency`]).
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<IdempotentRecord>>;
+
+    /// Stores the first response of an `Idempotency-Key`. Durable when it returns.
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &IdempotentRecord,
+    ) -> StoreResult<()>;
+
+    /// Removes stored idempotent responses expired at `now_micros`; how many.
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize>;
 
     /// The project's wrapped keyring, if one was created.
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>>;

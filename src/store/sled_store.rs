@@ -22,6 +22,8 @@ const AUDIT_HEAD: &[u8] = b"audit_head";
 pub struct SledStore {
     db: sled::Db,
     pm: sled::Tree,
+    /// Stored responses of `Idempotency-Key` requests.
+    idem: sled::Tree,
     pm_time: sled::Tree,
     pm_fp: sled::Tree,
     pm_verified: sled::Tree,
@@ -64,6 +66,7 @@ impl SledStore {
         let tree = |name: &str| db.open_tree(name).map_err(unavailable);
         Ok(Self {
             pm: tree("pm")?,
+            idem: tree("idem")?,
             pm_time: tree("pm_time")?,
             pm_fp: tree("pm_fp")?,
             pm_verified: tree("pm_verified")?,
@@ -508,6 +511,29 @@ impl Store for SledStore {
             .transaction(|(t_audit, t_meta)| append_audit_tx(t_audit, t_meta, &audit))
             .map_err(tx_error)?;
         self.durable().await
+    }
+
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<super::IdempotentRecord>> {
+        super::idempotency::get(&self.idem, scope, key, now_micros)
+    }
+
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &super::IdempotentRecord,
+    ) -> StoreResult<()> {
+        super::idempotency::put(&self.idem, scope, key, record)?;
+        self.durable().await
+    }
+
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
+        super::idempotency::sweep(&self.idem, now_micros)
     }
 
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {

@@ -1,0 +1,192 @@
+//! `Idempotency-Key` on POST (issue 6, DESIGN.md §4): replay, conflict, scoping, validation
+//! failures not stored, concurrent requests executed once, replay across a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn post(server: &Server, token: &str, path: &str, key: &str, body: &Value) -> Reply {
+    server.raw(
+        "POST",
+        path,
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Content-Type", "application/json"),
+            ("Idempotency-Key", key),
+        ],
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+fn pm_path() -> String {
+    format!("/projects/{PROJECT}/payment-methods")
+}
+
+fn count(server: &Server, token: &str) -> usize {
+    let r = server.call("GET", &pm_path(), Some(token), None);
+    r.json.as_array().unwrap().len()
+}
+
+#[test]
+fn same_key_same_body_replays_the_first_response() {
+    let mut server = Server::start();
+    let t = server.token("user_1", "private");
+    let body = card_body("user_1", VISA, CVC);
+    let first = post(&server, &t, &pm_path(), "key-1", &body);
+    assert_eq!(first.status, 201, "{}", first.text);
+    assert_eq!(first.header("Idempotent-Replayed"), None);
+    let again = post(&server, &t, &pm_path(), "key-1", &body);
+    assert_eq!(again.status, 201);
+    assert_eq!(again.text, first.text);
+    assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+
+    // A purchase intent: the same intent (and credential) comes back, one is issued.
+    let pm = first.json["id"].as_str().unwrap();
+    let pi_body = json!({"entityId": "user_1", "credentialType": "virtual-card",
+        "paymentMethodId": pm, "mandates": [{"type": "maxAmount", "value": "10", "details": {"currency": "USD"}}]});
+    let pi_path = format!("/projects/{PROJECT}/purchase-intents");
+    let pi1 = post(&server, &t, &pi_path, "key-pi", &pi_body);
+    assert_eq!(pi1.status, 201, "{}", pi1.text);
+    let pi2 = post(&server, &t, &pi_path, "key-pi", &pi_body);
+    assert_eq!(pi2.text, pi1.text);
+
+    // The stored response survives a restart and holds no readable card value.
+    server.restart();
+    let t = server.token("user_1", "private");
+    let pi3 = post(&server, &t, &pi_path, "key-pi", &pi_body);
+    assert_eq!((pi3.status, &pi3.text), (201, &pi1.text));
+    server.stop(false);
+    let number = pi1.json["card"]["number"].as_str().unwrap();
+    let mut found = false;
+    for entry in walk(&server.dir.path().join("data")) {
+        let bytes = std::fs::read(entry).unwrap();
+        found |= bytes.windows(number.len()).any(|w| w == number.as_bytes());
+    }
+    assert!(!found, "a credential is readable in the data dir");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn another_body_is_a_conflict_and_keys_are_scoped_per_entity() {
+    let server = Server::start();
+    let t1 = server.token("user_1", "private");
+    let t2 = server.token("user_2", "private");
+    let r = post(
+        &server,
+        &t1,
+        &pm_path(),
+        "k",
+        &card_body("user_1", VISA, CVC),
+    );
+    assert_eq!(r.status, 201);
+    let c = post(
+        &server,
+        &t1,
+        &pm_path(),
+        "k",
+        &card_body("user_1", MASTERCARD, CVC),
+    );
+    c.assert_error(409, "conflict");
+    // Another path with the same key and body: a conflict too.
+    let c = post(
+        &server,
+        &t1,
+        &format!("/tenants/{PROJECT}/payment-methods"),
+        "k",
+        &card_body("user_1", VISA, CVC),
+    );
+    c.assert_error(409, "conflict");
+    // Another entity's key space is its own.
+    let r2 = post(
+        &server,
+        &t2,
+        &pm_path(),
+        "k",
+        &card_body("user_2", MASTERCARD, CVC),
+    );
+    assert_eq!(r2.status, 201, "{}", r2.text);
+    assert_eq!(count(&server, &t1), 1);
+    assert_eq!(count(&server, &t2), 1);
+}
+
+#[test]
+fn validation_failures_are_not_stored_and_bad_keys_are_refused() {
+    let server = Server::start();
+    let t = server.token("user_1", "private");
+    let bad = post(
+        &server,
+        &t,
+        &pm_path(),
+        "k2",
+        &card_body("user_1", "4242424242424241", CVC),
+    );
+    bad.assert_error(400, "invalidRequest");
+    let good = post(
+        &server,
+        &t,
+        &pm_path(),
+        "k2",
+        &card_body("user_1", VISA, CVC),
+    );
+    assert_eq!(good.status, 201, "{}", good.text);
+    let long = "x".repeat(300);
+    let r = post(
+        &server,
+        &t,
+        &pm_path(),
+        &long,
+        &card_body("user_1", VISA, CVC),
+    );
+    r.assert_error(400, "invalidRequest");
+    assert!(r.json["error"]["details"]["fields"]["Idempotency-Key"].is_string());
+}
+
+#[test]
+fn concurrent_requests_with_one_key_execute_once() {
+    let server = Arc::new(Server::start());
+    let t = server.token("user_1", "private");
+    let body = card_body("user_1", VISA, CVC);
+    let pm = post(&server, &t, &pm_path(), "seed", &body);
+    let pm_id = pm.json["id"].as_str().unwrap().to_string();
+    let pi_body = json!({"entityId": "user_1", "credentialType": "virtual-card",
+        "paymentMethodId": pm_id, "mandates": [{"type": "maxAmount", "value": "10", "details": {"currency": "USD"}}]});
+    let pi_path = format!("/projects/{PROJECT}/purchase-intents");
+    let handles: Vec<_> = (0..16)
+        .map(|_| {
+            let (server, t, b, p) = (server.clone(), t.clone(), pi_body.clone(), pi_path.clone());
+            std::thread::spawn(move || {
+                let r = post(&server, &t, &p, "race", &b);
+                (r.status, r.json["id"].as_str().map(str::to_string))
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ids: std::collections::HashSet<_> = results
+        .iter()
+        .filter(|(s, _)| *s == 201)
+        .map(|(_, id)| id.clone().unwrap())
+        .collect();
+    assert!(
+        results.iter().all(|(s, _)| *s == 201 || *s == 409),
+        "{results:?}"
+    );
+    assert_eq!(ids.len(), 1, "executed more than once: {results:?}");
+    let replay = post(&server, &t, &pi_path, "race", &pi_body);
+    assert_eq!(replay.status, 201);
+    assert!(ids.contains(replay.json["id"].as_str().unwrap()));
+}
