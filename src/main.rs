@@ -56,10 +56,33 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Client encryption keys (`encryptedCard`): list, rotate, retire. Run with the server stopped.
+    ClientKey {
+        #[command(subcommand)]
+        action: ClientKeyAction,
+        #[arg(short = 'c', long = "config", global = true)]
+        config: Option<PathBuf>,
+        /// Project id.
+        #[arg(long, global = true)]
+        project: Option<String>,
+    },
     /// Print a new random master key (64 hex characters), or write it to a file.
     MasterKey {
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClientKeyAction {
+    /// List the project's keys (current, still decrypting, retired).
+    List,
+    /// Add a key and make it current; older keys keep decrypting until retired.
+    Rotate,
+    /// Refuse `encryptedCard`s made with this key from now on.
+    Retire {
+        #[arg(long)]
+        kid: String,
     },
 }
 
@@ -142,6 +165,34 @@ fn main() -> ExitCode {
             },
             Err(e) => fail(format!("{}: {e}", config.display())),
         },
+        Command::ClientKey {
+            action,
+            config,
+            project,
+        } => {
+            let (Some(path), Some(project)) = (config, project) else {
+                return fail("client-key needs -c FILE and --project P");
+            };
+            let config = match Config::load(&path) {
+                Ok(c) => c,
+                Err(e) => return fail(format!("{}: {e}", path.display())),
+            };
+            use paycred::vault::client_keys::{run_command, Command as Ck};
+            let command = match action {
+                ClientKeyAction::List => Ck::List,
+                ClientKeyAction::Rotate => Ck::Rotate,
+                ClientKeyAction::Retire { kid } => Ck::Retire(kid),
+            };
+            match run_command(&config, &project, &command) {
+                Ok(lines) => {
+                    for line in lines {
+                        println!("{line}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
         Command::MasterKey { out } => {
             let key = paycred::vault::master::MasterKey::generate_hex();
             match out {

@@ -2,9 +2,11 @@
 //! [`dispatch`] runs the handler for an authenticated [`ApiRequest`]. Nothing here touches
 //! pingora; `gateway` reads the request and writes the [`Response`].
 
+pub mod client_encryption;
 pub mod payment_methods;
 pub mod purchase_intents;
 pub mod sandbox;
+pub mod tokens;
 
 use crate::auth::{Authenticator, Principal};
 use crate::clock::Clock;
@@ -55,6 +57,10 @@ pub enum Resource {
     SandboxAuthorizations,
     /// `ANY /projects/:projectId/proxy`, forwarded by `gateway` (never dispatched here).
     Proxy,
+    /// `GET /projects/:projectId/client-encryption-key`
+    ClientEncryptionKey,
+    /// `POST /projects/:projectId/tokens` (the token vault)
+    Tokens,
 }
 
 /// A matched path.
@@ -69,7 +75,8 @@ impl Route {
     /// Methods the route answers, for 405 and `Allow`.
     pub fn allowed(&self) -> &'static [Method] {
         match self.resource {
-            Resource::Health | Resource::Metrics => &[Method::GET],
+            Resource::Health | Resource::Metrics | Resource::ClientEncryptionKey => &[Method::GET],
+            Resource::Tokens => &[Method::POST],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
             Resource::PurchaseIntents => &[Method::POST],
@@ -108,6 +115,8 @@ impl Route {
             Resource::PurchaseIntentVerify(_) => "purchase_intent_verify",
             Resource::SandboxAuthorizations => "sandbox_authorizations",
             Resource::Proxy => "proxy",
+            Resource::ClientEncryptionKey => "client_encryption_key",
+            Resource::Tokens => "tokens",
         }
     }
 
@@ -147,6 +156,8 @@ pub fn route(path: &str) -> Option<Route> {
                 }
                 ["sandbox", "authorizations"] => Resource::SandboxAuthorizations,
                 ["proxy"] => Resource::Proxy,
+                ["client-encryption-key"] => Resource::ClientEncryptionKey,
+                ["tokens"] => Resource::Tokens,
                 _ => return None,
             };
             Some(Route {
@@ -191,6 +202,12 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
         }
         (Resource::SandboxAuthorizations, &Method::POST) => {
             sandbox::authorize(app, req.principal, req.body.as_deref().unwrap_or_default()).await
+        }
+        (Resource::ClientEncryptionKey, &Method::GET) => {
+            client_encryption::get_key(app, req.principal).await
+        }
+        (Resource::Tokens, &Method::POST) => {
+            tokens::create(app, req.principal, req.body.as_deref().unwrap_or_default()).await
         }
         _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
     }

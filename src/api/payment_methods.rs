@@ -1,11 +1,13 @@
-//! Payment methods (spec §4.1–4.4): create from a raw card, list, get, delete.
+//! Payment methods (spec §4.1–4.4): create (from `card`, `encryptedCard` or `tokenId`, see
+//! [`super::client_encryption`]), list, get, delete.
 //!
 //! The card number and cvc are sealed by the vault before anything is stored; responses
 //! carry only bin, last4, expiry, brand and display data.
 
+use super::client_encryption::{card_input, pick_source, Source};
 use super::{query_pairs, App};
-use crate::auth::{Principal, Role};
-use crate::card::{self, Brand, CardInput, Funding};
+use crate::auth::Principal;
+use crate::card::{self, Brand, Funding};
 use crate::clock::iso8601;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{parse_json, Response};
@@ -163,10 +165,6 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         return Err(ApiError::invalid_request("The body must be a JSON object."));
     };
     check_entity(&obj, principal)?;
-    let sources: Vec<&str> = ["tokenId", "card", "encryptedCard"]
-        .into_iter()
-        .filter(|k| obj.contains_key(*k))
-        .collect();
     let unknown: BTreeMap<String, String> = obj
         .keys()
         .filter(|k| {
@@ -180,46 +178,16 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     if !unknown.is_empty() {
         return Err(ApiError::invalid_fields(unknown));
     }
-    match sources.as_slice() {
-        ["card"] => {}
-        [] => {
-            return Err(ApiError::invalid_field(
-                "card",
-                "exactly one of tokenId, card or encryptedCard is required",
-            ))
-        }
-        [_, _, ..] => {
-            let fields = sources
-                .iter()
-                .map(|s| {
-                    (
-                        s.to_string(),
-                        "give only one of tokenId, card or encryptedCard".into(),
-                    )
-                })
-                .collect();
-            return Err(ApiError::invalid_fields(fields));
-        }
-        [other] => {
-            return Err(ApiError::invalid_field(
-                other,
-                "not supported by this server yet: send the raw `card` object",
-            ))
-        }
-    }
-    if principal.role == Role::Public {
-        return Err(ApiError::forbidden(
-            "A public-role token may create payment methods only from encryptedCard or tokenId.",
-        ));
-    }
-    let card_value = obj.remove("card").unwrap_or(Value::Null);
-    let input: CardInput = match card_value {
-        Value::Object(_) => serde_json::from_value(card_value)
-            .map_err(|_| ApiError::invalid_field("card", "must be an object"))?,
-        _ => return Err(ApiError::invalid_field("card", "must be an object")),
-    };
+    let source = pick_source(
+        &obj,
+        &[Source::Card, Source::EncryptedCard, Source::TokenId],
+        principal,
+    )?;
+    let raw = obj.remove(source.field()).unwrap_or(Value::Null);
+    let input = card_input(app, principal, source, raw).await?;
     let now = app.clock.now();
-    let valid = card::validate(&input, "card", now.date()).map_err(ApiError::invalid_fields)?;
+    let valid =
+        card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
     drop(input);
 
     let project = principal.project.as_str();

@@ -4,6 +4,7 @@
 //! Everything is scoped by (project, entity): a lookup with another scope finds nothing,
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
+pub mod card_tokens;
 pub mod group_commit;
 pub mod idempotency;
 pub mod keys;
@@ -12,6 +13,7 @@ pub mod sled_store;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use card_tokens::{CardTokenRecord, TokenTake};
 pub use idempotency::IdempotentRecord;
 pub use sled_store::SledStore;
 
@@ -326,4 +328,27 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counters.
     fn stats(&self) -> StoreStats;
+
+    /// Stores a token-vault card ([`card_tokens`]). Durable when it returns.
+    async fn insert_card_token(&self, scope: Scope<'_>, token: &CardTokenRecord)
+        -> StoreResult<()>;
+
+    /// Consumes a token of this scope: only an unused, unexpired one is taken (once).
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<TokenTake>;
+
+    /// The project's client-encryption keyset (private keys wrapped), if created.
+    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// Replaces the keyset if it still is `expected`; `false` when it changed meanwhile.
+    fn swap_client_keys(
+        &self,
+        project: &str,
+        expected: Option<&[u8]>,
+        keyset: &[u8],
+    ) -> StoreResult<bool>;
 }

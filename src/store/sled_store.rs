@@ -33,6 +33,8 @@ pub struct SledStore {
     keyrings: sled::Tree,
     audit: sled::Tree,
     meta: sled::Tree,
+    card_tokens: sled::Tree,
+    client_keys: sled::Tree,
     commit: GroupCommit,
 }
 
@@ -76,6 +78,8 @@ impl SledStore {
             keyrings: tree("keyrings")?,
             audit: tree("audit")?,
             meta: tree("meta")?,
+            card_tokens: tree("card_tokens")?,
+            client_keys: tree("client_keys")?,
             commit: GroupCommit::start(db.clone()).map_err(unavailable)?,
             db,
         })
@@ -574,6 +578,46 @@ impl Store for SledStore {
             durable_writes: self.commit.waits(),
             flushes: self.commit.flushes(),
         }
+    }
+
+    async fn insert_card_token(
+        &self,
+        scope: Scope<'_>,
+        token: &super::CardTokenRecord,
+    ) -> StoreResult<()> {
+        super::card_tokens::insert(&self.card_tokens, scope, token)?;
+        self.durable().await
+    }
+
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<super::TokenTake> {
+        let taken = super::card_tokens::take(&self.card_tokens, scope, id, now_micros)?;
+        self.durable().await?;
+        Ok(taken)
+    }
+
+    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(self
+            .client_keys
+            .get(project)
+            .map_err(unavailable)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn swap_client_keys(
+        &self,
+        project: &str,
+        expected: Option<&[u8]>,
+        keyset: &[u8],
+    ) -> StoreResult<bool> {
+        let swapped = super::card_tokens::swap(&self.client_keys, project, expected, keyset)?;
+        // Durable now: the keys encrypt what browsers send from here on.
+        self.db.flush().map_err(unavailable)?;
+        Ok(swapped)
     }
 }
 

@@ -6,7 +6,9 @@
 //! - Values are AES-256-GCM sealed with an `aad` that names their place (project, record,
 //!   field), so a ciphertext moved elsewhere does not open.
 //! - CVCs use [`cvc::CvcKeyring`]: short-lived in-memory keys destroyed after retention.
+//! - [`client_keys::ClientKeys`]: the EC keys browsers encrypt `encryptedCard` to (JWE).
 
+pub mod client_keys;
 pub mod cvc;
 pub mod master;
 
@@ -61,6 +63,7 @@ pub struct Vault {
     store: Arc<dyn Store>,
     keyrings: RwLock<HashMap<String, Arc<Keyring>>>,
     cvc: cvc::CvcKeyring,
+    client: client_keys::ClientKeys,
 }
 
 impl std::fmt::Debug for Vault {
@@ -73,6 +76,7 @@ impl Vault {
     pub fn new(master: MasterKey, store: Arc<dyn Store>, cvc_retention: Duration) -> Self {
         Self {
             master,
+            client: client_keys::ClientKeys::new(store.clone()),
             store,
             keyrings: RwLock::new(HashMap::new()),
             cvc: cvc::CvcKeyring::new(cvc_retention),
@@ -195,5 +199,38 @@ impl Vault {
     /// Destroys expired CVC keys.
     pub fn sweep_cvc_keys(&self, now_secs: u64) {
         self.cvc.sweep(now_secs);
+    }
+
+    /// The project's current client-encryption public key (JWK with `kid`).
+    pub fn client_public_key(&self, project: &str) -> Result<serde_json::Value, VaultError> {
+        self.client.current_public(&self.master, project)
+    }
+
+    /// Decrypts an `encryptedCard` JWE made with one of the project's unretired keys.
+    pub fn open_client_jwe(
+        &self,
+        project: &str,
+        compact: &str,
+    ) -> Result<Zeroizing<Vec<u8>>, client_keys::JweError> {
+        self.client.decrypt(&self.master, project, compact)
+    }
+
+    /// Adds a client-encryption key and makes it current; returns its kid.
+    pub fn rotate_client_key(&self, project: &str) -> Result<String, VaultError> {
+        self.client.rotate(&self.master, project)
+    }
+
+    /// Retires a client-encryption key; `Ok(false)` when the kid is unknown.
+    pub fn retire_client_key(
+        &self,
+        project: &str,
+        kid: &str,
+    ) -> Result<bool, client_keys::RetireError> {
+        self.client.retire(project, kid)
+    }
+
+    /// The project's client-encryption keys.
+    pub fn client_keys(&self, project: &str) -> Result<Vec<client_keys::KeyInfo>, VaultError> {
+        self.client.list(project)
     }
 }

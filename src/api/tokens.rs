@@ -1,0 +1,203 @@
+//! The token vault: `POST /projects/:projectId/tokens` stores a card (from `card` or
+//! `encryptedCard`) for the caller's entity and answers the Token object
+//! `{id, fingerprint, createdAt, maskedData}` (201). `tokenId` on create payment method
+//! consumes it once, within [`TOKEN_LIFETIME`], for the same project and entity only.
+
+use super::client_encryption::{card_input, pick_source, Source};
+use super::payment_methods::audit_event;
+use super::App;
+use crate::auth::Principal;
+use crate::card;
+use crate::clock::iso8601;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{parse_json, Response};
+use crate::store::{CardTokenRecord, Scope};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+
+/// How long an unused token works.
+pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
+
+/// Where a token's sealed number is bound.
+pub fn number_aad(project: &str, id: &str) -> String {
+    format!("tok/{project}/{id}/number")
+}
+
+/// Where a token's sealed cvc is bound.
+pub fn cvc_aad(project: &str, id: &str) -> String {
+    format!("tok/{project}/{id}/cvc")
+}
+
+/// The Token object of the specification (§2.1), plus `expiresAt`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenView {
+    id: String,
+    fingerprint: String,
+    created_at: String,
+    masked_data: String,
+    expires_at: String,
+}
+
+/// `POST /projects/:projectId/tokens` (public or private role).
+pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
+    let value: Value = parse_json(body)?;
+    let Value::Object(mut obj) = value else {
+        return Err(ApiError::invalid_request("The body must be a JSON object."));
+    };
+    match obj.get("entityId") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(e)) if *e == principal.entity => {}
+        Some(Value::String(_)) => {
+            return Err(ApiError::forbidden(
+                "entityId does not match the token's subject.",
+            ))
+        }
+        Some(_) => return Err(ApiError::invalid_field("entityId", "must be a string")),
+    }
+    let unknown: BTreeMap<String, String> = obj
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "entityId" | "card" | "encryptedCard"))
+        .map(|k| (k.clone(), "unknown field".to_string()))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::invalid_fields(unknown));
+    }
+    let source = pick_source(&obj, &[Source::Card, Source::EncryptedCard], principal)?;
+    let raw = obj.remove(source.field()).unwrap_or(Value::Null);
+    let input = card_input(app, principal, source, raw).await?;
+    let now = app.clock.now();
+    let valid =
+        card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
+    drop(input);
+
+    let project = principal.project.as_str();
+    let id = format!("tok_{}", uuid::Uuid::new_v4().simple());
+    let micros = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(0);
+    let expires = now + TOKEN_LIFETIME;
+    let rec = CardTokenRecord {
+        fingerprint: app.vault.fingerprint(project, &valid.number)?,
+        masked_data: valid.masked(),
+        created_micros: micros(now),
+        expires_micros: micros(expires),
+        expiration_month: valid.expiration_month.clone(),
+        expiration_year: valid.expiration_year.clone(),
+        number_sealed: Some(app.vault.seal(
+            project,
+            &number_aad(project, &id),
+            valid.number.as_bytes(),
+        )?),
+        cvc_sealed: app
+            .vault
+            .seal_cvc(&cvc_aad(project, &id), &valid.cvc, app.now_secs()),
+        used: false,
+        id,
+    };
+    drop(valid);
+    let scope = Scope {
+        project,
+        entity: &principal.entity,
+    };
+    app.store.insert_card_token(scope, &rec).await?;
+    app.store
+        .append_audit(audit_event(app, principal, "token.create", &rec.id))
+        .await?;
+    Response::json(
+        201,
+        &TokenView {
+            id: rec.id,
+            fingerprint: rec.fingerprint,
+            created_at: iso8601(now),
+            masked_data: rec.masked_data,
+            expires_at: iso8601(expires),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::auth::{Authenticator, Role};
+    use crate::clock::ManualClock;
+    use crate::config::Config;
+    use crate::issuer::Sandbox;
+    use crate::store::{SledStore, Store};
+    use crate::vault::master::MasterKey;
+    use crate::vault::Vault;
+    use serde_json::json;
+    use std::sync::Arc;
+    use time::macros::datetime;
+
+    fn app(dir: &std::path::Path) -> (Arc<App>, Arc<ManualClock>) {
+        let (_, public) = crate::mint::generate_ed25519().unwrap();
+        let key = dir.join("ed.pem");
+        std::fs::write(&key, public).unwrap();
+        let yaml = format!(
+            "data_dir: {d}/data\nmaster_key_file: {d}/master.key\nprojects:\n  - id: p1\n    jwt: {{keys: [{{kid: k1, public_key_file: {k}}}]}}\n",
+            d = dir.display(),
+            k = key.display()
+        );
+        let config = Config::from_yaml(&yaml).unwrap();
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.join("data")).unwrap());
+        let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();
+        let vault = Arc::new(Vault::new(
+            master,
+            store.clone(),
+            std::time::Duration::from_secs(3 * 3600),
+        ));
+        let clock = Arc::new(ManualClock::new(datetime!(2026-11-21 10:00 UTC)));
+        let issuer = Arc::new(Sandbox::new(*vault.derive_secret("test")));
+        let app = Arc::new(App {
+            auth: Authenticator::new(config.projects.clone()),
+            config: Arc::new(config),
+            store,
+            vault,
+            clock: clock.clone(),
+            metrics: Default::default(),
+            issuer,
+            verifying: Default::default(),
+        });
+        (app, clock)
+    }
+
+    #[tokio::test]
+    async fn an_unused_token_expires_after_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let (app, clock) = app(dir.path());
+        let who = Principal {
+            project: "p1".into(),
+            entity: "e1".into(),
+            role: Role::Private,
+            exp: u64::MAX,
+        };
+        let card = json!({"card": {"number": "4242424242424242", "expirationMonth": "12",
+            "expirationYear": "2031", "cvc": "123"}});
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let r = create(&app, &who, card.to_string().as_bytes())
+                .await
+                .unwrap();
+            assert_eq!(r.status, 201);
+            let v: Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
+            ids.push(v["id"].as_str().unwrap().to_string());
+        }
+        let use_token = |id: &str| json!({"entityId": "e1", "tokenId": id}).to_string();
+        clock.advance(time::Duration::minutes(59));
+        let r = super::super::payment_methods::create(&app, &who, use_token(&ids[0]).as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 201, "within the hour");
+        clock.advance(time::Duration::minutes(2));
+        let e = super::super::payment_methods::create(&app, &who, use_token(&ids[1]).as_bytes())
+            .await
+            .unwrap_err();
+        let env = e.to_envelope();
+        assert_eq!(
+            env["error"]["details"]["fields"]["tokenId"], "the token has expired",
+            "{env}"
+        );
+    }
+}
