@@ -43,11 +43,14 @@ pub struct Gateway {
     ca_roots: CaRoots,
     /// `Idempotency-Key`s whose first request is running.
     idempotency: crate::idempotency::InFlight,
+    /// Per-project and per-entity rate limits.
+    limits: crate::ratelimit::Limiter,
 }
 
 impl Gateway {
     pub fn new(app: Arc<App>, ca_roots: CaRoots) -> Self {
         Self {
+            limits: crate::ratelimit::Limiter::new(&app.config.projects),
             app,
             ca_roots,
             idempotency: Default::default(),
@@ -360,6 +363,7 @@ impl Gateway {
             .app
             .auth
             .authenticate(authorization, project, self.app.now_secs())?;
+        self.limits.check(&principal.project, &principal.entity)?;
         let query = req.uri.query().map(str::to_string);
         let idempotency_key = match method == Method::POST {
             true => crate::idempotency::key_from(&req.headers)?,
@@ -409,6 +413,7 @@ impl Gateway {
             .app
             .auth
             .authenticate(auth_header, project, self.app.now_secs())?;
+        self.limits.check(&principal.project, &principal.entity)?;
         principal.require_private()?;
         let project = self
             .app

@@ -20,6 +20,7 @@ pub mod mandate;
 pub mod metrics;
 pub mod mint;
 pub mod proxy;
+pub mod ratelimit;
 pub mod secret;
 pub mod store;
 pub mod template;

@@ -93,6 +93,9 @@ pub struct ProjectFile {
     /// Proxy rules.
     #[serde(default)]
     pub proxy: ProxyFile,
+    /// Requests per second per project and per entity; none when absent.
+    #[serde(default)]
+    pub rate_limits: Option<crate::ratelimit::RateLimitsFile>,
 }
 
 /// `projects[].jwt:`

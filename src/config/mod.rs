@@ -70,6 +70,7 @@ pub struct ProjectConfig {
     pub pan_enabled: bool,
     pub token_vault_key: bool,
     pub proxy: ProxyConfig,
+    pub rate_limits: crate::ratelimit::RateLimits,
 }
 
 /// A project's JWT verification key. The algorithm comes from the key, never the token.
@@ -276,6 +277,8 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
     if let Some(ca) = &p.proxy.ca_file {
         require_file(&format!("{key}.proxy.ca_file"), ca)?;
     }
+    let rate_limits = crate::ratelimit::validate(key, p.rate_limits.as_ref())
+        .map_err(|(k, message)| invalid(k, message))?;
     let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
     if timeout.is_zero() {
         return Err(invalid(format!("{key}.proxy.timeout"), "must be positive"));
@@ -286,6 +289,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         jwt_max_lifetime,
         pan_enabled,
         token_vault_key: p.token_vault_key,
+        rate_limits,
         proxy: ProxyConfig {
             allowed_hosts,
             allow_http: p.proxy.allow_http,
