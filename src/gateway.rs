@@ -66,6 +66,8 @@ pub struct RequestCtx {
     proxy: Option<ProxyCtx>,
     /// The prepared body was handed to pingora already.
     prepared_sent: bool,
+    /// When the request to the target was about to be sent (target latency).
+    upstream_started: Option<Instant>,
 }
 
 /// Carries an `ApiError` through pingora's error type, marked as the downstream's fault so
@@ -103,6 +105,7 @@ impl ProxyHttp for Gateway {
             status: 0,
             proxy: None,
             prepared_sent: false,
+            upstream_started: None,
         }
     }
 
@@ -182,6 +185,7 @@ impl ProxyHttp for Gateway {
             (None, false) => {}
         }
         ctx.prepared_sent = false;
+        ctx.upstream_started.get_or_insert_with(Instant::now);
         Ok(())
     }
 
@@ -299,6 +303,26 @@ impl ProxyHttp for Gateway {
             }
         }
         self.app.metrics.record(ctx.route, ctx.status, elapsed);
+        if let Some(p) = &ctx.proxy {
+            let upstream = ctx.upstream_started.map(|t| t.elapsed());
+            self.app.metrics.record_proxy(
+                ctx.status,
+                upstream,
+                _e.is_some(),
+                p.substitution.templates,
+            );
+            let resource = format!(
+                "host={} status={} templates={}",
+                p.target.url.host, ctx.status, p.substitution.templates
+            );
+            let event = crate::audit::event(
+                &p.principal.project,
+                &p.principal.entity,
+                "proxy.use",
+                resource,
+            );
+            crate::audit::append_later(self.app.store.clone(), event);
+        }
         let target = ctx
             .proxy
             .as_ref()
@@ -337,12 +361,6 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<Option<Response>, ApiError> {
         let req = session.req_header();
-        if let Some(demo) =
-            crate::demo::answer(self.app.config.demo.as_ref(), &req.method, req.uri.path())
-        {
-            ctx.route = "demo";
-            return demo.map(Some);
-        }
         let Some(route) = api::route(req.uri.path()) else {
             return Err(ApiError::not_found("Route"));
         };
@@ -368,7 +386,8 @@ impl Gateway {
         let principal = self
             .app
             .auth
-            .authenticate(authorization, project, self.app.now_secs())?;
+            .authenticate(authorization, project, self.app.now_secs())
+            .inspect_err(|e| self.audit_auth_failure(project, ctx.route, e))?;
         self.limits.check(&principal.project, &principal.entity)?;
         let query = req.uri.query().map(str::to_string);
         let idempotency_key = match method == Method::POST {
@@ -418,7 +437,8 @@ impl Gateway {
         let principal = self
             .app
             .auth
-            .authenticate(auth_header, project, self.app.now_secs())?;
+            .authenticate(auth_header, project, self.app.now_secs())
+            .inspect_err(|e| self.audit_auth_failure(project, "proxy", e))?;
         self.limits.check(&principal.project, &principal.entity)?;
         principal.require_private()?;
         let project = self
@@ -469,6 +489,15 @@ impl Gateway {
             });
         }
         Ok(ctx)
+    }
+
+    /// Writes an `auth.failure` audit entry for a configured project (in the background).
+    fn audit_auth_failure(&self, project: &str, route: &str, e: &ApiError) {
+        if self.app.config.project(project).is_some() {
+            let resource = format!("route={route} status={}", e.status());
+            let event = crate::audit::event(project, "", "auth.failure", resource);
+            crate::audit::append_later(self.app.store.clone(), event);
+        }
     }
 
     fn metrics(&self) -> Response {

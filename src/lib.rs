@@ -6,11 +6,11 @@
 //! the tests and benches run.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod card;
 pub mod clock;
 pub mod config;
-pub mod demo;
 pub mod dev;
 pub mod error;
 pub mod gateway;

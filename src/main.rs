@@ -56,6 +56,15 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. Run with
+    /// the server stopped.
+    Audit {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// Check every link of the chain; exit 1 naming the first broken entry's seq.
+        #[arg(long)]
+        verify: bool,
+    },
     /// Client encryption keys (`encryptedCard`): list, rotate, retire. Run with the server stopped.
     ClientKey {
         #[command(subcommand)]
@@ -193,6 +202,13 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
+        Command::Audit { config, verify } => match Config::load(&config) {
+            Ok(c) => match paycred::audit::run(&c, verify, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            },
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
         Command::MasterKey { out } => {
             let key = paycred::vault::master::MasterKey::generate_hex();
             match out {

@@ -5,6 +5,7 @@
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
 pub mod card_tokens;
+pub mod faulty;
 pub mod group_commit;
 pub mod idempotency;
 pub mod keys;

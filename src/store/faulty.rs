@@ -1,0 +1,267 @@
+//! A [`Store`] wrapper that fails on demand, for tests of storage faults (disk full, I/O
+//! error): `fail_writes_after(n)` lets the next `n` writes through and fails every write
+//! after them with [`StoreError::Unavailable`] until [`FaultyStore::heal`]; `fail_reads`
+//! fails reads too. A failed write never reaches the inner store, like a write refused by a
+//! full disk.
+
+use super::{
+    AuditEntry, AuditEvent, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord,
+    IntentStatus, Page, PaymentMethodRecord, Scope, Store, StoreError, StoreResult, StoreStats,
+    TokenTake, UseOutcome, VerificationAttempt,
+};
+use async_trait::async_trait;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+/// See the module documentation.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    /// Writes still allowed; negative: no fault armed.
+    writes_left: AtomicI64,
+    reads_fail: AtomicBool,
+}
+
+impl std::fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FaultyStore")
+    }
+}
+
+fn injected() -> StoreError {
+    StoreError::Unavailable("injected fault: no space left on device".into())
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            writes_left: AtomicI64::new(-1),
+            reads_fail: AtomicBool::new(false),
+        }
+    }
+
+    /// Lets `n` more writes through, then fails every write.
+    pub fn fail_writes_after(&self, n: u32) {
+        self.writes_left.store(i64::from(n), Ordering::SeqCst);
+    }
+
+    /// Fails reads as well (until [`Self::heal`]).
+    pub fn fail_reads(&self) {
+        self.reads_fail.store(true, Ordering::SeqCst);
+    }
+
+    /// Clears every fault.
+    pub fn heal(&self) {
+        self.writes_left.store(-1, Ordering::SeqCst);
+        self.reads_fail.store(false, Ordering::SeqCst);
+    }
+
+    fn write(&self) -> StoreResult<()> {
+        let r = self
+            .writes_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+                n if n < 0 => Some(n),
+                0 => None,
+                n => Some(n - 1),
+            });
+        r.map(|_| ()).map_err(|_| injected())
+    }
+
+    fn read(&self) -> StoreResult<()> {
+        if self.reads_fail.load(Ordering::SeqCst) {
+            Err(injected())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    async fn insert_payment_method(
+        &self,
+        pm: &PaymentMethodRecord,
+        audit: AuditEvent,
+    ) -> StoreResult<Inserted> {
+        self.write()?;
+        self.inner.insert_payment_method(pm, audit).await
+    }
+
+    async fn get_payment_method(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+    ) -> StoreResult<Option<PaymentMethodRecord>> {
+        self.read()?;
+        self.inner.get_payment_method(scope, id).await
+    }
+
+    async fn list_payment_methods(
+        &self,
+        scope: Scope<'_>,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Page<PaymentMethodRecord>> {
+        self.read()?;
+        self.inner.list_payment_methods(scope, offset, limit).await
+    }
+
+    async fn delete_payment_method(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.delete_payment_method(scope, id, audit).await
+    }
+
+    async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.insert_intent(intent, audit).await
+    }
+
+    async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>> {
+        self.read()?;
+        self.inner.get_intent(scope, id).await
+    }
+
+    async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>> {
+        self.read()?;
+        self.inner.list_intents(scope).await
+    }
+
+    async fn set_intent_status(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        status: IntentStatus,
+    ) -> StoreResult<Option<IntentRecord>> {
+        self.write()?;
+        self.inner.set_intent_status(scope, id, status).await
+    }
+
+    async fn record_verification(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        attempt: VerificationAttempt,
+        audit: AuditEvent,
+    ) -> StoreResult<Option<IntentRecord>> {
+        self.write()?;
+        self.inner
+            .record_verification(scope, id, attempt, audit)
+            .await
+    }
+
+    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool> {
+        self.read()?;
+        self.inner.payment_method_verified(scope, pm_id).await
+    }
+
+    async fn record_use(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<UseOutcome> {
+        self.write()?;
+        self.inner.record_use(scope, id, now).await
+    }
+
+    async fn newest_active_intent(
+        &self,
+        scope: Scope<'_>,
+        pm_id: &str,
+        kind: crate::issuer::CredentialType,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<Option<IntentRecord>> {
+        self.read()?;
+        self.inner
+            .newest_active_intent(scope, pm_id, kind, now)
+            .await
+    }
+
+    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+        self.write()?;
+        self.inner.append_audit(audit).await
+    }
+
+    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+        self.read()?;
+        self.inner.audit_log()
+    }
+
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<IdempotentRecord>> {
+        self.read()?;
+        self.inner.get_idempotent(scope, key, now_micros).await
+    }
+
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &IdempotentRecord,
+    ) -> StoreResult<()> {
+        self.write()?;
+        self.inner.put_idempotent(scope, key, record).await
+    }
+
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
+        self.write()?;
+        self.inner.sweep_idempotent(now_micros)
+    }
+
+    fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read()?;
+        self.inner.load_keyring(project)
+    }
+
+    fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>> {
+        self.write()?;
+        self.inner.create_keyring(project, keyring)
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.stats()
+    }
+
+    async fn insert_card_token(
+        &self,
+        scope: Scope<'_>,
+        token: &CardTokenRecord,
+    ) -> StoreResult<()> {
+        self.write()?;
+        self.inner.insert_card_token(scope, token).await
+    }
+
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<TokenTake> {
+        self.write()?;
+        self.inner.take_card_token(scope, id, now_micros).await
+    }
+
+    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read()?;
+        self.inner.load_client_keys(project)
+    }
+
+    fn swap_client_keys(
+        &self,
+        project: &str,
+        expected: Option<&[u8]>,
+        keyset: &[u8],
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.swap_client_keys(project, expected, keyset)
+    }
+}
