@@ -59,7 +59,10 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
          \x20   proxy:\n\
          \x20     allowed_hosts: [localhost, 127.0.0.1]\n\
          \x20     allow_http: true\n\
-         \x20     allow_private_networks: true\n",
+         \x20     allow_private_networks: true\n\
+         # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
+         demo: {{project: dev, kid: dev-1, private_key_file: {private}}}\n",
+        private = private_key.display(),
         data = dir.join("data").display(),
         master = master.display(),
         public = public_key.display(),
@@ -77,6 +80,7 @@ pub fn banner(setup: &DevSetup, listen: SocketAddr) -> String {
     let key = setup.private_key.display();
     format!(
         "paycred dev server on http://{listen} (project `dev`, files in {dir})\n\
+         Demo page (card encryption, verification in the browser): http://{listen}/demo\n\
          \n\
          Try it:\n\
          \x20 TOKEN=$(paycred jwt --key {key} --kid dev-1 --project dev --sub user_1 --role private)\n\

@@ -361,6 +361,12 @@ impl Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<Option<Response>, ApiError> {
         let req = session.req_header();
+        if let Some(demo) =
+            crate::demo::answer(self.app.config.demo.as_ref(), &req.method, req.uri.path())
+        {
+            ctx.route = "demo";
+            return demo.map(Some);
+        }
         let Some(route) = api::route(req.uri.path()) else {
             return Err(ApiError::not_found("Route"));
         };

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod card;
 pub mod clock;
 pub mod config;
+pub mod demo;
 pub mod dev;
 pub mod error;
 pub mod gateway;

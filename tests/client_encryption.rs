@@ -535,3 +535,56 @@ fn a_token_is_used_once_and_only_by_its_project_and_entity() {
     assert_bad_field(&r, "tokenId");
     assert!(!server.log().contains(VISA) && !server.log().contains(MASTERCARD));
 }
+
+#[test]
+fn the_demo_is_served_only_when_configured() {
+    let server = Server::start();
+    for path in ["/demo", "/demo/paycred.js", "/demo/session"] {
+        server
+            .call("GET", path, None, None)
+            .assert_error(404, "notFound");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("dev.pem");
+    std::fs::write(&key, &KEYS.ed.private_pem).unwrap();
+    let extra = format!(
+        "demo: {{project: {PROJECT}, kid: k-ed, private_key_file: {}}}\n",
+        key.display()
+    );
+    let server = Server::start_with(Options {
+        extra_project_yaml: extra,
+        ..Options::default()
+    });
+    let page = server.call("GET", "/demo", None, None);
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    let sdk = server.call("GET", "/demo/paycred.js", None, None);
+    assert!(sdk.text.contains("verifyPurchaseIntent"));
+    let session = server.call("GET", "/demo/session", None, None).json;
+    assert_eq!(session["projectId"], PROJECT);
+    // The minted tokens work with their roles.
+    let public = session["publicToken"].as_str().unwrap();
+    let private = session["privateToken"].as_str().unwrap();
+    assert_eq!(
+        server.call("GET", &key_path(), Some(public), None).status,
+        200
+    );
+    create_pm(
+        &server,
+        public,
+        &json!({"entityId": session["entityId"], "card": card_json(VISA)}),
+    )
+    .assert_error(403, "forbidden");
+    let r = create_pm(
+        &server,
+        private,
+        &json!({"entityId": session["entityId"], "card": card_json(VISA)}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    server
+        .call("POST", "/demo", None, Some(&json!({})))
+        .assert_error(405, "methodNotAllowed");
+}

@@ -35,6 +35,9 @@ pub struct FileConfig {
     /// The projects (tenants) this service answers for.
     #[serde(default)]
     pub projects: Vec<ProjectFile>,
+    /// Development only: serve the demo page at `/demo` (see `crate::demo`).
+    #[serde(default)]
+    pub demo: Option<crate::demo::DemoFile>,
 }
 
 /// `tls:`

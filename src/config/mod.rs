@@ -45,6 +45,8 @@ pub struct Config {
     pub rest_max_body: usize,
     pub server: ServerSettings,
     pub projects: BTreeMap<String, Arc<ProjectConfig>>,
+    /// Development only: the `/demo` page and its token-minting session route.
+    pub demo: Option<crate::demo::DemoConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -174,7 +176,14 @@ impl Config {
             }
             projects.insert(project.id.clone(), Arc::new(project));
         }
+        if let Some(demo) = &file.demo {
+            if !projects.contains_key(&demo.project) {
+                return Err(invalid("demo.project", "is not one of the projects"));
+            }
+            require_file("demo.private_key_file", &demo.private_key_file)?;
+        }
         Ok(Config {
+            demo: file.demo,
             listen,
             tls,
             data_dir: file.data_dir,

@@ -1,0 +1,112 @@
+"""Instructions (cachegrind Ir) and syscalls (strace -c) per request, for paycred and the
+pingora pass-through. Each program runs twice per tool, with W and W+N requests; the
+difference divided by N removes start-up and shutdown."""
+import argparse, glob, json, os, re, signal, socket, subprocess, time, urllib.request
+
+a = argparse.ArgumentParser()
+for flag in ["work", "paycred", "config", "passthrough", "key", "bodies"]:
+    a.add_argument("--" + flag, required=True)
+for flag in ["requests", "paycred-port", "passthrough-port", "upstream-port"]:
+    a.add_argument("--" + flag, type=int, required=True)
+args = a.parse_args()
+WARM = 100
+
+
+def wait_port(port, seconds=60):
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"port {port} did not open")
+
+
+def token():
+    return subprocess.check_output([args.paycred, "jwt", "--key", args.key, "--kid", "k1", "--project", "bench",
+                                    "--sub", "bench", "--role", "private", "--ttl", "30m"], text=True).strip()
+
+
+def send(port, body, count, tok):
+    """`count` POSTs on one keep-alive connection; every answer must be 200."""
+    target = f"http://127.0.0.1:{args.upstream_port}/charge"
+    head = (f"POST /projects/bench/proxy HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {tok}\r\n"
+            f"Svc-Target-URL: {target}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    f = s.makefile("rb")
+    for _ in range(count):
+        s.sendall(head + body)
+        status = f.readline()
+        if b" 200 " not in status:
+            raise SystemExit(f"port {port}: {status!r}")
+        length = 0
+        while True:
+            line = f.readline()
+            if line in (b"\r\n", b""):
+                break
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        f.read(length)
+    s.close()
+
+
+def run(name, port, cmd, wrapper, count, tok):
+    data = os.path.join(args.work, "data")
+    subprocess.run(["rm", "-rf", data])
+    p = subprocess.Popen(wrapper + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, RUST_LOG="error"))
+    try:
+        wait_port(port)
+        body_file = os.path.join(args.work, "body-1k.json")
+        if name == "paycred":
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/projects/bench/payment-methods", method="POST",
+                data=json.dumps({"entityId": "bench", "card": {"number": "4242424242424242", "expirationMonth": "12",
+                                 "expirationYear": "2034", "cvc": "123"}}).encode(),
+                headers={"Authorization": "Bearer " + tok, "Content-Type": "application/json"})
+            pm = json.load(urllib.request.urlopen(req))["id"]
+            subprocess.check_call(["python3", args.bodies, pm, args.work])
+        send(port, open(body_file, "rb").read(), count, tok)
+    finally:
+        # strace runs the program as its child: stop the program, not strace.
+        victims = [p.pid]
+        if wrapper[0] == "strace":
+            kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+            victims = [int(k) for k in kids] or victims
+        for v in victims:
+            os.kill(v, signal.SIGINT)
+        p.wait(timeout=120)
+
+
+def cachegrind(name, port, cmd, count, tok):
+    out = os.path.join(args.work, f"cg.{name}.{count}")
+    run(name, port, cmd, ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"], count, tok)
+    text = open(out).read()
+    return int(re.search(r"^summary:\s+(\d+)", text, re.M).group(1))
+
+
+def syscalls(name, port, cmd, count, tok):
+    out = os.path.join(args.work, f"st.{name}.{count}")
+    run(name, port, cmd, ["strace", "-f", "-c", "-o", out], count, tok)
+    m = re.search(r"^\S*\s*100\.00\s+\S+\s+\S+\s+(\d+)", open(out).read(), re.M)
+    return int(m.group(1)) if m else 0
+
+
+tok = token()
+targets = {
+    "paycred": (args.paycred_port, [args.paycred, "serve", "-c", args.config]),
+    "pingora pass-through": (args.passthrough_port, [args.passthrough, f"127.0.0.1:{args.passthrough_port}",
+                                                     f"127.0.0.1:{args.upstream_port}", "1"]),
+}
+n = args.requests
+rows = []
+for name, (port, cmd) in targets.items():
+    key = "paycred" if name == "paycred" else "pt"
+    ir = (cachegrind(key, port, cmd, WARM + n, tok) - cachegrind(key, port, cmd, WARM, tok)) / n
+    sc = (syscalls(key, port, cmd, WARM + n, tok) - syscalls(key, port, cmd, WARM, tok)) / n
+    rows.append((name, ir, sc))
+base = rows[-1]
+print("| program | instructions / request | syscalls / request | instructions vs pass-through |")
+print("|---|---|---|---|")
+for name, ir, sc in rows:
+    print(f"| {name} | {ir:,.0f} | {sc:.1f} | {ir / base[1]:.2f}x |")

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# paycred load bench: paycred's substitution proxy against two pass-through baselines
+# measured in the same run (a minimal pingora 0.9.1 proxy, examples/passthrough.rs, and
+# nginx proxy_pass with an upstream keepalive pool), all in front of one fast upstream (examples/upstream.rs).
+#
+# The measured proxy runs alone on CPU 0 (one worker thread); wrk and the upstream share
+# CPU 1. Runs alternate paycred / pingora / nginx so drift hits all equally, and the ratio
+# to pingora is taken per pair. Everything is on 127.0.0.1 and is stopped on exit.
+#
+#   benches/load/run.sh            full run (about 3-4 minutes)
+#   benches/load/run.sh --smoke    one short repetition of each case (< 60 s); fails only on errors
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+here="$root/benches/load"
+smoke=0; [ "${1:-}" = "--smoke" ] && smoke=1
+if [ $smoke = 1 ]; then reps=1; secs=1; else reps=6; secs=4; fi
+
+for tool in wrk nginx taskset curl jq openssl python3; do
+  command -v "$tool" >/dev/null || { echo "load bench: $tool is missing (scripts/setup-bench installs it)"; exit 1; }
+done
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for d in nginx-px; do [ -f "$work/$d/nginx.pid" ] && kill "$(cat "$work/$d/nginx.pid")" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+UP=$(free_port); NGX=$(free_port); PT=$(free_port); PC=$(free_port)
+
+echo "== building (release)"
+(cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
+bin="$root/target/release/paycred"
+pt_bin="$root/target/release/examples/passthrough"
+
+# The target: examples/upstream.rs on CPU 1 beside wrk; it reads every body to its end.
+taskset -c 1 "$root/target/release/examples/upstream" "127.0.0.1:$UP" &
+pids+=($!)
+# The nginx baseline on CPU 0, like the other proxies.
+mkdir -p "$work/nginx-px"
+nginx_conf() { # dir, server block
+  cat <<NGINX
+worker_processes 1;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/$1/body; proxy_temp_path $work/$1/proxy;
+  fastcgi_temp_path $work/$1/f; uwsgi_temp_path $work/$1/u; scgi_temp_path $work/$1/s;
+  client_max_body_size 200m; client_body_buffer_size 1m;
+  $2
+}
+NGINX
+}
+nginx_conf nginx-px "upstream target { server 127.0.0.1:$UP; keepalive 128; }
+  server { listen 127.0.0.1:$NGX; location / { proxy_pass http://target; proxy_http_version 1.1;
+    proxy_set_header Connection \"\"; proxy_request_buffering off; } }" >"$work/px.conf"
+taskset -c 0 nginx -c "$work/px.conf" -p "$work/nginx-px" 2>/dev/null
+NGX_PID=$(cat "$work/nginx-px/nginx.pid")
+# nginx forks its worker: measure the worker's CPU.
+sleep 0.2; NGX_WORKER=$(pgrep -P "$NGX_PID" | head -1)
+
+# paycred: one project allowing the local upstream over http.
+openssl genpkey -algorithm ed25519 -out "$work/key.pem" 2>/dev/null
+openssl pkey -in "$work/key.pem" -pubout -out "$work/pub.pem"
+"$bin" master-key --out "$work/master.key"
+cat >"$work/paycred.yaml" <<YAML
+listen: 127.0.0.1:$PC
+data_dir: $work/data
+master_key_file: $work/master.key
+server: {threads: 1, grace_period: 0s, graceful_shutdown_timeout: 1s}
+projects:
+  - id: bench
+    jwt: {keys: [{kid: k1, public_key_file: $work/pub.pem}], max_lifetime: 1h}
+    pan: enabled
+    proxy: {allowed_hosts: [127.0.0.1], allow_http: true, allow_private_networks: true}
+YAML
+RUST_LOG=warn taskset -c 0 "$bin" serve -c "$work/paycred.yaml" >"$work/paycred.log" 2>&1 &
+pids+=($!); PC_PID=$!
+RUST_LOG=error taskset -c 0 "$pt_bin" "127.0.0.1:$PT" "127.0.0.1:$UP" 1 >"$work/pt.log" 2>&1 &
+pids+=($!); PT_PID=$!
+for _ in $(seq 1 100); do curl -sf "127.0.0.1:$PC/health" >/dev/null && break; sleep 0.1; done
+export TOKEN=$("$bin" jwt --key "$work/key.pem" --kid k1 --project bench --sub bench --role private --ttl 30m)
+PM=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/payment-methods" -H "Authorization: Bearer $TOKEN" \
+  -H 'Content-Type: application/json' \
+  -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id)
+PI=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/purchase-intents" -H "Authorization: Bearer $TOKEN" \
+  -H 'Content-Type: application/json' \
+  -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$PM"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id)
+python3 "$here/bodies.py" "$PM" "$work"
+
+# Wait (bounded) for a quiet machine: other load skews every number.
+for _ in $(seq 1 20); do
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  python3 -c "import sys; sys.exit(0 if $load < 0.7 else 1)" && break
+  sleep 1
+done
+
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+results="$work/results.tsv"
+run() { # name target_port body_file pid_or_empty [extra wrk args...]
+  local name=$1 port=$2 body=$3 pid=$4; shift 4
+  local before after out
+  before=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0 )
+  out=$(BODY_FILE="$body" TARGET_URL="http://127.0.0.1:$UP/charge" \
+        taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/post.lua" "$@" "http://127.0.0.1:$port/projects/bench/proxy" 2>&1)
+  after=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0 )
+  echo "$out" | python3 "$here/parse_wrk.py" "$name" "$((after - before))" >>"$results"
+}
+
+echo "== measuring ($reps alternating repetitions x ${secs}s per case)"
+for case in 1k 64k 1m; do
+  for rep in $(seq 1 "$reps"); do
+    run "proxy-$case paycred" "$PC" "$work/body-$case.json" "$PC_PID"
+    run "proxy-$case pingora" "$PT" "$work/body-$case.json" "$PT_PID"
+    run "proxy-$case nginx" "$NGX" "$work/body-$case.json" "$NGX_WORKER"
+  done
+done
+# Latency without queueing: one connection, closed loop.
+for rep in $(seq 1 "$reps"); do
+  BODY_FILE="$work/body-1k.json" TARGET_URL="http://127.0.0.1:$UP/charge" taskset -c 1 wrk -t1 -c1 -d"${secs}s" --latency \
+    -s "$here/post.lua" "http://127.0.0.1:$PC/projects/bench/proxy" 2>&1 | python3 "$here/parse_wrk.py" "lowrate-1k paycred" 0 >>"$results"
+  BODY_FILE="$work/body-1k.json" TARGET_URL="http://127.0.0.1:$UP/charge" taskset -c 1 wrk -t1 -c1 -d"${secs}s" --latency \
+    -s "$here/post.lua" "http://127.0.0.1:$PT/projects/bench/proxy" 2>&1 | python3 "$here/parse_wrk.py" "lowrate-1k pingora" 0 >>"$results"
+done
+# REST routes with auth.
+before=$(cpu_ticks "$PC_PID")
+taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/get.lua" "http://127.0.0.1:$PC/projects/bench/purchase-intents/$PI" 2>&1 \
+  | python3 "$here/parse_wrk.py" "rest GET purchase intent" "$(( $(cpu_ticks "$PC_PID") - before ))" >>"$results"
+before=$(cpu_ticks "$PC_PID")
+taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/create_pm.lua" "http://127.0.0.1:$PC" 2>&1 \
+  | python3 "$here/parse_wrk.py" "rest POST payment method (durable)" "$(( $(cpu_ticks "$PC_PID") - before ))" >>"$results"
+flushes=$(curl -s "127.0.0.1:$PC/metrics" | awk '/^paycred_store_flushes_total/{f=$2} /^paycred_store_durable_writes_total/{w=$2} END{printf "%d flushes for %d durable writes", f, w}')
+
+# Memory, on a fresh paycred (nothing cached yet): one 100 MiB body with 100 templates
+# streaming through, then 200 concurrent 64 KiB requests.
+kill "$PC_PID"; wait "$PC_PID" 2>/dev/null || true
+RUST_LOG=warn taskset -c 0 "$bin" serve -c "$work/paycred.yaml" >>"$work/paycred.log" 2>&1 &
+pids+=($!); PC_PID=$!
+for _ in $(seq 1 100); do curl -sf "127.0.0.1:$PC/health" >/dev/null && break; sleep 0.1; done
+# (The restart destroyed the in-memory CVC keys: add the card again under a new payment method.)
+curl -sf -X DELETE "127.0.0.1:$PC/projects/bench/payment-methods/$PM" -H "Authorization: Bearer $TOKEN"
+PM=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/payment-methods" -H "Authorization: Bearer $TOKEN" \
+  -H 'Content-Type: application/json' \
+  -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id)
+python3 "$here/bodies.py" "$PM" "$work"
+rss() { awk '/VmHWM/{print $2}' "/proc/$PC_PID/status"; }
+rss0=$(rss)
+if [ $smoke = 0 ]; then
+  curl -sf -o /dev/null -X POST "127.0.0.1:$PC/projects/bench/proxy" -H "Authorization: Bearer $TOKEN" \
+    -H "Svc-Target-URL: http://127.0.0.1:$UP/big" -H 'Content-Type: application/json' --data-binary @"$work/body-100m.json"
+fi
+rss1=$(rss)
+BODY_FILE="$work/body-64k.json" TARGET_URL="http://127.0.0.1:$UP/charge" taskset -c 1 wrk -t1 -c200 -d"${secs}s" \
+  -s "$here/post.lua" "http://127.0.0.1:$PC/projects/bench/proxy" 2>&1 | python3 "$here/parse_wrk.py" "memory 200x64k paycred" 0 >>"$results"
+rss2=$(rss)
+
+python3 "$here/report.py" "$results" "$flushes" "$rss0" "$rss1" "$rss2" "$smoke"

@@ -1,0 +1,106 @@
+//! The load bench's target API: a small tokio HTTP/1.1 server on one thread that reads every
+//! request body to its end (Content-Length or chunked) and answers `200 {"ok":true}`, with
+//! keep-alive. Reading the whole body matters: a target that answers early makes proxies
+//! abort uploads, which would show up as errors that are not the proxy's.
+//!
+//! `cargo run --release --example upstream -- 127.0.0.1:18100`
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
+
+/// Reads more bytes into `buf`; `false` at end of stream.
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 64 * 1024];
+    match stream.read(&mut chunk).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+    }
+}
+
+/// Consumes a chunked body from the front of `buf`; `None` when more bytes are needed.
+fn chunked_end(buf: &[u8]) -> Option<usize> {
+    let mut pos = 0;
+    loop {
+        let line_end = buf[pos..].windows(2).position(|w| w == b"\r\n")? + pos;
+        let size_text = std::str::from_utf8(&buf[pos..line_end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        pos = line_end + 2;
+        if size == 0 {
+            return (buf.len() >= pos + 2).then_some(pos + 2);
+        }
+        if buf.len() < pos + size + 2 {
+            return None;
+        }
+        pos += size + 2;
+    }
+}
+
+async fn serve(mut stream: TcpStream) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    loop {
+        let (head_len, content_length, chunked) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let mut cl = 0;
+                    let mut chunked = false;
+                    for h in req.headers.iter() {
+                        if h.name.eq_ignore_ascii_case("content-length") {
+                            cl = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                            chunked = h.value.eq_ignore_ascii_case(b"chunked");
+                        }
+                    }
+                    break (len, cl, chunked);
+                }
+                Ok(httparse::Status::Partial) => {
+                    if !fill(&mut stream, &mut buf).await {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        };
+        buf.drain(..head_len);
+        if chunked {
+            let end = loop {
+                if let Some(end) = chunked_end(&buf) {
+                    break end;
+                }
+                if !fill(&mut stream, &mut buf).await {
+                    return;
+                }
+            };
+            buf.drain(..end);
+        } else {
+            while buf.len() < content_length {
+                if !fill(&mut stream, &mut buf).await {
+                    return;
+                }
+            }
+            buf.drain(..content_length);
+        }
+        if stream.write_all(RESPONSE).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn main() -> std::io::Result<()> {
+    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:18100".into());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(&addr).await?;
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(serve(stream));
+        }
+    })
+}
