@@ -380,6 +380,13 @@ impl Gateway {
                 return Response::json(200, &serde_json::json!({"status": "ok"})).map(Some)
             }
             Resource::Metrics => return Ok(Some(self.metrics())),
+            Resource::OpenApi => {
+                return Ok(Some(Response {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: Some(Bytes::from_static(crate::openapi::DOCUMENT.as_bytes())),
+                }))
+            }
             Resource::Proxy => {
                 let project = route.project.as_deref().unwrap_or_default();
                 ctx.proxy = Some(self.start_proxy(session, project).await?);

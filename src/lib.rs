@@ -21,6 +21,7 @@ pub mod issuer;
 pub mod mandate;
 pub mod metrics;
 pub mod mint;
+pub mod openapi;
 pub mod proxy;
 pub mod ratelimit;
 pub mod secret;

@@ -46,6 +46,8 @@ impl App {
 pub enum Resource {
     Health,
     Metrics,
+    /// `GET /openapi.json`
+    OpenApi,
     PaymentMethods,
     PaymentMethod(String),
     /// `/purchase-intents` (also `/tenants/:t/purchase-intent`, singular).
@@ -75,7 +77,10 @@ impl Route {
     /// Methods the route answers, for 405 and `Allow`.
     pub fn allowed(&self) -> &'static [Method] {
         match self.resource {
-            Resource::Health | Resource::Metrics | Resource::ClientEncryptionKey => &[Method::GET],
+            Resource::Health
+            | Resource::Metrics
+            | Resource::OpenApi
+            | Resource::ClientEncryptionKey => &[Method::GET],
             Resource::Tokens => &[Method::POST],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
@@ -108,6 +113,7 @@ impl Route {
         match self.resource {
             Resource::Health => "health",
             Resource::Metrics => "metrics",
+            Resource::OpenApi => "openapi",
             Resource::PaymentMethods => "payment_methods",
             Resource::PaymentMethod(_) => "payment_method",
             Resource::PurchaseIntents => "purchase_intents",
@@ -143,6 +149,7 @@ pub fn route(path: &str) -> Option<Route> {
     match segments.as_slice() {
         ["health"] => service(Resource::Health),
         ["metrics"] => service(Resource::Metrics),
+        ["openapi.json"] => service(Resource::OpenApi),
         ["projects" | "tenants", project, rest @ ..] if valid_id(project) => {
             let resource = match rest {
                 ["payment-methods"] => Resource::PaymentMethods,
