@@ -79,8 +79,13 @@ impl Histogram {
             "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
             self.count
         );
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+        let braced = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braced} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braced} {}", self.count);
     }
 }
 
