@@ -65,13 +65,9 @@ pub fn event(project: &str, entity: &str, action: &str, resource: String) -> Aud
     }
 }
 
-/// Appends in the background (the answer does not wait for the disk); a failure is logged.
+/// Appends without making the answer wait for the disk (`Store::append_audit_nowait`).
 pub fn append_later(store: Arc<dyn Store>, event: AuditEvent) {
-    tokio::spawn(async move {
-        if let Err(e) = store.append_audit(event).await {
-            tracing::error!(error = %e, "appending to the audit log");
-        }
-    });
+    store.append_audit_nowait(event);
 }
 
 /// `paycred audit`: prints every entry as a JSON line to `out`; with `verify`, proves the

@@ -512,15 +512,15 @@ pub async fn active_credential(
     let Some(credential) = reveal(app, &rec).await? else {
         return Ok(None);
     };
-    app.store
-        .append_audit(audit(
-            app,
-            project,
-            entity,
-            "purchaseIntent.reveal",
-            &rec.id,
-        ))
-        .await?;
+    // The proxy's hot path: the entry is written right behind this request (see
+    // `Store::append_audit_nowait`).
+    app.store.append_audit_nowait(audit(
+        app,
+        project,
+        entity,
+        "purchaseIntent.reveal",
+        &rec.id,
+    ));
     Ok(Some((rec.id, credential)))
 }
 
@@ -541,15 +541,13 @@ pub async fn stored_card_credential(
         return Ok(None);
     };
     let card = card_of(app, &pm)?;
-    app.store
-        .append_audit(audit(
-            app,
-            project,
-            entity,
-            "paymentMethod.reveal",
-            payment_method_id,
-        ))
-        .await?;
+    app.store.append_audit_nowait(audit(
+        app,
+        project,
+        entity,
+        "paymentMethod.reveal",
+        payment_method_id,
+    ));
     Ok(Some(card))
 }
 

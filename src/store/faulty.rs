@@ -187,6 +187,12 @@ impl Store for FaultyStore {
         self.inner.append_audit(audit).await
     }
 
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        if self.write().is_ok() {
+            self.inner.append_audit_nowait(audit);
+        }
+    }
+
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
         self.read()?;
         self.inner.audit_log()

@@ -56,6 +56,17 @@ impl GroupCommit {
         rx.await.map_err(|_| "flusher stopped".to_string())?
     }
 
+    /// [`Self::durable`] for a plain thread (never call it on an async runtime thread).
+    pub fn durable_blocking(&self) -> Result<(), String> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.queue
+            .send(tx)
+            .map_err(|_| "flusher stopped".to_string())?;
+        rx.blocking_recv()
+            .map_err(|_| "flusher stopped".to_string())?
+    }
+
     /// Flushes run so far.
     pub fn flushes(&self) -> u64 {
         self.flushes.load(Ordering::Relaxed)

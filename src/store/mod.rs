@@ -4,6 +4,7 @@
 //! Everything is scoped by (project, entity): a lookup with another scope finds nothing,
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
+pub mod audit_batch;
 pub mod card_tokens;
 pub mod faulty;
 pub mod group_commit;
@@ -297,6 +298,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends to the audit log. Durable when it returns.
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()>;
+
+    /// Appends to the audit log without waiting for the disk: the entry is written in order
+    /// and flushed right behind the caller (the proxy's hot path). A crash may lose the entries
+    /// of the batch being written.
+    fn append_audit_nowait(&self, audit: AuditEvent);
 
     /// The whole audit log, oldest first.
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>>;

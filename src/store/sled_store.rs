@@ -2,6 +2,7 @@
 //! transactions for every write that touches more than one key, and group commit
 //! ([`super::group_commit`]) for durability.
 
+use super::audit_batch::AuditBatcher;
 use super::group_commit::GroupCommit;
 use super::keys;
 use super::{
@@ -14,6 +15,7 @@ use sha2::{Digest, Sha256};
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::Transactional;
 use std::path::Path;
+use std::sync::Arc;
 
 const AUDIT_HEAD: &[u8] = b"audit_head";
 
@@ -35,7 +37,8 @@ pub struct SledStore {
     meta: sled::Tree,
     card_tokens: sled::Tree,
     client_keys: sled::Tree,
-    commit: GroupCommit,
+    commit: Arc<GroupCommit>,
+    audit_writer: AuditBatcher,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -63,9 +66,15 @@ impl SledStore {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
+            // No timer-driven flushes: every write that must be durable waits for a group
+            // commit (`durable`), and a timer would only add background work whose amount
+            // depends on wall time.
+            .flush_every_ms(None)
             .open()
             .map_err(unavailable)?;
         let tree = |name: &str| db.open_tree(name).map_err(unavailable);
+        let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
+        let (audit_tree, meta_tree) = (tree("audit")?, tree("meta")?);
         Ok(Self {
             pm: tree("pm")?,
             idem: tree("idem")?,
@@ -76,11 +85,22 @@ impl SledStore {
             pi_by_pm: tree("pi_by_pm")?,
             pi_pm_n: tree("pi_pm_n")?,
             keyrings: tree("keyrings")?,
-            audit: tree("audit")?,
-            meta: tree("meta")?,
+            audit: audit_tree.clone(),
+            meta: meta_tree.clone(),
             card_tokens: tree("card_tokens")?,
             client_keys: tree("client_keys")?,
-            commit: GroupCommit::start(db.clone()).map_err(unavailable)?,
+            audit_writer: AuditBatcher::start(commit.clone(), move |events: &[AuditEvent]| {
+                (&audit_tree, &meta_tree)
+                    .transaction(|(t_audit, t_meta)| {
+                        for event in events {
+                            append_audit_tx(t_audit, t_meta, event)?;
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e| tx_error(e).to_string())
+            })
+            .map_err(unavailable)?,
+            commit,
             db,
         })
     }
@@ -511,10 +531,14 @@ impl Store for SledStore {
     }
 
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
-        (&self.audit, &self.meta)
-            .transaction(|(t_audit, t_meta)| append_audit_tx(t_audit, t_meta, &audit))
-            .map_err(tx_error)?;
-        self.durable().await
+        self.audit_writer
+            .append(audit)
+            .await
+            .map_err(StoreError::Unavailable)
+    }
+
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        self.audit_writer.append_nowait(audit);
     }
 
     async fn get_idempotent(
