@@ -11,8 +11,11 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::issuer::{Credential, CredentialType};
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
-use jsonpath_rust::JsonPath;
+use jsonpath_rust::parser::model::JpQuery;
+use jsonpath_rust::parser::parse_json_path;
+use jsonpath_rust::query::js_path_process;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use zeroize::Zeroize;
 
 /// One credential as the JSON object templates address with JSONPath:
@@ -56,11 +59,11 @@ impl CredentialValues {
     /// The value the template's JSONPath selects (jsonpath-rust over the credential object),
     /// or why there is none (a message without card data).
     pub fn select(&self, t: &TemplateRef) -> Result<String, String> {
-        let found = self
-            .object
-            .query(&t.path)
+        let query = compiled(&t.path).ok_or_else(|| "the json path does not parse".to_string())?;
+        let found = js_path_process(&query, &self.object)
             .map_err(|_| "the json path does not parse".to_string())?;
-        match found.as_slice() {
+        let values: Vec<&Value> = found.into_iter().map(|r| r.val).collect();
+        match values.as_slice() {
             [Value::String(v)] => Ok(v.clone()),
             [] if t.field == CredentialField::Cvc => {
                 Err("the cvc is no longer retained for this credential".to_string())
@@ -69,6 +72,20 @@ impl CredentialValues {
             _ => Err("the json path must select exactly one field".to_string()),
         }
     }
+}
+
+/// Compiled JSONPath queries by their text, shared by all requests (the parser only lets
+/// through paths that name a credential field, so the set is small; the cache is bounded).
+static COMPILED: once_cell::sync::Lazy<quick_cache::sync::Cache<String, Arc<JpQuery>>> =
+    once_cell::sync::Lazy::new(|| quick_cache::sync::Cache::new(1024));
+
+fn compiled(path: &str) -> Option<Arc<JpQuery>> {
+    if let Some(q) = COMPILED.get(path) {
+        return Some(q);
+    }
+    let q = Arc::new(parse_json_path(path).ok()?);
+    COMPILED.insert(path.to_string(), q.clone());
+    Some(q)
 }
 
 fn zero_strings(v: &mut Value) {

@@ -1,10 +1,10 @@
 //! Template substitution over a request body, chunk by chunk.
 //!
-//! The scanner is synchronous; credential lookups are not. Each chunk is scanned with a
-//! resolver that answers from this request's cache and notes the (payment method, type)
-//! pairs it has not seen; if there were any, the scanner is put back to its state before
-//! the chunk, the missing credentials are fetched, and the chunk is scanned again. So each
-//! chunk is scanned at most twice and each credential fetched once per request.
+//! The scanner is synchronous; credential lookups are `async`. The resolver answers from this
+//! request's cache, and on a miss polls the lookup once: the embedded store answers at once,
+//! so a chunk is normally scanned in one pass. A lookup that would wait is noted instead; the
+//! scanner is then put back to its state before the chunk, the noted credentials are fetched,
+//! and the chunk is scanned again. Each credential is fetched once per request.
 
 use super::credentials::{self, Lookup};
 use crate::api::App;
@@ -12,6 +12,16 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
 use std::collections::{BTreeSet, HashMap};
+
+/// Polls a future once: its output if it is ready without waiting.
+fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
 
 /// Most distinct credentials one request may name.
 pub const MAX_CREDENTIALS_PER_REQUEST: usize = 32;
@@ -47,18 +57,44 @@ impl Substitution {
         for _pass in 0..2 {
             let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8);
             let mut missing: Vec<(String, CredentialKind)> = Vec::new();
-            let cache = &self.cache;
+            let mut failure: Option<ApiError> = None;
+            let Substitution { scanner, cache, .. } = self;
             let mut resolve = |t: &TemplateRef| -> Result<String, ResolveError> {
-                match cache.get(&(t.payment_method.clone(), t.kind)) {
-                    Some(Ok(values)) => values.select(t).map_err(ResolveError::new),
-                    Some(Err(message)) => Err(ResolveError::new(message.clone())),
-                    None => {
-                        missing.push((t.payment_method.clone(), t.kind));
-                        Ok(String::new())
+                let key = (t.payment_method.clone(), t.kind);
+                if !cache.contains_key(&key) {
+                    if cache.len() >= MAX_CREDENTIALS_PER_REQUEST {
+                        let limit = format!(
+                            "a request may name at most {MAX_CREDENTIALS_PER_REQUEST} credentials"
+                        );
+                        cache.insert(key.clone(), Err(limit));
+                    } else {
+                        // The embedded store answers without waiting: fetch right here, in
+                        // the one pass. A backend that has to wait is fetched between passes.
+                        match poll_once(credentials::fetch(app, principal, &key.0, key.1)) {
+                            Some(Ok(lookup)) => {
+                                cache.insert(key.clone(), lookup);
+                            }
+                            Some(Err(e)) => {
+                                failure = Some(e);
+                                return Err(ResolveError::new("internal error"));
+                            }
+                            None => {
+                                missing.push(key);
+                                return Ok(String::new());
+                            }
+                        }
                     }
                 }
+                match cache.get(&key) {
+                    Some(Ok(values)) => values.select(t).map_err(ResolveError::new),
+                    Some(Err(message)) => Err(ResolveError::new(message.clone())),
+                    None => Ok(String::new()),
+                }
             };
-            let result = self.scanner.feed(chunk, &mut out, &mut resolve);
+            let result = scanner.feed(chunk, &mut out, &mut resolve);
+            if let Some(e) = failure {
+                return Err(e);
+            }
             if missing.is_empty() {
                 let n = result.map_err(template_error)?;
                 self.templates += n;
@@ -66,17 +102,11 @@ impl Substitution {
             }
             self.scanner = before.clone();
             for key in missing {
-                if self.cache.contains_key(&key) {
-                    continue;
+                if let std::collections::hash_map::Entry::Vacant(slot) = self.cache.entry(key) {
+                    let (id, kind) = slot.key().clone();
+                    let lookup = credentials::fetch(app, principal, &id, kind).await?;
+                    slot.insert(lookup);
                 }
-                let lookup = if self.cache.len() >= MAX_CREDENTIALS_PER_REQUEST {
-                    Err(format!(
-                        "a request may name at most {MAX_CREDENTIALS_PER_REQUEST} credentials"
-                    ))
-                } else {
-                    credentials::fetch(app, principal, &key.0, key.1).await?
-                };
-                self.cache.insert(key, lookup);
             }
         }
         // The second pass found every credential in the cache.
