@@ -8,7 +8,8 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
 
 /// Reads more bytes into `buf`; `false` at end of stream.
 async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
@@ -52,7 +53,10 @@ async fn serve(mut stream: TcpStream) {
                     let mut chunked = false;
                     for h in req.headers.iter() {
                         if h.name.eq_ignore_ascii_case("content-length") {
-                            cl = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                            cl = std::str::from_utf8(h.value)
+                                .ok()
+                                .and_then(|v| v.trim().parse().ok())
+                                .unwrap_or(0);
                         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                             chunked = h.value.eq_ignore_ascii_case(b"chunked");
                         }
@@ -93,8 +97,12 @@ async fn serve(mut stream: TcpStream) {
 }
 
 fn main() -> std::io::Result<()> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:18100".into());
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:18100".into());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let listener = TcpListener::bind(&addr).await?;
         loop {
