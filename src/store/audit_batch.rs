@@ -4,17 +4,22 @@
 //! shares one transaction and one fsync instead of paying one each.
 //!
 //! [`AuditBatcher::append`] waits for durability; [`AuditBatcher::append_nowait`] (the proxy's
-//! hot path) only queues: the entry is written and flushed right behind the request, which does
-//! not wait for the disk. A crash can lose the entries of the batch being written.
+//! hot path) only queues: the entry is written right behind the request, which does not wait
+//! for the disk, and flushed with the next durable write or at the latest [`FLUSH_EVERY`]
+//! later. A crash can lose the entries of that last window (at most 20 ms).
 
 use super::group_commit::GroupCommit;
 use super::AuditEvent;
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 1024;
+
+/// Longest time an entry of [`AuditBatcher::append_nowait`] stays unflushed.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 
 type Waiter = Option<oneshot::Sender<Result<(), String>>>;
 
@@ -34,17 +39,48 @@ impl AuditBatcher {
         std::thread::Builder::new()
             .name("paycred-audit".into())
             .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(rx.try_iter().take(MAX_BATCH - 1));
-                    let (events, waiters): (Vec<AuditEvent>, Vec<Waiter>) =
-                        batch.into_iter().unzip();
-                    let result = write(&events).and_then(|()| commit.durable_blocking());
-                    if let Err(e) = &result {
-                        tracing::error!(error = %e, lost = events.len(), "audit batch not written");
+                // Written but not yet flushed entries of `append_nowait`, since when.
+                let mut unflushed_since: Option<Instant> = None;
+                loop {
+                    let first = match unflushed_since {
+                        Some(since) => match rx.recv_timeout(FLUSH_EVERY.saturating_sub(since.elapsed())) {
+                            Ok(item) => Some(item),
+                            Err(mpsc::RecvTimeoutError::Timeout) => None,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                                let _ = commit.durable_blocking();
+                                return;
+                            }
+                        },
+                        None => match rx.recv() {
+                            Ok(item) => Some(item),
+                            Err(_) => return,
+                        },
+                    };
+                    if let Some(first) = first {
+                        let mut batch = vec![first];
+                        batch.extend(rx.try_iter().take(MAX_BATCH - 1));
+                        let (events, waiters): (Vec<AuditEvent>, Vec<Waiter>) = batch.into_iter().unzip();
+                        let waiters: Vec<_> = waiters.into_iter().flatten().collect();
+                        let mut result = write(&events);
+                        if result.is_ok() && !waiters.is_empty() {
+                            // Someone waits for durability: flush now (everything written so far).
+                            result = commit.durable_blocking();
+                            unflushed_since = None;
+                        } else if result.is_ok() {
+                            unflushed_since.get_or_insert_with(Instant::now);
+                        }
+                        if let Err(e) = &result {
+                            tracing::error!(error = %e, lost = events.len(), "audit batch not written");
+                        }
+                        for waiter in waiters {
+                            let _ = waiter.send(result.clone());
+                        }
                     }
-                    for waiter in waiters.into_iter().flatten() {
-                        let _ = waiter.send(result.clone());
+                    if unflushed_since.is_some_and(|since| since.elapsed() >= FLUSH_EVERY) {
+                        if let Err(e) = commit.durable_blocking() {
+                            tracing::error!(error = %e, "audit flush failed");
+                        }
+                        unflushed_since = None;
                     }
                 }
             })?;

@@ -300,8 +300,8 @@ pub trait Store: Send + Sync + 'static {
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()>;
 
     /// Appends to the audit log without waiting for the disk: the entry is written in order
-    /// and flushed right behind the caller (the proxy's hot path). A crash may lose the entries
-    /// of the batch being written.
+    /// right behind the caller (the proxy's hot path) and flushed within 20 ms. A crash may
+    /// lose the entries of that window.
     fn append_audit_nowait(&self, audit: AuditEvent);
 
     /// The whole audit log, oldest first.
