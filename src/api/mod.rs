@@ -220,6 +220,35 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
     }
 }
 
+/// A request body that must be a JSON object.
+pub fn json_object(body: &[u8]) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
+    match crate::http::parse_json(body)? {
+        serde_json::Value::Object(obj) => Ok(obj),
+        _ => Err(ApiError::invalid_request("The body must be a JSON object.")),
+    }
+}
+
+/// Checks a body's `entityId` against the token's subject: a different entity is 403; a
+/// missing one is 400 where `required`, else the subject is meant.
+pub fn check_entity(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    principal: &Principal,
+    required: bool,
+) -> ApiResult<()> {
+    use serde_json::Value;
+    match obj.get("entityId") {
+        None | Some(Value::Null) if required => {
+            Err(ApiError::invalid_field("entityId", "required"))
+        }
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(e)) if *e == principal.entity => Ok(()),
+        Some(Value::String(_)) => Err(ApiError::forbidden(
+            "entityId does not match the token's subject.",
+        )),
+        Some(_) => Err(ApiError::invalid_field("entityId", "must be a string")),
+    }
+}
+
 fn hex_val(b: u8) -> Option<u8> {
     (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }

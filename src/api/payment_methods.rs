@@ -10,10 +10,10 @@ use crate::auth::Principal;
 use crate::card::{self, Brand, Funding};
 use crate::clock::iso8601;
 use crate::error::{ApiError, ApiResult};
-use crate::http::{parse_json, Response};
+use crate::http::Response;
 use crate::store::{AuditEvent, Inserted, PaymentMethodRecord, Scope, StoredCard, TokenRecord};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
@@ -160,11 +160,8 @@ pub fn cvc_aad(project: &str, pm_id: &str) -> String {
 
 /// `POST /projects/:projectId/payment-methods`
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
-    let value: Value = parse_json(body)?;
-    let Value::Object(mut obj) = value else {
-        return Err(ApiError::invalid_request("The body must be a JSON object."));
-    };
-    check_entity(&obj, principal)?;
+    let mut obj = super::json_object(body)?;
+    super::check_entity(&obj, principal, true)?;
     let unknown: BTreeMap<String, String> = obj
         .keys()
         .filter(|k| {
@@ -240,17 +237,6 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     match app.store.insert_payment_method(&rec, audit).await? {
         Inserted::Created => Response::json(201, &created_view(app, &rec)),
         Inserted::Existing(existing) => Response::json(200, &created_view(app, &existing)),
-    }
-}
-
-fn check_entity(obj: &Map<String, Value>, principal: &Principal) -> ApiResult<()> {
-    match obj.get("entityId") {
-        None | Some(Value::Null) => Err(ApiError::invalid_field("entityId", "required")),
-        Some(Value::String(e)) if *e == principal.entity => Ok(()),
-        Some(Value::String(_)) => Err(ApiError::forbidden(
-            "entityId does not match the token's subject.",
-        )),
-        Some(_) => Err(ApiError::invalid_field("entityId", "must be a string")),
     }
 }
 

@@ -17,7 +17,7 @@ use super::App;
 use crate::auth::Principal;
 use crate::clock::iso8601;
 use crate::error::{ApiError, ApiResult, ErrorKind};
-use crate::http::{parse_json, Response};
+use crate::http::Response;
 use crate::issuer::{CardFacts, Credential, CredentialType, IssueRequest, Issued, IssuerError};
 use crate::mandate::{parse_mandates, Mandates};
 use crate::store::{
@@ -233,20 +233,8 @@ fn string_field<'a>(
 /// `POST /projects/:projectId/purchase-intents` (also `/tenants/:tenantId/purchase-intent[s]`).
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     principal.require_private()?;
-    let value: Value = parse_json(body)?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::invalid_request("The body must be a JSON object."));
-    };
-    match obj.get("entityId") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(e)) if *e == principal.entity => {}
-        Some(Value::String(_)) => {
-            return Err(ApiError::forbidden(
-                "entityId does not match the token's subject.",
-            ))
-        }
-        Some(_) => return Err(ApiError::invalid_field("entityId", "must be a string")),
-    }
+    let obj = super::json_object(body)?;
+    super::check_entity(&obj, principal, false)?;
     let mut errors: BTreeMap<String, String> = obj
         .keys()
         .filter(|k| {
@@ -394,10 +382,7 @@ pub async fn verify(
     let code = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let value: Value = parse_json(body)?;
-        let Value::Object(obj) = value else {
-            return Err(ApiError::invalid_request("The body must be a JSON object."));
-        };
+        let obj = super::json_object(body)?;
         if let Some(k) = obj.keys().find(|k| k.as_str() != "code") {
             return Err(ApiError::invalid_field(k, "unknown field"));
         }

@@ -17,7 +17,7 @@ use super::purchase_intents::credential_for_matching;
 use super::App;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
-use crate::http::{parse_json, Response};
+use crate::http::Response;
 use crate::issuer::CredentialType;
 use crate::mandate::{Authorization, Currency, DeclineReason, Mcc};
 use crate::store::{IntentStatus, Scope, UseOutcome};
@@ -156,10 +156,7 @@ fn decline(reason: DeclineReason) -> ApiResult<Response> {
 /// `POST /projects/:projectId/sandbox/authorizations`
 pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     principal.require_private()?;
-    let value: Value = parse_json(body)?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::invalid_request("The body must be a JSON object."));
-    };
+    let obj = super::json_object(body)?;
     let req = parse(&obj).map_err(ApiError::invalid_fields)?;
     drop(obj);
     let scope = Scope {

@@ -10,7 +10,7 @@ use crate::auth::Principal;
 use crate::card;
 use crate::clock::iso8601;
 use crate::error::{ApiError, ApiResult};
-use crate::http::{parse_json, Response};
+use crate::http::Response;
 use crate::store::{CardTokenRecord, Scope};
 use serde::Serialize;
 use serde_json::Value;
@@ -43,20 +43,8 @@ struct TokenView {
 
 /// `POST /projects/:projectId/tokens` (public or private role).
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
-    let value: Value = parse_json(body)?;
-    let Value::Object(mut obj) = value else {
-        return Err(ApiError::invalid_request("The body must be a JSON object."));
-    };
-    match obj.get("entityId") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(e)) if *e == principal.entity => {}
-        Some(Value::String(_)) => {
-            return Err(ApiError::forbidden(
-                "entityId does not match the token's subject.",
-            ))
-        }
-        Some(_) => return Err(ApiError::invalid_field("entityId", "must be a string")),
-    }
+    let mut obj = super::json_object(body)?;
+    super::check_entity(&obj, principal, false)?;
     let unknown: BTreeMap<String, String> = obj
         .keys()
         .filter(|k| !matches!(k.as_str(), "entityId" | "card" | "encryptedCard"))
