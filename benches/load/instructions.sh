@@ -22,20 +22,7 @@ UP=$(free_port); PT=$(free_port); PC=$(free_port)
 bin="$root/target/release/paycred"
 "$root/target/release/examples/upstream" "127.0.0.1:$UP" & pids+=($!)
 
-openssl genpkey -algorithm ed25519 -out "$work/key.pem" 2>/dev/null
-openssl pkey -in "$work/key.pem" -pubout -out "$work/pub.pem"
-"$bin" master-key --out "$work/master.key"
-cat >"$work/paycred.yaml" <<YAML
-listen: 127.0.0.1:$PC
-data_dir: $work/data
-master_key_file: $work/master.key
-server: {threads: 1, grace_period: 0s, graceful_shutdown_timeout: 1s}
-projects:
-  - id: bench
-    jwt: {keys: [{kid: k1, public_key_file: $work/pub.pem}], max_lifetime: 1h}
-    pan: enabled
-    proxy: {allowed_hosts: [127.0.0.1], allow_http: true, allow_private_networks: true}
-YAML
+. "$here/setup-paycred.sh"
 echo "requests: $n (1 KiB body with 4 templates; the pass-through forwards the same bytes)"
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
   --paycred-port "$PC" --passthrough "$root/target/release/examples/passthrough" --passthrough-port "$PT" \

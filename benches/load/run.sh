@@ -65,20 +65,7 @@ NGX_PID=$(cat "$work/nginx-px/nginx.pid")
 sleep 0.2; NGX_WORKER=$(pgrep -P "$NGX_PID" | head -1)
 
 # paycred: one project allowing the local upstream over http.
-openssl genpkey -algorithm ed25519 -out "$work/key.pem" 2>/dev/null
-openssl pkey -in "$work/key.pem" -pubout -out "$work/pub.pem"
-"$bin" master-key --out "$work/master.key"
-cat >"$work/paycred.yaml" <<YAML
-listen: 127.0.0.1:$PC
-data_dir: $work/data
-master_key_file: $work/master.key
-server: {threads: 1, grace_period: 0s, graceful_shutdown_timeout: 1s}
-projects:
-  - id: bench
-    jwt: {keys: [{kid: k1, public_key_file: $work/pub.pem}], max_lifetime: 1h}
-    pan: enabled
-    proxy: {allowed_hosts: [127.0.0.1], allow_http: true, allow_private_networks: true}
-YAML
+. "$here/setup-paycred.sh"
 RUST_LOG=warn taskset -c 0 "$bin" serve -c "$work/paycred.yaml" >"$work/paycred.log" 2>&1 &
 pids+=($!); PC_PID=$!
 RUST_LOG=error taskset -c 0 "$pt_bin" "127.0.0.1:$PT" "127.0.0.1:$UP" 1 >"$work/pt.log" 2>&1 &
