@@ -8,6 +8,7 @@ for flag in ["work", "paycred", "config", "passthrough", "key", "bodies"]:
     a.add_argument("--" + flag, required=True)
 for flag in ["requests", "paycred-port", "passthrough-port", "upstream-port"]:
     a.add_argument("--" + flag, type=int, required=True)
+a.add_argument("--profile", help="instead, write a callgrind profile of paycred for this many requests here")
 args = a.parse_args()
 WARM = 100
 
@@ -80,7 +81,7 @@ def run(name, port, cmd, wrapper, count, tok):
 
 def cachegrind(name, port, cmd, count, tok):
     out = os.path.join(args.work, f"cg.{name}.{count}")
-    run(name, port, cmd, ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"], count, tok)
+    run(name, port, cmd, ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--fair-sched=yes", f"--cachegrind-out-file={out}"], count, tok)
     text = open(out).read()
     return int(re.search(r"^summary:\s+(\d+)", text, re.M).group(1))
 
@@ -98,6 +99,13 @@ targets = {
     "pingora pass-through": (args.passthrough_port, [args.passthrough, f"127.0.0.1:{args.passthrough_port}",
                                                      f"127.0.0.1:{args.upstream_port}", "1"]),
 }
+if args.profile:
+    for name, (port, cmd) in targets.items():
+        key = "paycred" if name == "paycred" else "pt"
+        out = os.path.join(args.work, f"callgrind.{key}")
+        run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}"],
+            args.requests, tok)
+    raise SystemExit(0)
 n = args.requests
 rows = []
 for name, (port, cmd) in targets.items():

@@ -5,6 +5,8 @@
 # Instruction counts do not depend on what else the machine is doing.
 #
 #   benches/load/instructions.sh [REQUESTS]     (default 2000)
+#   PROFILE=DIR benches/load/instructions.sh N  (instead: callgrind profiles of both programs
+#                                                serving N requests, written to DIR)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
@@ -14,7 +16,7 @@ for tool in valgrind strace curl jq openssl python3; do
 done
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] && cp "$work"/cg.* "$KEEP"/ 2>/dev/null; rm -rf "$work"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -z "${KEEP:-}" ] || cp "$work"/cg.* "$work"/st.* "$KEEP"/ 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); PT=$(free_port); PC=$(free_port)
@@ -26,4 +28,5 @@ bin="$root/target/release/paycred"
 echo "requests: $n (1 KiB body with 4 templates; the pass-through forwards the same bytes)"
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
   --paycred-port "$PC" --passthrough "$root/target/release/examples/passthrough" --passthrough-port "$PT" \
-  --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py"
+  --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" ${PROFILE:+--profile yes}
+[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && cp "$work"/callgrind.* "$PROFILE/" && echo "profiles: $PROFILE/callgrind.{paycred,pt}"
