@@ -2,8 +2,11 @@
 //! written by the store in the same transaction as the change it records).
 //!
 //! Actions: `paymentMethod.create`, `paymentMethod.delete`, `purchaseIntent.create`,
-//! `purchaseIntent.verify`, `purchaseIntent.reveal`, `paymentMethod.reveal` (each credential
-//! reveal), `proxy.use` (resource `host=<target host> status=<status> templates=<n>`) and
+//! `purchaseIntent.verify`, `purchaseIntent.reveal` (a credential answered by the REST API),
+//! `proxy.use` (one per proxied request, resource `host=<target host> status=<status>
+//! templates=<n>[ revealed=<id>,…]`: the payment methods whose stored card and the purchase
+//! intents whose credential the request's templates revealed; written when the request ends,
+//! whatever its outcome) and
 //! `auth.failure` (resource `route=<route shape> status=<401|403>`; entity empty, since an
 //! unverified token names nobody). Entries carry ids, hosts and outcomes, never a secret.
 //!

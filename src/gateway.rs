@@ -63,7 +63,8 @@ pub struct RequestCtx {
     started: Instant,
     route: &'static str,
     status: u16,
-    proxy: Option<ProxyCtx>,
+    /// Boxed: pingora moves the request's future around, and this is most of its size.
+    proxy: Option<Box<ProxyCtx>>,
     /// The prepared body was handed to pingora already.
     prepared_sent: bool,
     /// When the request to the target was about to be sent (target latency).
@@ -311,10 +312,16 @@ impl ProxyHttp for Gateway {
                 _e.is_some(),
                 p.substitution.templates,
             );
-            let resource = format!(
+            // One entry per request, including every credential it revealed.
+            let mut resource = format!(
                 "host={} status={} templates={}",
                 p.target.url.host, ctx.status, p.substitution.templates
             );
+            let revealed = p.substitution.revealed();
+            if !revealed.is_empty() {
+                resource.push_str(" revealed=");
+                resource.push_str(&revealed.into_iter().collect::<Vec<_>>().join(","));
+            }
             let event = crate::audit::event(
                 &p.principal.project,
                 &p.principal.entity,
@@ -389,7 +396,7 @@ impl Gateway {
             }
             Resource::Proxy => {
                 let project = route.project.as_deref().unwrap_or_default();
-                ctx.proxy = Some(self.start_proxy(session, project).await?);
+                ctx.proxy = Some(Box::new(self.start_proxy(session, project).await?));
                 return Ok(None);
             }
             _ => {}

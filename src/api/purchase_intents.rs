@@ -477,7 +477,8 @@ fn verify_answer(status: &str, next: Option<Value>) -> ApiResult<Response> {
 }
 
 /// For the proxy: the newest `active`, unexpired intent of `kind` for the payment method, and
-/// its credential. Appends a reveal audit event. `Ok(None)` when there is none.
+/// its credential. `Ok(None)` when there is none. The proxy audits the reveal: its
+/// `proxy.use` entry lists the intent.
 /// (`pan` templates read the stored card: see [`stored_card_credential`].)
 pub async fn active_credential(
     app: &App,
@@ -497,20 +498,12 @@ pub async fn active_credential(
     let Some(credential) = reveal(app, &rec).await? else {
         return Ok(None);
     };
-    // The proxy's hot path: the entry is written right behind this request (see
-    // `Store::append_audit_nowait`).
-    app.store.append_audit_nowait(audit(
-        app,
-        project,
-        entity,
-        "purchaseIntent.reveal",
-        &rec.id,
-    ));
     Ok(Some((rec.id, credential)))
 }
 
 /// For the proxy's `pan` templates: the stored card of the payment method (cvc only while it
-/// is retained), when the project has `pan: enabled`. Appends a reveal audit event.
+/// is retained), when the project has `pan: enabled`. The proxy audits the reveal: its
+/// `proxy.use` entry lists the payment method.
 /// `Ok(None)` when the payment method does not exist in this scope or pan is disabled.
 pub async fn stored_card_credential(
     app: &App,
@@ -525,15 +518,7 @@ pub async fn stored_card_credential(
     let Some(pm) = app.store.get_payment_method(sc, payment_method_id).await? else {
         return Ok(None);
     };
-    let card = card_of(app, &pm)?;
-    app.store.append_audit_nowait(audit(
-        app,
-        project,
-        entity,
-        "paymentMethod.reveal",
-        payment_method_id,
-    ));
-    Ok(Some(card))
+    card_of(app, &pm).map(Some)
 }
 
 /// For the proxy: counts one use of the intent whose credential a forwarded request carried.

@@ -11,95 +11,123 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::issuer::{Credential, CredentialType};
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
-use jsonpath_rust::parser::model::JpQuery;
 use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
-use serde_json::{Map, Value};
-use std::sync::Arc;
+use serde_json::{json, Map, Value};
 use zeroize::Zeroize;
 
-/// One credential as the JSON object templates address with JSONPath:
+/// One credential, as templates address it with JSONPath over the object
 /// `{number, expirationMonth, expirationYear, cvc?, cryptogram?, card: {…}, token: {…}}`
-/// (`token` only for network tokens). Every string in it is zeroed on drop.
+/// (`token` only for network tokens). Its strings are zeroed on drop.
 pub struct CredentialValues {
-    object: Value,
+    credential: Credential,
+    /// What was revealed, for the request's audit entry: the purchase intent the credential
+    /// came from, or for `pan` the payment method.
+    pub revealed: String,
     /// The purchase intent it came from (`None` for `pan`): counted as one use per request.
     pub intent_id: Option<String>,
 }
 
 impl CredentialValues {
-    fn new(c: &Credential, kind: CredentialKind, intent_id: Option<String>) -> Self {
-        let mut flat = Map::new();
-        flat.insert("number".into(), Value::String(c.number.clone()));
-        flat.insert(
-            "expirationMonth".into(),
-            Value::String(c.expiration_month.clone()),
-        );
-        flat.insert(
-            "expirationYear".into(),
-            Value::String(c.expiration_year.clone()),
-        );
-        if let Some(cvc) = &c.cvc {
-            flat.insert("cvc".into(), Value::String(cvc.clone()));
-        }
-        if let Some(cryptogram) = &c.cryptogram {
-            flat.insert("cryptogram".into(), Value::String(cryptogram.clone()));
-        }
-        let mut object = flat.clone();
-        object.insert("card".into(), Value::Object(flat.clone()));
-        if kind == CredentialKind::NetworkToken {
-            object.insert("token".into(), Value::Object(flat));
-        }
+    fn new(credential: Credential, revealed: String, intent_id: Option<String>) -> Self {
         Self {
-            object: Value::Object(object),
+            credential,
+            revealed,
             intent_id,
         }
     }
 
-    /// The value the template's JSONPath selects (jsonpath-rust over the credential object),
-    /// or why there is none (a message without card data).
+    /// The value the template's JSONPath selects, or why there is none (a message without
+    /// card data).
     pub fn select(&self, t: &TemplateRef) -> Result<String, String> {
-        let query = compiled(&t.path).ok_or_else(|| "the json path does not parse".to_string())?;
-        let found = js_path_process(&query, &self.object)
-            .map_err(|_| "the json path does not parse".to_string())?;
-        let values: Vec<&Value> = found.into_iter().map(|r| r.val).collect();
-        match values.as_slice() {
-            [Value::String(v)] => Ok(v.clone()),
-            [] if t.field == CredentialField::Cvc => {
+        let field = selected_field(t.kind, &t.path)?;
+        let c = &self.credential;
+        let value = match field {
+            CredentialField::Number => Some(&c.number),
+            CredentialField::ExpirationMonth => Some(&c.expiration_month),
+            CredentialField::ExpirationYear => Some(&c.expiration_year),
+            CredentialField::Cvc => c.cvc.as_ref(),
+            CredentialField::Cryptogram => c.cryptogram.as_ref(),
+        };
+        match value {
+            Some(v) => Ok(v.clone()),
+            None if field == CredentialField::Cvc => {
                 Err("the cvc is no longer retained for this credential".to_string())
             }
-            [] => Err(format!("this credential has no {}", t.field.as_str())),
-            _ => Err("the json path must select exactly one field".to_string()),
+            None => Err(format!("this credential has no {}", field.as_str())),
         }
     }
 }
 
-/// Compiled JSONPath queries by their text, shared by all requests (the parser only lets
-/// through paths that name a credential field, so the set is small; the cache is bounded).
-static COMPILED: once_cell::sync::Lazy<quick_cache::sync::Cache<String, Arc<JpQuery>>> =
-    once_cell::sync::Lazy::new(|| quick_cache::sync::Cache::new(1024));
-
-fn compiled(path: &str) -> Option<Arc<JpQuery>> {
-    if let Some(q) = COMPILED.get(path) {
-        return Some(q);
+/// Which field a JSONPath selects depends on the path and the credential type only, never on
+/// the values. So jsonpath-rust evaluates each (type, path) once, over a credential object of
+/// that type whose values are their own field names, and the answer is cached: a request then
+/// reads the field straight from its credential instead of building a JSON object and
+/// running the query for every template.
+fn selected_field(kind: CredentialKind, path: &str) -> Result<CredentialField, String> {
+    let key = (kind, path.to_string());
+    if let Some(found) = SELECTED.get(&key) {
+        return found;
     }
-    let q = Arc::new(parse_json_path(path).ok()?);
-    COMPILED.insert(path.to_string(), q.clone());
-    Some(q)
+    let found = evaluate(kind, path);
+    SELECTED.insert(key, found.clone());
+    found
 }
 
-fn zero_strings(v: &mut Value) {
-    match v {
-        Value::String(s) => s.zeroize(),
-        Value::Array(items) => items.iter_mut().for_each(zero_strings),
-        Value::Object(map) => map.values_mut().for_each(zero_strings),
-        _ => {}
+/// Selections by (type, path), shared by all requests (the parser only lets through paths that
+/// name a credential field, so the set is small; the cache is bounded anyway).
+type Selection = Result<CredentialField, String>;
+static SELECTED: once_cell::sync::Lazy<
+    quick_cache::sync::Cache<(CredentialKind, String), Selection>,
+> = once_cell::sync::Lazy::new(|| quick_cache::sync::Cache::new(1024));
+
+fn evaluate(kind: CredentialKind, path: &str) -> Selection {
+    let query = parse_json_path(path).map_err(|_| "the json path does not parse".to_string())?;
+    let shape = shape(kind);
+    let found =
+        js_path_process(&query, &shape).map_err(|_| "the json path does not parse".to_string())?;
+    let values: Vec<&Value> = found.into_iter().map(|r| r.val).collect();
+    match values.as_slice() {
+        [Value::String(name)] => FIELDS
+            .iter()
+            .copied()
+            .find(|f| f.as_str() == name)
+            .ok_or_else(|| "the json path must select a credential field".to_string()),
+        [] => Err("the json path selects nothing in this credential".to_string()),
+        _ => Err("the json path must select exactly one field".to_string()),
     }
+}
+
+const FIELDS: [CredentialField; 5] = [
+    CredentialField::Number,
+    CredentialField::ExpirationMonth,
+    CredentialField::ExpirationYear,
+    CredentialField::Cvc,
+    CredentialField::Cryptogram,
+];
+
+/// The credential object of `kind` with every field present and named by its value.
+fn shape(kind: CredentialKind) -> Value {
+    let flat: Map<String, Value> = FIELDS
+        .iter()
+        .map(|f| (f.as_str().to_string(), json!(f.as_str())))
+        .collect();
+    let mut object = flat.clone();
+    object.insert("card".into(), Value::Object(flat.clone()));
+    if kind == CredentialKind::NetworkToken {
+        object.insert("token".into(), Value::Object(flat));
+    }
+    Value::Object(object)
 }
 
 impl Drop for CredentialValues {
     fn drop(&mut self) {
-        zero_strings(&mut self.object);
+        let c = &mut self.credential;
+        c.number.zeroize();
+        c.expiration_month.zeroize();
+        c.expiration_year.zeroize();
+        c.cvc.zeroize();
+        c.cryptogram.zeroize();
     }
 }
 
@@ -130,7 +158,9 @@ pub async fn fetch(
             )
             .await?;
             Ok(match found {
-                Some((intent_id, c)) => Ok(CredentialValues::new(&c, kind, Some(intent_id))),
+                Some((intent_id, c)) => {
+                    Ok(CredentialValues::new(c, intent_id.clone(), Some(intent_id)))
+                }
                 None => Err(format!(
                     "no active {} purchase intent for this payment method",
                     ty.as_str()
@@ -162,7 +192,7 @@ async fn stored_card(
     )
     .await?;
     Ok(match found {
-        Some(c) => Ok(CredentialValues::new(&c, CredentialKind::Pan, None)),
+        Some(c) => Ok(CredentialValues::new(c, payment_method.to_string(), None)),
         None => Err("unknown payment method".into()),
     })
 }

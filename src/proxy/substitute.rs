@@ -11,7 +11,7 @@ use crate::api::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 /// Polls a future once: its output if it is ready without waiting.
 fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
@@ -26,11 +26,40 @@ fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
 /// Most distinct credentials one request may name.
 pub const MAX_CREDENTIALS_PER_REQUEST: usize = 32;
 
+/// The credentials one request fetched: a short list (at most
+/// [`MAX_CREDENTIALS_PER_REQUEST`]) searched in order, cheaper than hashing every template's
+/// key.
+#[derive(Default)]
+struct Cache(Vec<(CredentialKey, Lookup)>);
+
+type CredentialKey = (String, CredentialKind);
+
+impl Cache {
+    fn get(&self, id: &str, kind: CredentialKind) -> Option<&Lookup> {
+        self.0
+            .iter()
+            .find(|((i, k), _)| *k == kind && i == id)
+            .map(|(_, lookup)| lookup)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn insert(&mut self, key: CredentialKey, lookup: Lookup) {
+        self.0.push((key, lookup));
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Lookup> {
+        self.0.iter().map(|(_, lookup)| lookup)
+    }
+}
+
 /// The substitution state of one request.
 #[derive(Default)]
 pub struct Substitution {
     scanner: Scanner,
-    cache: HashMap<(String, CredentialKind), Lookup>,
+    cache: Cache,
     /// Templates substituted so far.
     pub templates: usize,
 }
@@ -56,36 +85,37 @@ impl Substitution {
         let before = self.scanner.clone();
         for _pass in 0..2 {
             let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8);
-            let mut missing: Vec<(String, CredentialKind)> = Vec::new();
+            let mut missing: Vec<CredentialKey> = Vec::new();
             let mut failure: Option<ApiError> = None;
             let Substitution { scanner, cache, .. } = self;
             let mut resolve = |t: &TemplateRef| -> Result<String, ResolveError> {
-                let key = (t.payment_method.clone(), t.kind);
-                if !cache.contains_key(&key) {
+                let (id, kind) = (t.payment_method.as_str(), t.kind);
+                if cache.get(id, kind).is_none() {
+                    if missing.iter().any(|(i, k)| *k == kind && i == id) {
+                        return Ok(String::new());
+                    }
                     if cache.len() >= MAX_CREDENTIALS_PER_REQUEST {
                         let limit = format!(
                             "a request may name at most {MAX_CREDENTIALS_PER_REQUEST} credentials"
                         );
-                        cache.insert(key.clone(), Err(limit));
+                        cache.insert((id.to_string(), kind), Err(limit));
                     } else {
                         // The embedded store answers without waiting: fetch right here, in
                         // the one pass. A backend that has to wait is fetched between passes.
-                        match poll_once(credentials::fetch(app, principal, &key.0, key.1)) {
-                            Some(Ok(lookup)) => {
-                                cache.insert(key.clone(), lookup);
-                            }
+                        match poll_once(credentials::fetch(app, principal, id, kind)) {
+                            Some(Ok(lookup)) => cache.insert((id.to_string(), kind), lookup),
                             Some(Err(e)) => {
                                 failure = Some(e);
                                 return Err(ResolveError::new("internal error"));
                             }
                             None => {
-                                missing.push(key);
+                                missing.push((id.to_string(), kind));
                                 return Ok(String::new());
                             }
                         }
                     }
                 }
-                match cache.get(&key) {
+                match cache.get(id, kind) {
                     Some(Ok(values)) => values.select(t).map_err(ResolveError::new),
                     Some(Err(message)) => Err(ResolveError::new(message.clone())),
                     None => Ok(String::new()),
@@ -101,12 +131,9 @@ impl Substitution {
                 return Ok(out);
             }
             self.scanner = before.clone();
-            for key in missing {
-                if let std::collections::hash_map::Entry::Vacant(slot) = self.cache.entry(key) {
-                    let (id, kind) = slot.key().clone();
-                    let lookup = credentials::fetch(app, principal, &id, kind).await?;
-                    slot.insert(lookup);
-                }
+            for (id, kind) in missing {
+                let lookup = credentials::fetch(app, principal, &id, kind).await?;
+                self.cache.insert((id, kind), lookup);
             }
         }
         // The second pass found every credential in the cache.
@@ -118,6 +145,15 @@ impl Substitution {
         let mut out = Vec::new();
         self.scanner.finish(&mut out).map_err(template_error)?;
         Ok(out)
+    }
+
+    /// What this request revealed (payment methods for `pan`, purchase intents otherwise),
+    /// sorted, for its audit entry.
+    pub fn revealed(&self) -> BTreeSet<&str> {
+        self.cache
+            .values()
+            .filter_map(|l| l.as_ref().ok().map(|v| v.revealed.as_str()))
+            .collect()
     }
 
     /// The purchase intents whose credentials this request used.

@@ -12,7 +12,7 @@
 //! | `pi_by_pm` | scope, pm id, `\0`, u64::MAX - created_micros (BE), id | empty |
 //! | `pi_pm_n`  | scope, pm id                                | intents ever created for the pm (u64 BE) |
 //! | `keyrings` | project                                     | wrapped keyring  |
-//! | `audit`    | seq (BE)                                    | entry (JSON)     |
+//! | `audit`    | seq (BE) of the value's first entry         | 1–64 entries, one JSON a line |
 //! | `meta`     | `audit_head`                                | last entry       |
 
 use super::Scope;

@@ -91,12 +91,7 @@ impl SledStore {
             client_keys: tree("client_keys")?,
             audit_writer: AuditBatcher::start(commit.clone(), move |events: &[AuditEvent]| {
                 (&audit_tree, &meta_tree)
-                    .transaction(|(t_audit, t_meta)| {
-                        for event in events {
-                            append_audit_tx(t_audit, t_meta, event)?;
-                        }
-                        Ok(())
-                    })
+                    .transaction(|(t_audit, t_meta)| append_audit_tx(t_audit, t_meta, events))
                     .map_err(|e| tx_error(e).to_string())
             })
             .map_err(unavailable)?,
@@ -175,42 +170,74 @@ fn read_count(v: Option<sled::IVec>) -> u64 {
 /// Why a delete transaction must be run again.
 const RETRY_DELETE: &str = "intent index changed during delete";
 
-/// Appends `event` to the hash-chained audit log inside a transaction.
+/// Most entries stored under one key of the `audit` tree: a batch of proxy entries shares a
+/// few sled values instead of paying an insert each, and no value grows large.
+const ENTRIES_PER_VALUE: usize = 64;
+
+/// Appends `events`, in order, to the hash-chained audit log inside a transaction: the chain
+/// head is read once and written once, and the entries go into the `audit` tree as values of
+/// up to [`ENTRIES_PER_VALUE`] entry lines each, keyed by the seq of their first entry.
 fn append_audit_tx(
     audit: &TransactionalTree,
     meta: &TransactionalTree,
-    event: &AuditEvent,
+    events: &[AuditEvent],
 ) -> Result<(), ConflictableTransactionError<StoreError>> {
-    let (seq, prev_hash) = match meta.get(AUDIT_HEAD)? {
+    let (mut seq, mut prev_hash) = match meta.get(AUDIT_HEAD)? {
         Some(head) => {
             let head: AuditEntry = serde_json::from_slice(&head).map_err(|e| abort(corrupt(e)))?;
-            (head.seq + 1, head.hash)
+            (head.seq, head.hash)
         }
-        None => (1, String::new()),
+        None => (0, String::new()),
     };
-    let event_json = serde_json::to_vec(event).map_err(|e| abort(corrupt(e)))?;
+    let mut last = Vec::new();
+    for group in events.chunks(ENTRIES_PER_VALUE) {
+        let first_seq = seq + 1;
+        let mut value = Vec::with_capacity(group.len() * 320);
+        for event in group {
+            seq += 1;
+            let event_json = serde_json::to_vec(event).map_err(|e| abort(corrupt(e)))?;
+            let hash = chain_hash(&prev_hash, &event_json);
+            last = entry_json(seq, &event_json, &prev_hash, &hash);
+            if !value.is_empty() {
+                value.push(b'\n');
+            }
+            value.extend_from_slice(&last);
+            prev_hash = hash;
+        }
+        audit.insert(&first_seq.to_be_bytes(), value)?;
+    }
+    if !last.is_empty() {
+        meta.insert(AUDIT_HEAD, last)?;
+    }
+    Ok(())
+}
+
+fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(prev_hash.as_bytes());
-    h.update(&event_json);
-    let entry = AuditEntry {
-        seq,
-        event: event.clone(),
-        prev_hash,
-        hash: hex::encode(h.finalize()),
-    };
-    let bytes = serde_json::to_vec(&entry).map_err(|e| abort(corrupt(e)))?;
-    audit.insert(&seq.to_be_bytes(), bytes.as_slice())?;
-    meta.insert(AUDIT_HEAD, bytes)?;
-    Ok(())
+    h.update(event_json);
+    hex::encode(h.finalize())
+}
+
+/// The stored JSON of an [`AuditEntry`], built around the event's JSON (already serialized for
+/// the hash) instead of serializing the event a second time. Byte for byte what serde writes
+/// (`tests::entry_json_is_what_serde_writes`); the hashes are hex, so nothing needs escaping.
+fn entry_json(seq: u64, event_json: &[u8], prev_hash: &str, hash: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(event_json.len() + prev_hash.len() + hash.len() + 64);
+    out.extend_from_slice(format!("{{\"seq\":{seq},\"event\":").as_bytes());
+    out.extend_from_slice(event_json);
+    out.extend_from_slice(b",\"prev_hash\":\"");
+    out.extend_from_slice(prev_hash.as_bytes());
+    out.extend_from_slice(b"\",\"hash\":\"");
+    out.extend_from_slice(hash.as_bytes());
+    out.extend_from_slice(b"\"}");
+    out
 }
 
 /// The hash an audit entry must carry.
 pub fn audit_hash(prev_hash: &str, event: &AuditEvent) -> Option<String> {
     let event_json = serde_json::to_vec(event).ok()?;
-    let mut h = Sha256::new();
-    h.update(prev_hash.as_bytes());
-    h.update(&event_json);
-    Some(hex::encode(h.finalize()))
+    Some(chain_hash(prev_hash, &event_json))
 }
 
 #[async_trait]
@@ -248,7 +275,7 @@ impl Store for SledStore {
                 t_pm.insert(pm_key.as_slice(), value.as_slice())?;
                 t_time.insert(time_key.as_slice(), &[] as &[u8])?;
                 t_fp.insert(fp_key.as_slice(), pm.id.as_bytes())?;
-                append_audit_tx(t_audit, t_meta, &audit)?;
+                append_audit_tx(t_audit, t_meta, std::slice::from_ref(&audit))?;
                 Ok(Inserted::Created)
             })
             .map_err(tx_error)?;
@@ -342,7 +369,7 @@ impl Store for SledStore {
                         let rec = Self::decode_pm(&bytes).map_err(abort)?;
                         t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
                         t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
-                        append_audit_tx(t_audit, t_meta, &audit)?;
+                        append_audit_tx(t_audit, t_meta, std::slice::from_ref(&audit))?;
                         Ok(true)
                     },
                 );
@@ -392,7 +419,7 @@ impl Store for SledStore {
                 t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
                 t_pi.insert(pi_key.as_slice(), value.as_slice())?;
                 t_index.insert(index_key.as_slice(), &[] as &[u8])?;
-                append_audit_tx(t_audit, t_meta, &audit)?;
+                append_audit_tx(t_audit, t_meta, std::slice::from_ref(&audit))?;
                 Ok(true)
             })
             .map_err(tx_error)?;
@@ -456,7 +483,7 @@ impl Store for SledStore {
                         rec.status = IntentStatus::Active;
                         t_verified
                             .insert(keys::pm_ref(scope, &rec.payment_method_id), &[] as &[u8])?;
-                        append_audit_tx(t_audit, t_meta, &audit)?;
+                        append_audit_tx(t_audit, t_meta, std::slice::from_ref(&audit))?;
                     }
                     VerificationAttempt::Failed => {
                         rec.failed_verifications = rec.failed_verifications.saturating_add(1);
@@ -565,14 +592,15 @@ impl Store for SledStore {
     }
 
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
-        self.audit
-            .iter()
-            .values()
-            .map(|v| {
-                let v = v.map_err(unavailable)?;
-                serde_json::from_slice(&v).map_err(corrupt)
-            })
-            .collect()
+        let mut entries = Vec::new();
+        for value in self.audit.iter().values() {
+            let value = value.map_err(unavailable)?;
+            // One or more entries, one JSON a line (JSON strings escape newlines).
+            for line in value.split(|&b| b == b'\n') {
+                entries.push(serde_json::from_slice(line).map_err(corrupt)?);
+            }
+        }
+        Ok(entries)
     }
 
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
@@ -648,5 +676,67 @@ impl Store for SledStore {
 impl Drop for SledStore {
     fn drop(&mut self) {
         let _ = self.db.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_large_batch_is_stored_in_values_of_up_to_64_entries_and_reads_back_as_a_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let event = |i: usize| AuditEvent {
+            at_micros: i as i64,
+            action: "proxy.use".into(),
+            project: "p".into(),
+            entity: "e".into(),
+            resource: format!("n={i}"),
+        };
+        let write = |events: &[AuditEvent]| {
+            (&store.audit, &store.meta)
+                .transaction(|(a, m)| append_audit_tx(a, m, events))
+                .unwrap()
+        };
+        write(&[event(0)]);
+        write(&(1..151).map(event).collect::<Vec<_>>());
+        write(&[event(151)]);
+        let keys: Vec<u64> = store
+            .audit
+            .iter()
+            .keys()
+            .map(|k| u64::from_be_bytes(k.unwrap().as_ref().try_into().unwrap()))
+            .collect();
+        assert_eq!(keys, [1, 2, 66, 130, 152]);
+        let log = store.audit_log().unwrap();
+        assert_eq!(log.len(), 152);
+        assert_eq!(crate::audit::verify(&log), Ok(152));
+        assert_eq!(log[151].event.resource, "n=151");
+    }
+
+    #[test]
+    fn entry_json_is_what_serde_writes() {
+        let event = AuditEvent {
+            at_micros: 1_700_000_000_000_000,
+            action: "proxy.use".into(),
+            project: "p\"1".into(),
+            entity: "user_\\1".into(),
+            resource: "host=example.com status=200 templates=4".into(),
+        };
+        let event_json = serde_json::to_vec(&event).unwrap();
+        let prev = chain_hash("", b"{}");
+        let hash = chain_hash(&prev, &event_json);
+        let entry = AuditEntry {
+            seq: 42,
+            event,
+            prev_hash: prev.clone(),
+            hash: hash.clone(),
+        };
+        assert_eq!(
+            entry_json(42, &event_json, &prev, &hash),
+            serde_json::to_vec(&entry).unwrap()
+        );
     }
 }
