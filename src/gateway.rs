@@ -99,6 +99,10 @@ fn carried(e: &Error) -> Option<&ApiError> {
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
+    /// No downstream modules: the target's response passes through unchanged, so pingora's
+    /// default (a disabled compression module) would only cost a context per request.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             started: Instant::now(),
@@ -156,30 +160,27 @@ impl ProxyHttp for Gateway {
                 ))
             })?;
         upstream.set_uri(uri);
-        upstream.insert_header("Host", proxy::host_header(&p.target))?;
-        let svc: Vec<http::HeaderName> = upstream
+        upstream.insert_header(http::header::HOST, proxy::host_header(&p.target))?;
+        let dropped: Vec<http::HeaderName> = upstream
             .headers
             .keys()
-            .filter(|n| n.as_str().starts_with("svc-"))
+            .filter(|n| proxy::is_dropped_header(n))
             .cloned()
             .collect();
-        for name in svc {
+        for name in dropped {
             upstream.remove_header(&name);
         }
-        for name in proxy::DROPPED_HEADERS {
-            upstream.remove_header(*name);
-        }
         if p.drop_authorization {
-            upstream.remove_header("authorization");
+            upstream.remove_header(&http::header::AUTHORIZATION);
         }
         match (&p.prepared, p.substitute) {
             (Some(body), _) => {
-                upstream.remove_header("transfer-encoding");
-                upstream.insert_header("Content-Length", body.len().to_string())?;
+                upstream.remove_header(&http::header::TRANSFER_ENCODING);
+                upstream.insert_header(http::header::CONTENT_LENGTH, body.len())?;
             }
             (None, true) => {
                 // Streaming substitution changes the length: pingora sends it chunked.
-                upstream.remove_header("content-length");
+                upstream.remove_header(&http::header::CONTENT_LENGTH);
                 // A retry replays the body through the filter: start over.
                 p.substitution.reset();
             }

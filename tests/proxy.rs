@@ -109,6 +109,34 @@ fn four_templates_in_a_small_body_are_substituted() {
 }
 
 #[test]
+fn a_deleted_payment_method_stops_resolving_at_once() {
+    let (server, up, t, pm) = setup();
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    // Used (and so cached by the store) before the delete.
+    for _ in 0..3 {
+        assert_eq!(
+            post(&server, &t, &up.url("/c"), body.as_bytes(), &[]).status,
+            201
+        );
+    }
+    let del = server.call(
+        "DELETE",
+        &format!("/projects/{PROJECT}/payment-methods/{pm}"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(del.status, 204);
+    let r = post(&server, &t, &up.url("/c"), body.as_bytes(), &[]);
+    r.assert_error(400, "invalidTemplate");
+    assert!(r.text.contains("unknown payment method"), "{}", r.text);
+    assert_eq!(
+        up.requests().len(),
+        3,
+        "the target saw nothing after the delete"
+    );
+}
+
+#[test]
 fn svc_authorization_leaves_the_callers_authorization_to_the_target() {
     let (server, up, t, pm) = setup();
     let body = json!({"pan": tpl(&pm, "pan", "$.number")}).to_string();

@@ -28,10 +28,8 @@ use target::Target;
 /// Bodies up to this size (with a Content-Length) are checked before the target is contacted.
 pub const PREFLIGHT_LIMIT: usize = 64 * 1024;
 
-/// Request headers never forwarded: paycred's own and hop-by-hop ones.
-pub const DROPPED_HEADERS: &[&str] = &[
-    "svc-authorization",
-    "svc-target-url",
+/// Hop-by-hop request headers, never forwarded (besides paycred's own `Svc-*`).
+const HOP_BY_HOP_HEADERS: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -41,6 +39,13 @@ pub const DROPPED_HEADERS: &[&str] = &[
     "upgrade",
     "expect",
 ];
+
+/// A request header the target never sees: `Svc-*` (paycred's own) and hop-by-hop ones.
+/// Header names are lowercase.
+pub fn is_dropped_header(name: &http::HeaderName) -> bool {
+    let name = name.as_str();
+    name.starts_with("svc-") || HOP_BY_HOP_HEADERS.contains(&name)
+}
 
 /// Per-request proxy state.
 pub struct ProxyCtx {

@@ -10,6 +10,7 @@ pub mod faulty;
 pub mod group_commit;
 pub mod idempotency;
 pub mod keys;
+pub mod pm_cache;
 pub mod sled_store;
 
 use async_trait::async_trait;

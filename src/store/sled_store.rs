@@ -5,6 +5,7 @@
 use super::audit_batch::AuditBatcher;
 use super::group_commit::GroupCommit;
 use super::keys;
+use super::pm_cache::RecordCache;
 use super::{
     AuditEntry, AuditEvent, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Scope,
     Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
@@ -39,6 +40,8 @@ pub struct SledStore {
     client_keys: sled::Tree,
     commit: Arc<GroupCommit>,
     audit_writer: AuditBatcher,
+    /// Decoded `pm` records (the proxy reads one per request).
+    pm_cache: RecordCache,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -97,6 +100,7 @@ impl SledStore {
             .map_err(unavailable)?,
             commit,
             db,
+            pm_cache: RecordCache::default(),
         })
     }
 
@@ -290,8 +294,17 @@ impl Store for SledStore {
         scope: Scope<'_>,
         id: &str,
     ) -> StoreResult<Option<PaymentMethodRecord>> {
-        match self.pm.get(keys::pm(scope, id)).map_err(unavailable)? {
-            Some(bytes) => Ok(Some(Self::decode_pm(&bytes)?)),
+        let key = keys::pm(scope, id);
+        if let Some(record) = self.pm_cache.get(&key) {
+            return Ok(Some(record));
+        }
+        let read_at = self.pm_cache.generation();
+        match self.pm.get(&key).map_err(unavailable)? {
+            Some(bytes) => {
+                let record = Self::decode_pm(&bytes)?;
+                self.pm_cache.fill(&key, &record, read_at);
+                Ok(Some(record))
+            }
             None => Ok(None),
         }
     }
@@ -383,6 +396,7 @@ impl Store for SledStore {
             }
         };
         if deleted {
+            self.pm_cache.invalidate(&pm_key);
             self.durable().await?;
         }
         Ok(deleted)
