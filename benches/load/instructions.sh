@@ -18,15 +18,16 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -z "${KEEP:-}" ] || cp "$work"/cg.* "$work"/st.* "$KEEP"/ 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
+release="${CARGO_TARGET_DIR:-$root/target}/release"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); PT=$(free_port); PC=$(free_port)
 (cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
-bin="$root/target/release/paycred"
-"$root/target/release/examples/upstream" "127.0.0.1:$UP" & pids+=($!)
+bin="$release/paycred"
+"$release/examples/upstream" "127.0.0.1:$UP" & pids+=($!)
 
 . "$here/setup-paycred.sh"
 echo "requests: $n (1 KiB body with 4 templates; the pass-through forwards the same bytes)"
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
-  --paycred-port "$PC" --passthrough "$root/target/release/examples/passthrough" --passthrough-port "$PT" \
+  --paycred-port "$PC" --passthrough "$release/examples/passthrough" --passthrough-port "$PT" \
   --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" ${PROFILE:+--profile yes}
 [ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && cp "$work"/callgrind.* "$PROFILE/" && echo "profiles: $PROFILE/callgrind.{paycred,pt}"

@@ -28,16 +28,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
+release="${CARGO_TARGET_DIR:-$root/target}/release"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); NGX=$(free_port); PT=$(free_port); PC=$(free_port)
 
 echo "== building (release)"
 (cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
-bin="$root/target/release/paycred"
-pt_bin="$root/target/release/examples/passthrough"
+bin="$release/paycred"
+pt_bin="$release/examples/passthrough"
 
 # The target: examples/upstream.rs on CPU 1 beside wrk; it reads every body to its end.
-taskset -c 1 "$root/target/release/examples/upstream" "127.0.0.1:$UP" &
+taskset -c 1 "$release/examples/upstream" "127.0.0.1:$UP" &
 pids+=($!)
 # The nginx baseline on CPU 0, like the other proxies.
 mkdir -p "$work/nginx-px"

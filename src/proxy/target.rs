@@ -4,7 +4,9 @@
 //!    userinfo; an IP-literal host must be written in canonical form (no decimal, octal or
 //!    hex tricks such as `2130706433` or `0x7f.1`).
 //! 2. The host is in the project's `allowed_hosts` (exact, or `*.suffix` for subdomains).
-//! 3. The host is resolved asynchronously and **every** address must be public unless the
+//! 3. The host is resolved asynchronously (answers are kept for [`RESOLVED_FOR`], so a busy
+//!    target does not cost a DNS lookup per request) and **every** address must be public,
+//!    checked on every request, unless the
 //!    project sets `allow_private_networks`: loopback, private, link-local (cloud metadata),
 //!    CGNAT, unique-local, multicast, documentation and reserved ranges are refused, also
 //!    when embedded in IPv4-mapped, 6to4 or NAT64 IPv6 addresses.
@@ -18,6 +20,40 @@ use std::time::Duration;
 
 /// Longest wait for DNS.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a DNS answer is used. The system resolver does not tell the record's TTL; a few
+/// seconds keeps lookups off the request path without following a moved target late.
+pub const RESOLVED_FOR: Duration = Duration::from_secs(10);
+
+/// Recent DNS answers by (host, port): the addresses and when they were looked up.
+type Resolved = (std::sync::Arc<[SocketAddr]>, std::time::Instant);
+static RESOLVED: once_cell::sync::Lazy<quick_cache::sync::Cache<(String, u16), Resolved>> =
+    once_cell::sync::Lazy::new(|| quick_cache::sync::Cache::new(1024));
+
+/// The addresses of a host name: a recent answer, or a lookup.
+async fn lookup(host: &str, port: u16) -> Result<std::sync::Arc<[SocketAddr]>, ApiError> {
+    let key = (host.to_string(), port);
+    if let Some((addrs, at)) = RESOLVED.get(&key) {
+        if at.elapsed() < RESOLVED_FOR {
+            return Ok(addrs);
+        }
+    }
+    let lookup = tokio::net::lookup_host((host, port));
+    let addrs: std::sync::Arc<[SocketAddr]> =
+        match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+            Ok(Ok(addrs)) => addrs.collect(),
+            Ok(Err(_)) | Err(_) => {
+                return Err(ApiError::new(
+                    crate::error::ErrorKind::BadGateway,
+                    "The target host could not be resolved.",
+                ))
+            }
+        };
+    if !addrs.is_empty() {
+        RESOLVED.insert(key, (addrs.clone(), std::time::Instant::now()));
+    }
+    Ok(addrs)
+}
 
 /// A parsed, allow-listed target URL (not yet resolved).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,20 +235,9 @@ fn forbidden_v6(ip: Ipv6Addr) -> bool {
 
 /// Resolves the host and checks every address (steps 3 and 4).
 pub async fn resolve(url: TargetUrl, rules: &ProxyConfig) -> Result<Target, ApiError> {
-    let addrs: Vec<SocketAddr> = match url.host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, url.port)],
-        Err(_) => {
-            let lookup = tokio::net::lookup_host((url.host.as_str(), url.port));
-            match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                Ok(Ok(addrs)) => addrs.collect(),
-                Ok(Err(_)) | Err(_) => {
-                    return Err(ApiError::new(
-                        crate::error::ErrorKind::BadGateway,
-                        "The target host could not be resolved.",
-                    ))
-                }
-            }
-        }
+    let addrs: std::sync::Arc<[SocketAddr]> = match url.host.parse::<IpAddr>() {
+        Ok(ip) => std::sync::Arc::new([SocketAddr::new(ip, url.port)]),
+        Err(_) => lookup(&url.host, url.port).await?,
     };
     let Some(first) = addrs.first().copied() else {
         return Err(ApiError::new(
@@ -230,7 +255,19 @@ pub async fn resolve(url: TargetUrl, rules: &ProxyConfig) -> Result<Target, ApiE
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn a_host_name_is_looked_up_once_per_interval() {
+        let first = lookup("localhost", 8443).await.unwrap();
+        assert!(!first.is_empty());
+        let again = lookup("localhost", 8443).await.unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "the second answer is the kept one"
+        );
+    }
 
     fn rules(hosts: &[&str]) -> ProxyConfig {
         ProxyConfig {
