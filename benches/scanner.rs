@@ -1,5 +1,6 @@
 //! Scanner throughput in bytes/s: 1 KiB, 64 KiB and 1 MiB JSON bodies with 0, 1 and 100
-//! templates, fed in 16 KiB chunks as the proxy receives them.
+//! templates, fed in 16 KiB chunks as the proxy receives them, and the proxy's hot case: the
+//! 1 KiB body of the load bench (`benches/load/bodies.py`) with its 4 card templates.
 //!
 //! A body is an order-like document of items of about 128 bytes each; templates replace the
 //! `pan` field of evenly spaced items. A 1 KiB body has room for 8 items, so the "1 KiB, 100
@@ -48,15 +49,31 @@ fn body(size: usize, templates: usize) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// `body-1k.json` of `benches/load/bodies.py`: a card of 4 templates and 5 items of 100-byte
+/// skus, 914 bytes.
+fn load_bench_body() -> Vec<u8> {
+    let card = ["number", "expirationMonth", "expirationYear", "cvc"]
+        .map(|f| format!(r#""{f}":"{{{{ paymentMethod: pm_1 | type: 'pan' | json: '$.{f}' }}}}""#))
+        .join(",");
+    let item = format!(r#"{{"sku":"{}"}}"#, "x".repeat(100));
+    let items = [item.as_str(); 5].join(",");
+    let body = format!(r#"{{"amount":1000,"currency":"USD","card":{{{card}}},"items":[{items}]}}"#);
+    assert_eq!(body.len(), 914);
+    body.into_bytes()
+}
+
 fn scanner(c: &mut Criterion) {
     let mut group = c.benchmark_group("scanner");
     group
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
-    for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
-        for templates in [0, 1, 100] {
-            let input = body(size, templates);
+    let cases = [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)]
+        .into_iter()
+        .flat_map(|(name, size)| [0, 1, 100].map(|t| (name, t, body(size, t))))
+        .chain([("load_1KiB", 4, load_bench_body())]);
+    for (name, templates, input) in cases {
+        {
             assert_eq!(Scanner::has_templates(&input), templates > 0);
             group.throughput(Throughput::Bytes(input.len() as u64));
             let mut scanner = Scanner::new();

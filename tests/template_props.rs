@@ -72,6 +72,9 @@ fn token() -> impl Strategy<Value = &'static str> {
         "{{paymentMethod:pm_0|type:'networkToken'|json:'$.token.cryptogram'}}",
         "{{ paymentMethod: pm_9 | type: 'pan' | json: '$.number' }}",
         "{{ paymentMethod: pm_0 | type: 'pan' }}",
+        // Escapes right before and inside the closing braces.
+        "{{ paymentMethod: pm_0 | type: 'pan' | json: '$.number' \\t}}",
+        "{{ x \\}} }}",
         "{{ x }}",
     ])
 }

@@ -135,11 +135,6 @@ impl Frame {
 
 /// The bytes that matter between tokens.
 const STRUCTURAL: [bool; 256] = table(b"\"{}[],:");
-/// The bytes that end a run of plain key bytes.
-const KEY_STOP: [bool; 256] = table(b"\"\\");
-/// The bytes that end a run of plain value bytes.
-const VALUE_STOP: [bool; 256] = table(b"\"\\{");
-
 const fn table(bytes: &[u8]) -> [bool; 256] {
     let mut table = [false; 256];
     let mut i = 0;
@@ -150,19 +145,41 @@ const fn table(bytes: &[u8]) -> [bool; 256] {
     table
 }
 
-/// Position of the first byte in `table`. Most strings in JSON are short: a byte loop over the
-/// first bytes, then `search` (SIMD) over the rest.
+/// Position of the first byte that ends a run of plain string bytes: `"` or `\\`, and in a
+/// value also `{`. Most strings in JSON are short: the first 8 bytes are tested at once as a
+/// word (SWAR), without a branch per byte; `memchr` (SIMD) searches the rest.
 #[inline]
-fn find(hay: &[u8], table: &[bool; 256], search: impl Fn(&[u8]) -> Option<usize>) -> Option<usize> {
-    const SHORT: usize = 24;
-    let (head, tail) = hay.split_at(hay.len().min(SHORT));
-    if let Some(k) = head.iter().position(|&b| table[usize::from(b)]) {
-        return Some(k);
+fn find_stop(hay: &[u8], value: bool) -> Option<usize> {
+    let Some(head) = hay.first_chunk::<8>() else {
+        return hay
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || (value && b == b'{'));
+    };
+    let word = u64::from_le_bytes(*head);
+    let mut hits = byte_eq(word, b'"') | byte_eq(word, b'\\');
+    if value {
+        hits |= byte_eq(word, b'{');
     }
-    if tail.is_empty() {
-        return None;
+    if hits != 0 {
+        // Little-endian: the lowest set bit is the first matching byte.
+        return Some(hits.trailing_zeros() as usize / 8);
     }
-    search(tail).map(|k| k + SHORT)
+    let tail = hay.get(8..).unwrap_or_default();
+    let found = if value {
+        memchr3(b'"', b'\\', b'{', tail)
+    } else {
+        memchr2(b'"', b'\\', tail)
+    };
+    found.map(|k| k + 8)
+}
+
+/// Bit 7 of each byte of `word` that equals `b`, and no other bit. The classic zero-byte test
+/// on `word ^ b…b`, in the form that is exact for every byte (no false hits from borrows).
+#[inline]
+fn byte_eq(word: u64, b: u8) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let x = word ^ (u64::from(b) * 0x0101_0101_0101_0101);
+    !(((x & LOW7) + LOW7) | x | LOW7)
 }
 
 const KIND_WORDS: usize = MAX_KIND_DEPTH / 64;
@@ -199,6 +216,8 @@ pub struct Scanner {
     held: Vec<u8>,
     /// The template JSON-unescaped, for the expression parser.
     decoded: String,
+    /// The parsed template, kept to reuse its strings.
+    reference: TemplateRef,
     failed: Option<TemplateError>,
 }
 
@@ -225,6 +244,12 @@ impl Scanner {
             keys: Vec::new(),
             held: Vec::with_capacity(MAX_TEMPLATE_LEN),
             decoded: String::new(),
+            reference: TemplateRef {
+                payment_method: String::new(),
+                kind: expr::CredentialKind::Pan,
+                field: expr::CredentialField::Number,
+                path: String::new(),
+            },
             failed: None,
         }
     }
@@ -338,12 +363,7 @@ impl Scanner {
                         let key = self.mode == Mode::Key;
                         loop {
                             let rest = chunk.get(i..).unwrap_or_default();
-                            let stop = if key {
-                                find(rest, &KEY_STOP, |h| memchr2(b'"', b'\\', h))
-                            } else {
-                                find(rest, &VALUE_STOP, |h| memchr3(b'"', b'\\', b'{', h))
-                            };
-                            let Some(k) = stop else {
+                            let Some(k) = find_stop(rest, !key) else {
                                 break 'chunk;
                             };
                             match rest.get(k) {
@@ -375,7 +395,7 @@ impl Scanner {
                         continue;
                     }
                     let rest = chunk.get(i..).unwrap_or_default();
-                    let Some(k) = find(rest, &KEY_STOP, |h| memchr2(b'"', b'\\', h)) else {
+                    let Some(k) = find_stop(rest, false) else {
                         break;
                     };
                     i += k + 1;
@@ -415,7 +435,7 @@ impl Scanner {
                             out.push(b'{');
                         }
                     }
-                    let Some(k) = find(rest, &VALUE_STOP, |h| memchr3(b'"', b'\\', b'{', h)) else {
+                    let Some(k) = find_stop(rest, true) else {
                         break;
                     };
                     i += k + 1;
@@ -426,6 +446,20 @@ impl Scanner {
                     }
                 }
                 Mode::Template => {
+                    if !self.escape && self.held.len() > 2 {
+                        // Bytes other than `"`, `\\` and `}` only add to the template (a `{`
+                        // matters only right after `{{`): take them as one run, as far as
+                        // the length limit allows. The byte that ends the run goes below.
+                        let rest = chunk.get(i..).unwrap_or_default();
+                        let plain = memchr3(b'"', b'\\', b'}', rest).unwrap_or(rest.len());
+                        let take = plain.min(MAX_TEMPLATE_LEN.saturating_sub(self.held.len()));
+                        if take > 0 {
+                            self.held
+                                .extend_from_slice(rest.get(..take).unwrap_or_default());
+                            self.close = false;
+                            i += take;
+                        }
+                    }
                     let Some(&b) = chunk.get(i) else { break };
                     i += 1;
                     if self.template_byte(b, chunk, out, r)? {
@@ -554,14 +588,20 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<(), TemplateError> {
-        if let Err(message) = json_unescape(&self.held, &mut self.decoded) {
-            return Err(self.error(chunk, message));
-        }
-        let reference = match expr::parse(&self.decoded) {
-            Ok(reference) => reference,
-            Err(err) => return Err(self.error(chunk, &err.to_string())),
+        // Templates seldom hold escapes: parse the held bytes in place when they have none.
+        let text = match std::str::from_utf8(&self.held) {
+            Ok(text) if !self.held.contains(&b'\\') => text,
+            _ => {
+                if let Err(message) = json_unescape(&self.held, &mut self.decoded) {
+                    return Err(self.error(chunk, message));
+                }
+                &self.decoded
+            }
         };
-        let value = match r.resolve(&reference) {
+        if let Err(err) = expr::parse_into(text, &mut self.reference) {
+            return Err(self.error(chunk, &err.to_string()));
+        }
+        let value = match r.resolve(&self.reference) {
             Ok(value) => value,
             Err(err) => return Err(self.error(chunk, &err.message)),
         };
@@ -902,6 +942,11 @@ mod tests {
                 r#"{"n":"{{ paymentMethod: pm_7 | type: \"networkToken\" | json: \"$.token.cryptogram\" }}"}"#.into(),
                 r#"{"n":"7:networkToken:cryptogram"}"#,
             ),
+            // An escape right before the closing braces.
+            (
+                r#"["{{ paymentMethod: pm_3 | type: 'pan' | json: '$.cvc' \t}}"]"#.into(),
+                r#"["3:pan:cvc"]"#,
+            ),
             // Other escapes in the template are decoded, including a surrogate pair.
             (
                 r#"["{{\tpaymentMethod: pm\u005f2 |\ntype: 'pan' | json: '\u0024.number'\r}}"]"#.into(),
@@ -931,6 +976,13 @@ mod tests {
             (r#"]]}},:{"a""#.into(), r#"]]}},:{"a""#),
             (format!(r#"}}]"{PAN_NUMBER}"  "#), r#"}]"1:pan:number"  "#),
         ];
+        // A template of exactly MAX_TEMPLATE_LEN bytes: the plain run inside it is taken up to
+        // the limit and no further.
+        let pad = MAX_TEMPLATE_LEN - PAN_NUMBER.len();
+        let longest = PAN_NUMBER.replace(" }}", &format!("{} }}}}", " ".repeat(pad)));
+        assert_eq!(longest.len(), MAX_TEMPLATE_LEN);
+        let mut cases = cases;
+        cases.push((format!(r#"["{longest}"]"#), r#"["1:pan:number"]"#));
         for (body, want) in cases {
             let want = if want.is_empty() { body.as_str() } else { want };
             assert_eq!(run(&body), Ok(want.to_owned()), "{body}");
@@ -950,6 +1002,10 @@ mod tests {
         let deep_field = format!("{}…", "[0]".repeat(MAX_PATH_DEPTH));
         let long_key = format!(r#"{{"{}":"{{{{x}}}}"}}"#, "k".repeat(MAX_KEY_LEN + 1));
         let long_key_field = format!("[\"{}…\"]", "k".repeat(MAX_KEY_LEN));
+        let full = format!("{{{{{}", "x".repeat(MAX_TEMPLATE_LEN - 2));
+        let full_then_quote = format!(r#"["{full}"]"#);
+        let over = format!(r#"["{{{{ x{} }}}}"]"#, " ".repeat(MAX_TEMPLATE_LEN - 6));
+        let over_template = String::from_utf8_lossy(&over.as_bytes()[2..2 + MAX_TEMPLATE_LEN]);
         let cases: Vec<(String, &str, &str, &str)> = vec![
             (
                 format!(r#"{{"card":{{"number":"{nope}"}}}}"#),
@@ -992,6 +1048,12 @@ mod tests {
             (long.clone(), "[0]", &long_template, "template too long"),
             (deep, &deep_field, nope, "unknown payment method"),
             (long_key, &long_key_field, "{{x}}", UNKNOWN_PART),
+            // The string ends right at the length limit: unterminated, not too long.
+            (full_then_quote, "[0]", &full, "unterminated template"),
+            // A template one byte over the limit.
+            (over.clone(), "[0]", &over_template, "template too long"),
+            // An escaped `}` does not close a template; the escape is invalid.
+            (r#"{"n":"{{ \}} }}"}"#.into(), "n", r#"{{ \}} }}"#, BAD_ESCAPE),
         ];
         for (body, field, template, message) in cases {
             let err = run(&body).expect_err(&body);
