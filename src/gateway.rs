@@ -496,6 +496,11 @@ impl Gateway {
         };
         if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
             let body = read_preflight_body(session).await?;
+            if !crate::template::Scanner::has_templates(&body) {
+                // No `{{` anywhere: nothing to substitute, nothing to scan.
+                ctx.prepared = Some(body);
+                return Ok(ctx);
+            }
             let mut out = ctx
                 .substitution
                 .feed(&self.app, &ctx.principal, &body)

@@ -239,19 +239,6 @@ impl Part {
     }
 }
 
-/// [`parse`], remembering what parsed: callers send the same templates request after
-/// request. Bounded; failures are not kept.
-pub fn parse_cached(text: &str) -> Result<TemplateRef, ExprError> {
-    static PARSED: once_cell::sync::Lazy<quick_cache::sync::Cache<String, TemplateRef>> =
-        once_cell::sync::Lazy::new(|| quick_cache::sync::Cache::new(4096));
-    if let Some(t) = PARSED.get(text) {
-        return Ok(t);
-    }
-    let t = parse(text)?;
-    PARSED.insert(text.to_string(), t.clone());
-    Ok(t)
-}
-
 /// Parses one template, `{{` to `}}` inclusive, already JSON-unescaped.
 pub fn parse(text: &str) -> Result<TemplateRef, ExprError> {
     let (payment_method, kind, field, path) = parse_parts(text)?;
@@ -471,19 +458,6 @@ mod tests {
             field,
             path: String::new(),
         })
-    }
-
-    #[test]
-    fn parse_cached_answers_as_parse_does() {
-        for text in [
-            "{{ paymentMethod: pm_c1 | type: 'pan' | json: '$.number' }}",
-            "{{ paymentMethod: pm_c1 | type: 'pan' | json: '$.nope' }}",
-            "{{ nothing }}",
-        ] {
-            for _ in 0..2 {
-                assert_eq!(parse_cached(text), parse(text), "{text}");
-            }
-        }
     }
 
     #[test]
