@@ -7,13 +7,13 @@
 # CPU 1. Runs alternate paycred / pingora / nginx so drift hits all equally, and the ratio
 # to pingora is taken per pair. Everything is on 127.0.0.1 and is stopped on exit.
 #
-#   benches/load/run.sh            full run (about 3-4 minutes)
+#   benches/load/run.sh            full run (under 4 minutes once built)
 #   benches/load/run.sh --smoke    one short repetition of each case (< 60 s); fails only on errors
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
 smoke=0; [ "${1:-}" = "--smoke" ] && smoke=1
-if [ $smoke = 1 ]; then reps=1; secs=1; else reps=6; secs=4; fi
+if [ $smoke = 1 ]; then reps=1; secs=1; else reps=6; secs=3; fi
 
 for tool in wrk nginx taskset curl jq openssl python3; do
   command -v "$tool" >/dev/null || { echo "load bench: $tool is missing (scripts/setup-bench installs it)"; exit 1; }
@@ -143,7 +143,7 @@ if [ $smoke = 0 ]; then
     -H "Svc-Target-URL: http://127.0.0.1:$UP/big" -H 'Content-Type: application/json' --data-binary @"$work/body-100m.json"
 fi
 rss1=$(rss)
-BODY_FILE="$work/body-64k.json" TARGET_URL="http://127.0.0.1:$UP/charge" taskset -c 1 wrk -t1 -c200 -d"${secs}s" \
+BODY_FILE="$work/body-64k.json" TARGET_URL="http://127.0.0.1:$UP/charge" taskset -c 1 wrk -t1 -c200 -d"${secs}s" --latency \
   -s "$here/post.lua" "http://127.0.0.1:$PC/projects/bench/proxy" 2>&1 | python3 "$here/parse_wrk.py" "memory 200x64k paycred" 0 >>"$results"
 rss2=$(rss)
 
