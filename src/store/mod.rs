@@ -301,8 +301,8 @@ pub trait Store: Send + Sync + 'static {
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()>;
 
     /// Appends to the audit log without waiting for the disk: the entry is written in order
-    /// right behind the caller (the proxy's hot path) and flushed within 20 ms. A crash may
-    /// lose the entries of that window.
+    /// within 5 ms, batched with others (the proxy's hot path), and flushed at most 20 ms
+    /// later. A crash may lose the entries of that window.
     fn append_audit_nowait(&self, audit: AuditEvent);
 
     /// The whole audit log, oldest first.
