@@ -24,7 +24,9 @@ const MAX_BATCH: usize = 1024;
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 
 /// How long the writer gathers entries of [`AuditBatcher::append_nowait`] before writing them
-/// in one transaction. Entries someone waits for are written at once.
+/// in one transaction. It sleeps instead of waking for every entry, so an entry someone waits
+/// for ([`AuditBatcher::append`]) that arrives meanwhile waits this long too; one that finds
+/// the writer idle is written at once.
 pub const GATHER: Duration = Duration::from_millis(5);
 
 type Waiter = Option<oneshot::Sender<Result<(), String>>>;
