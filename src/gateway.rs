@@ -11,7 +11,9 @@
 //!                                        ─▶ target guard (URL, allow-list, resolve, address ranges)
 //!                                        ─▶ JSON body ≤ 64 KiB with Content-Length: read whole,
 //!                                           substitute every template (400 before any connection)
-//!                                                                                    (Ok(false))
+//!                                        ─▶ prepared body: proxy::exchange sends header and body
+//!                                           in one write and relays the answer        (Ok(true))
+//!                                        ─▶ any other body: pingora proxies it        (Ok(false))
 //!  upstream_peer ──▶ the checked address, SNI + verification for the host, project timeout
 //!  upstream_request_filter ──▶ path+query from the URL, Host, drop Svc-* and hop-by-hop headers,
 //!                              Content-Length fixed or dropped when the body changes
@@ -45,6 +47,9 @@ pub struct Gateway {
     idempotency: crate::idempotency::InFlight,
     /// Per-project and per-entity rate limits.
     limits: crate::ratelimit::Limiter,
+    /// Connections for prepared bodies, made on first use (its TLS context loads the system
+    /// roots).
+    exchanger: std::sync::OnceLock<proxy::exchange::Exchanger>,
 }
 
 impl Gateway {
@@ -54,6 +59,7 @@ impl Gateway {
             app,
             ca_roots,
             idempotency: Default::default(),
+            exchanger: Default::default(),
         }
     }
 }
@@ -69,6 +75,8 @@ pub struct RequestCtx {
     prepared_sent: bool,
     /// When the request to the target was about to be sent (target latency).
     upstream_started: Option<Instant>,
+    /// The direct exchange failed (pingora's own failures come to `logging` as its error).
+    failed: bool,
 }
 
 /// Carries an `ApiError` through pingora's error type, marked as the downstream's fault so
@@ -95,6 +103,36 @@ fn carried(e: &Error) -> Option<&ApiError> {
     None
 }
 
+/// What to answer the caller when proxying failed; `None` when the caller went away or sent
+/// a broken request (nothing to answer).
+fn proxy_failure(e: &Error) -> Option<ApiError> {
+    if let Some(a) = carried(e) {
+        return Some(a.clone());
+    }
+    let unreachable = || ApiError::new(ErrorKind::BadGateway, "The target could not be reached.");
+    Some(match e.etype() {
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            ApiError::new(
+                ErrorKind::GatewayTimeout,
+                "The target did not answer in time.",
+            )
+        }
+        _ if matches!(e.esource(), ErrorSource::Upstream) => unreachable(),
+        ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::TLSHandshakeFailure
+        | ErrorType::ConnectError
+        | ErrorType::ConnectionClosed
+        | ErrorType::InvalidCert
+        | ErrorType::HandshakeError => unreachable(),
+        _ if matches!(e.esource(), ErrorSource::Downstream) => return None,
+        _ => {
+            tracing::error!(error_type = e.etype().as_str(), "proxy failure");
+            ApiError::internal()
+        }
+    })
+}
+
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
@@ -111,13 +149,24 @@ impl ProxyHttp for Gateway {
             proxy: None,
             prepared_sent: false,
             upstream_started: None,
+            failed: false,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let response = match self.answer(session, ctx).await {
             Ok(Some(r)) => r,
-            Ok(None) => return Ok(false),
+            Ok(None) => {
+                let direct = ctx
+                    .proxy
+                    .as_deref()
+                    .is_some_and(|p| proxy::exchange::applies(p, session.req_header()));
+                if !direct {
+                    return Ok(false);
+                }
+                self.exchange(session, ctx).await;
+                return Ok(true);
+            }
             Err(e) => Response::error(&e),
         };
         ctx.status = response.status;
@@ -148,18 +197,7 @@ impl ProxyHttp for Gateway {
         let Some(p) = ctx.proxy.as_mut() else {
             return Err(Error::explain(ErrorType::InternalError, "no proxy state"));
         };
-        let uri = p
-            .target
-            .url
-            .path_and_query
-            .parse::<http::Uri>()
-            .map_err(|_| {
-                carry(ApiError::invalid_field(
-                    "Svc-Target-URL",
-                    "has an invalid path",
-                ))
-            })?;
-        upstream.set_uri(uri);
+        upstream.set_uri(proxy::target_uri(&p.target).map_err(carry)?);
         upstream.insert_header(http::header::HOST, proxy::host_header(&p.target))?;
         let dropped: Vec<http::HeaderName> = upstream
             .headers
@@ -248,40 +286,13 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let api_error = match carried(e) {
-            Some(a) => a.clone(),
-            None => match e.etype() {
-                ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
-                    ApiError::new(
-                        ErrorKind::GatewayTimeout,
-                        "The target did not answer in time.",
-                    )
-                }
-                _ if matches!(e.esource(), ErrorSource::Upstream) => {
-                    ApiError::new(ErrorKind::BadGateway, "The target could not be reached.")
-                }
-                ErrorType::ConnectRefused
-                | ErrorType::ConnectNoRoute
-                | ErrorType::TLSHandshakeFailure
-                | ErrorType::ConnectError
-                | ErrorType::ConnectionClosed
-                | ErrorType::InvalidCert
-                | ErrorType::HandshakeError => {
-                    ApiError::new(ErrorKind::BadGateway, "The target could not be reached.")
-                }
-                _ if matches!(e.esource(), ErrorSource::Downstream) => {
-                    // The caller went away or sent a broken request: nothing to answer.
-                    ctx.status = 499;
-                    return FailToProxy {
-                        error_code: 0,
-                        can_reuse_downstream: false,
-                    };
-                }
-                _ => {
-                    tracing::error!(error_type = e.etype().as_str(), "proxy failure");
-                    ApiError::internal()
-                }
-            },
+        let Some(api_error) = proxy_failure(e) else {
+            // The caller went away or sent a broken request: nothing to answer.
+            ctx.status = 499;
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
         };
         ctx.status = api_error.status();
         if session.response_written().is_none() {
@@ -310,7 +321,7 @@ impl ProxyHttp for Gateway {
             self.app.metrics.record_proxy(
                 ctx.status,
                 upstream,
-                _e.is_some(),
+                _e.is_some() || ctx.failed,
                 p.substitution.templates,
             );
             // One entry per request, including every credential it revealed.
@@ -517,6 +528,54 @@ impl Gateway {
         Ok(ctx)
     }
 
+    /// Sends the prepared body through [`proxy::exchange`] and relays the answer; on failure
+    /// answers as `fail_to_proxy` would (502, 504), or cuts the caller's connection when the
+    /// response had already started.
+    async fn exchange(&self, session: &mut Session, ctx: &mut RequestCtx) {
+        let Some(p) = ctx.proxy.as_deref() else {
+            return;
+        };
+        let result = match proxy::target_uri(&p.target) {
+            Ok(uri) => {
+                let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+                let request = proxy::exchange::request_bytes(session.req_header(), p, path);
+                let peer = proxy::peer(p, self.ca_roots.get(&p.project.id));
+                ctx.upstream_started = Some(Instant::now());
+                let exchanger = self.exchanger.get_or_init(Default::default);
+                exchanger.relay(session, &peer, &request).await
+            }
+            Err(e) => Err(carry(e)),
+        };
+        let e = match result {
+            Ok(status) => {
+                ctx.status = status;
+                return;
+            }
+            Err(e) => e,
+        };
+        ctx.failed = true;
+        match proxy_failure(&e) {
+            Some(api_error) if session.response_written().is_none() => {
+                ctx.status = api_error.status();
+                if let Err(write_error) =
+                    write_response(session, &Response::error(&api_error)).await
+                {
+                    tracing::debug!(error = %write_error, "writing the error response");
+                }
+            }
+            failure => {
+                if failure.is_none() {
+                    ctx.status = 499;
+                }
+                tracing::debug!(
+                    error_type = e.etype().as_str(),
+                    "relaying the response failed"
+                );
+            }
+        }
+        session.set_keepalive(None);
+    }
+
     /// Writes an `auth.failure` audit entry for a configured project (in the background).
     fn audit_auth_failure(&self, project: &str, route: &str, e: &ApiError) {
         if self.app.config.project(project).is_some() {
@@ -548,10 +607,13 @@ impl Gateway {
     }
 }
 
-/// Reads a body of at most [`PREFLIGHT_LIMIT`] bytes, keeping pingora's retry buffer (so it
-/// replays the body to the target after `request_filter`).
+/// Reads a body of at most [`PREFLIGHT_LIMIT`] bytes. When pingora will proxy the request
+/// (not [`proxy::exchange`]), its retry buffer keeps the body, so that it replays it to the
+/// target after `request_filter`.
 async fn read_preflight_body(session: &mut Session) -> Result<Bytes, ApiError> {
-    session.enable_retry_buffering();
+    if !proxy::exchange::suits(session.req_header()) {
+        session.enable_retry_buffering();
+    }
     read_body(session, PREFLIGHT_LIMIT).await
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::upstream::Upstream;
+use common::upstream::{AfterAnswer, Scripted, Upstream};
 use common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -316,6 +316,128 @@ fn caller_errors() {
     post(&server, &public, &target, b"{}", &[]).assert_error(403, "forbidden");
     post(&server, &t, "https://evil.example/x", b"{}", &[]).assert_error(403, "forbidden");
     assert_eq!(up.connections(), 0);
+}
+
+#[test]
+fn small_bodies_reuse_one_connection_to_the_target() {
+    let (server, up, t, pm) = setup();
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    for _ in 0..5 {
+        let r = post(&server, &t, &up.url("/c"), body.as_bytes(), &[]);
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    assert_eq!(up.requests().len(), 5);
+    assert_eq!(up.connections(), 1, "the pooled connection is reused");
+}
+
+#[test]
+fn a_target_that_closes_after_each_answer_still_gets_every_request() {
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        AfterAnswer::Close,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    for _ in 0..4 {
+        let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+        assert_eq!((r.status, r.text.as_str()), (200, "ok"));
+    }
+    assert_eq!(target.answered(), 4, "each request reached the target once");
+}
+
+#[test]
+fn a_pooled_connection_the_target_drops_is_retried_on_a_new_one() {
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        AfterAnswer::DropNextRequest,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    for _ in 0..3 {
+        let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+        assert_eq!((r.status, r.text.as_str()), (200, "ok"));
+    }
+    // Requests 2 and 3 each went out on the reused connection, were dropped, and were sent
+    // once more on a new one.
+    assert_eq!((target.answered(), target.dropped()), (3, 2));
+    assert_eq!(target.connections(), 3);
+}
+
+#[test]
+fn a_head_request_with_a_small_body_is_substituted_and_replayed_by_pingora() {
+    let (server, up, t, pm) = setup();
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    let auth = format!("Bearer {t}");
+    let target = up.url("/h");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Svc-Target-URL", target.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let r = server.raw("HEAD", &proxy_path(), &headers, Some(body.as_bytes()));
+    assert_eq!((r.status, r.text.as_str()), (201, ""));
+    let reqs = up.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].method, "HEAD");
+    let sent: Value = serde_json::from_slice(&reqs[0].body).unwrap();
+    assert_eq!(sent["n"], VISA);
+}
+
+#[test]
+fn informational_answers_are_skipped_and_a_chunked_answer_is_relayed() {
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n\
+          HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\nX-Custom: yes\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        AfterAnswer::KeepOpen,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    for _ in 0..2 {
+        let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert_eq!(r.text, "hello world");
+        assert_eq!(r.header("X-Custom"), Some("yes"));
+    }
+    assert_eq!(
+        target.connections(),
+        1,
+        "a chunked answer leaves the connection reusable"
+    );
+}
+
+#[test]
+fn a_target_that_dies_mid_answer_cuts_the_callers_response() {
+    use std::io::{Read, Write};
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part",
+        AfterAnswer::Close,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\nSvc-Target-URL: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        proxy_path(),
+        target.url("/c"),
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(body.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    // Ends at the close: the caller never waits for bytes that will not come.
+    let _ = conn.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.ends_with("only part"),
+        "the response stops where the target's did: {text}"
+    );
+    assert_eq!(target.answered(), 1);
 }
 
 #[test]

@@ -8,6 +8,7 @@ for flag in ["work", "paycred", "config", "passthrough", "key", "bodies"]:
     a.add_argument("--" + flag, required=True)
 for flag in ["requests", "paycred-port", "passthrough-port", "upstream-port"]:
     a.add_argument("--" + flag, type=int, required=True)
+a.add_argument("--body", default="1k", choices=["1k", "64k"], help="which bench body to send")
 a.add_argument("--profile", help="instead, write a callgrind profile of paycred for this many requests here")
 args = a.parse_args()
 WARM = 100
@@ -59,7 +60,7 @@ def run(name, port, cmd, wrapper, count, tok):
                          env=dict(os.environ, RUST_LOG="error"))
     try:
         wait_port(port)
-        body_file = os.path.join(args.work, "body-1k.json")
+        body_file = os.path.join(args.work, f"body-{args.body}.json")
         if name == "paycred":
             req = urllib.request.Request(f"http://127.0.0.1:{port}/projects/bench/payment-methods", method="POST",
                 data=json.dumps({"entityId": "bench", "card": {"number": "4242424242424242", "expirationMonth": "12",
@@ -67,7 +68,12 @@ def run(name, port, cmd, wrapper, count, tok):
                 headers={"Authorization": "Bearer " + tok, "Content-Type": "application/json"})
             pm = json.load(urllib.request.urlopen(req))["id"]
             subprocess.check_call(["python3", args.bodies, pm, args.work])
-        send(port, open(body_file, "rb").read(), count, tok)
+        body = open(body_file, "rb").read()
+        if "--tool=callgrind" in wrapper:
+            # Profile the steady state only: warm up with collection off, then switch it on.
+            send(port, body, WARM, tok)
+            subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], check=True, capture_output=True)
+        send(port, body, count, tok)
     finally:
         # strace runs the program as its child: stop the program, not strace.
         victims = [p.pid]
@@ -103,7 +109,8 @@ if args.profile:
     for name, (port, cmd) in targets.items():
         key = "paycred" if name == "paycred" else "pt"
         out = os.path.join(args.work, f"callgrind.{key}")
-        run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}"],
+        run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--instr-atstart=no",
+                             f"--callgrind-out-file={out}"],
             args.requests, tok)
     raise SystemExit(0)
 n = args.requests

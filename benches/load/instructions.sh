@@ -5,8 +5,9 @@
 # Instruction counts do not depend on what else the machine is doing.
 #
 #   benches/load/instructions.sh [REQUESTS]     (default 2000)
-#   PROFILE=DIR benches/load/instructions.sh N  (instead: callgrind profiles of both programs
-#                                                serving N requests, written to DIR)
+#   PROFILE=DIR benches/load/instructions.sh N  (instead: callgrind profiles of both programs,
+#                                                N requests after a warm-up, written to DIR)
+#   BODY=64k benches/load/instructions.sh N     (the 64 KiB body instead of the 1 KiB one)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
@@ -26,8 +27,8 @@ bin="$release/paycred"
 "$release/examples/upstream" "127.0.0.1:$UP" & pids+=($!)
 
 . "$here/setup-paycred.sh"
-echo "requests: $n (1 KiB body with 4 templates; the pass-through forwards the same bytes)"
+echo "requests: $n (body ${BODY:-1k} with 4 templates; the pass-through forwards the same bytes)"
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
   --paycred-port "$PC" --passthrough "$release/examples/passthrough" --passthrough-port "$PT" \
-  --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" ${PROFILE:+--profile yes}
+  --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" --body "${BODY:-1k}" ${PROFILE:+--profile yes}
 [ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && cp "$work"/callgrind.* "$PROFILE/" && echo "profiles: $PROFILE/callgrind.{paycred,pt}"

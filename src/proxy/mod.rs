@@ -4,6 +4,7 @@
 //! - [`target`]: the URL and address checks (403 `forbidden`).
 //! - [`credentials`]: the values a template names.
 //! - [`substitute`]: the streaming substitution over body chunks.
+//! - [`exchange`]: a prepared body sent to the target in one write, outside pingora's proxy.
 //!
 //! Bodies up to [`PREFLIGHT_LIMIT`] with a `Content-Length` are read and substituted
 //! whole before the target is contacted, so a bad template answers 400 and the target sees
@@ -11,6 +12,7 @@
 //! upstream request before its end, so the target never receives a complete request.
 
 pub mod credentials;
+pub mod exchange;
 pub mod substitute;
 pub mod target;
 
@@ -103,6 +105,16 @@ pub fn peer(ctx: &ProxyCtx, ca: Option<&Arc<Box<[X509]>>>) -> HttpPeer {
         o.ca = Some(ca.clone());
     }
     peer
+}
+
+/// The request target (path and query) sent to the target: checked to be a valid URI path,
+/// so it holds no space, CR or LF.
+pub fn target_uri(target: &Target) -> Result<http::Uri, crate::error::ApiError> {
+    target
+        .url
+        .path_and_query
+        .parse::<http::Uri>()
+        .map_err(|_| crate::error::ApiError::invalid_field("Svc-Target-URL", "has an invalid path"))
 }
 
 /// `Host` header value for the target.

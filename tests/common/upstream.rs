@@ -44,21 +44,7 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if s.stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(conn) = conn else { continue };
-                s.connections.fetch_add(1, Ordering::SeqCst);
-                let s2 = s.clone();
-                std::thread::spawn(move || serve(conn, &s2));
-            }
-        });
+        let (port, shared) = listen(serve);
         Upstream { port, shared }
     }
 
@@ -85,6 +71,30 @@ impl Upstream {
             .delay_ms
             .store(d.as_millis() as usize, Ordering::SeqCst);
     }
+}
+
+/// Listens on 127.0.0.1, counting connections and serving each on its own thread, until
+/// `stop` is set (and a connection wakes the loop).
+fn listen<F>(serve: F) -> (u16, Arc<Shared>)
+where
+    F: Fn(TcpStream, &Shared) + Copy + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let shared = Arc::new(Shared::default());
+    let s = shared.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            if s.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let Ok(conn) = conn else { continue };
+            s.connections.fetch_add(1, Ordering::SeqCst);
+            let s2 = s.clone();
+            std::thread::spawn(move || serve(conn, &s2));
+        }
+    });
+    (port, shared)
 }
 
 impl Drop for Upstream {
@@ -184,6 +194,102 @@ fn read_chunked(reader: &mut BufReader<TcpStream>, body: &mut Vec<u8>) -> bool {
         let mut crlf = [0u8; 2];
         if reader.read_exact(&mut crlf).is_err() || &crlf != b"\r\n" {
             return false;
+        }
+    }
+}
+
+/// What a [`Scripted`] target does with a connection after answering on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAnswer {
+    KeepOpen,
+    /// Close it, without saying so in a header.
+    Close,
+    /// Read the next request on it, then close it without an answer: a pooled connection
+    /// that the target dropped just as it was reused.
+    DropNextRequest,
+}
+
+/// A target that answers every request with the same raw bytes: for answers the recording
+/// target never gives (informational responses, chunked bodies, cut-off bodies).
+pub struct Scripted {
+    pub port: u16,
+    shared: Arc<Shared>,
+}
+
+impl Scripted {
+    /// Answers `answer` to each request, then does `after` with the connection.
+    pub fn start(answer: &'static [u8], after: AfterAnswer) -> Scripted {
+        let (port, shared) = listen(move |conn, s| answer_each(conn, answer, after, s));
+        Scripted { port, shared }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Requests read in full and answered.
+    pub fn answered(&self) -> usize {
+        self.shared.requests.lock().unwrap().len()
+    }
+
+    /// Requests read in full and dropped unanswered ([`AfterAnswer::DropNextRequest`]).
+    pub fn dropped(&self) -> usize {
+        self.shared.incomplete.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn answer_each(conn: TcpStream, answer: &[u8], after: AfterAnswer, s: &Shared) {
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    let mut answered = false;
+    loop {
+        let mut length = 0;
+        let mut first = true;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if !first && line.trim_end().is_empty() {
+                break;
+            }
+            first = false;
+            if let Some((k, v)) = line.split_once(':') {
+                if k.trim().eq_ignore_ascii_case("content-length") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if answered && after == AfterAnswer::DropNextRequest {
+            s.incomplete.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        s.requests.lock().unwrap().push(Recorded {
+            method: String::new(),
+            path: String::new(),
+            headers: Vec::new(),
+            body,
+        });
+        answered = true;
+        if writer.write_all(answer).is_err() || after == AfterAnswer::Close {
+            return;
         }
     }
 }

@@ -1,0 +1,208 @@
+//! The direct exchange: a prepared body (read whole and substituted in `request_filter`) goes
+//! to the target without pingora's proxy pipeline, and the response streams back.
+//!
+//! pingora's HTTP/1 client flushes the request header on its own before the body
+//! (`write_request_header`), and its proxy runs the request and the response as two tasks
+//! joined by channels. A prepared body needs neither: the request line, the headers and the
+//! body leave in one write, then the response is read and relayed in one loop. Connections
+//! still come from, and go back to, a pingora [`TransportConnector`] (pool, TLS,
+//! verification), and the response is parsed by pingora's HTTP/1 client session.
+//!
+//! Only requests that can have no surprises take this path ([`applies`]): HTTP/1.x targets,
+//! a body that is all in memory, not `HEAD`, no upgrade. Everything else is proxied by pingora.
+
+use super::ProxyCtx;
+use bytes::Bytes;
+use pingora::connectors::TransportConnector;
+use pingora::http::RequestHeader;
+use pingora::prelude::HttpPeer;
+use pingora::protocols::http::v1::client::HttpSession;
+use pingora::protocols::Stream;
+use pingora::proxy::Session;
+use pingora::upstreams::peer::Peer;
+use pingora::{Error, ErrorType, OkOrErr, Result, RetryType};
+use tokio::io::AsyncWriteExt;
+
+/// Whether a request of this kind goes to the target through [`Exchanger::relay`] once its
+/// body is prepared (not `HEAD`, whose answer pingora's client frames by the request it
+/// wrote; no `CONNECT` or upgrade).
+pub fn suits(req: &RequestHeader) -> bool {
+    req.method != http::Method::HEAD
+        && req.method != http::Method::CONNECT
+        && !req.headers.contains_key(http::header::UPGRADE)
+}
+
+/// Whether this request goes to the target through [`Exchanger::relay`].
+pub fn applies(ctx: &ProxyCtx, req: &RequestHeader) -> bool {
+    ctx.prepared.is_some() && suits(req)
+}
+
+/// The request as the target receives it: request line, `Host`, the caller's headers less
+/// the dropped ones ([`super::is_dropped_header`]), the body's length, then the body.
+///
+/// Header values come from pingora's parser, which admits no CR or LF; the path and query
+/// were checked when the target URL was ([`super::target_uri`]).
+pub fn request_bytes(req: &RequestHeader, ctx: &ProxyCtx, path_and_query: &str) -> Vec<u8> {
+    let body = ctx.prepared.as_deref().unwrap_or_default();
+    let host = super::host_header(&ctx.target);
+    let mut out = Vec::with_capacity(256 + body.len() + 32 * req.headers.len());
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path_and_query.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(host.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &req.headers {
+        let dropped = super::is_dropped_header(name)
+            || name == http::header::HOST
+            || name == http::header::CONTENT_LENGTH
+            || name == http::header::TRANSFER_ENCODING
+            || (ctx.drop_authorization && name == http::header::AUTHORIZATION);
+        if dropped {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(body.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// Sends prepared requests to targets over pooled connections.
+pub struct Exchanger {
+    transport: TransportConnector,
+}
+
+impl Default for Exchanger {
+    fn default() -> Self {
+        Exchanger {
+            transport: TransportConnector::new(None),
+        }
+    }
+}
+
+impl Exchanger {
+    /// Sends `request` ([`request_bytes`]) to `peer` and relays the response to the caller.
+    /// Returns the response's status.
+    ///
+    /// On error nothing more is written to the caller: when `session.response_written()` is
+    /// still `None` the caller can be answered with an error, otherwise its response is cut
+    /// short. Errors on the target's side are marked as upstream errors, errors writing to
+    /// the caller as downstream ones.
+    pub async fn relay(
+        &self,
+        session: &mut Session,
+        peer: &HttpPeer,
+        request: &[u8],
+    ) -> Result<u16> {
+        let mut upstream = self.send(peer, request).await?;
+        let header = upstream
+            .resp_header()
+            .cloned()
+            .or_err(ErrorType::InternalError, "no response header")
+            .map_err(|e| e.into_up())?;
+        let status = header.status.as_u16();
+        let done = upstream.is_body_done();
+        session
+            .write_response_header(Box::new(header), done)
+            .await
+            .map_err(|e| e.into_down())?;
+        while !upstream.is_body_done() {
+            let chunk = upstream.read_body_ref().await.map_err(|e| e.into_up())?;
+            let chunk = chunk.map(Bytes::copy_from_slice);
+            let done = upstream.is_body_done();
+            if chunk.is_none() && !done {
+                return Error::e_explain(ErrorType::ConnectionClosed, "target response cut short")
+                    .map_err(|e| e.into_up());
+            }
+            session
+                .write_response_body(chunk, done)
+                .await
+                .map_err(|e| e.into_down())?;
+        }
+        upstream.respect_keepalive();
+        if let Some(stream) = upstream.reuse().await {
+            let idle = peer.get_peer_options().and_then(|o| o.idle_timeout);
+            self.transport
+                .release_stream(stream, peer.reuse_hash(), idle);
+        }
+        Ok(status)
+    }
+
+    /// Writes the request and reads the response header. A pooled connection the target had
+    /// already closed fails before any answer: that one failure is retried on a new
+    /// connection, as pingora's proxy does.
+    async fn send(&self, peer: &HttpPeer, request: &[u8]) -> Result<HttpSession> {
+        let (stream, reused) = self
+            .transport
+            .get_stream(peer)
+            .await
+            .map_err(|e| e.into_up())?;
+        match exchange_header(stream, peer, request).await {
+            Err(mut e) => {
+                e.retry.decide_reuse(reused);
+                if !e.retry.retry() {
+                    return Err(e);
+                }
+                let stream = self
+                    .transport
+                    .new_stream(peer)
+                    .await
+                    .map_err(|e| e.into_up())?;
+                exchange_header(stream, peer, request)
+                    .await
+                    .map_err(|mut e| {
+                        e.retry.decide_reuse(false);
+                        e
+                    })
+            }
+            ok => ok,
+        }
+    }
+}
+
+/// One write of the whole request, then the final (non-1xx) response header.
+async fn exchange_header(
+    mut stream: Stream,
+    peer: &HttpPeer,
+    request: &[u8],
+) -> Result<HttpSession> {
+    let options = peer.get_peer_options();
+    let write_timeout = options.and_then(|o| o.write_timeout);
+    let write = async {
+        stream.write_all(request).await?;
+        stream.flush().await
+    };
+    let written = match write_timeout {
+        Some(t) => tokio::time::timeout(t, write)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())),
+        None => write.await,
+    };
+    if let Err(e) = written {
+        let kind = match e.kind() {
+            std::io::ErrorKind::TimedOut => ErrorType::WriteTimedout,
+            _ => ErrorType::WriteError,
+        };
+        // Nothing was answered: the target may have closed a pooled connection.
+        let mut err = Error::because(kind, "writing the request to the target", e);
+        err.retry = RetryType::ReusedOnly;
+        return Err(err.into_up());
+    }
+    let mut upstream = HttpSession::new_with_options(stream, peer);
+    upstream.read_timeout = options.and_then(|o| o.read_timeout);
+    upstream.write_timeout = write_timeout;
+    loop {
+        // pingora marks a connection closed before the answer as retryable when reused.
+        upstream.read_response().await.map_err(|e| e.into_up())?;
+        match upstream.get_status().map(|s| s.as_u16()) {
+            Some(100 | 102..=199) => continue,
+            _ => return Ok(upstream),
+        }
+    }
+}
