@@ -12,8 +12,11 @@
 //!
 //! `paycred audit -c FILE [--verify]` prints the log (one JSON entry per line) and, with
 //! `--verify`, proves the chain: sequence numbers contiguous from 1, each `prev_hash` the
-//! previous entry's `hash`, each `hash` recomputed from its event. The first entry that fails
-//! is named by its `seq`. The store is opened directly, so the server must be stopped.
+//! previous entry's `hash`, each `hash` recomputed from its event, and the last entry the
+//! head the store recorded apart from the log (so entries cut off the end are noticed). The
+//! first entry that fails is named by its `seq`. The store is opened directly, so the server
+//! must be stopped. Whoever can rewrite the whole store can also rewrite the head: compare
+//! the printed head with one kept elsewhere to rule that out.
 
 use crate::store::sled_store::audit_hash;
 use crate::store::{AuditEntry, AuditEvent, Store};
@@ -56,6 +59,22 @@ pub fn verify(entries: &[AuditEntry]) -> Result<usize, Broken> {
     Ok(entries.len())
 }
 
+/// Proves that the log ends at `head`, the newest entry the store recorded.
+pub fn verify_head(entries: &[AuditEntry], head: Option<&AuditEntry>) -> Result<(), Broken> {
+    match (entries.last(), head) {
+        (None, None) => Ok(()),
+        (Some(last), Some(head)) if last.seq == head.seq && last.hash == head.hash => Ok(()),
+        (last, head) => Err(Broken {
+            seq: match (last, head) {
+                (Some(last), Some(head)) => last.seq.min(head.seq).saturating_add(1),
+                (Some(last), None) => last.seq,
+                (None, _) => 1,
+            },
+            reason: "the log does not end at the head the store recorded (entries cut off)",
+        }),
+    }
+}
+
 /// An event now.
 pub fn event(project: &str, entity: &str, action: &str, resource: String) -> AuditEvent {
     AuditEvent {
@@ -83,6 +102,8 @@ pub fn print(store: &dyn Store, verify_chain: bool, out: &mut impl Write) -> Res
     }
     if verify_chain {
         let n = verify(&entries).map_err(|b| b.to_string())?;
+        let head = store.audit_head().map_err(|e| e.to_string())?;
+        verify_head(&entries, head.as_ref()).map_err(|b| b.to_string())?;
         let head = entries.last().map(|e| e.hash.as_str()).unwrap_or("");
         writeln!(out, "audit log verified: {n} entries, head {head}").map_err(|e| e.to_string())?;
     }
@@ -133,6 +154,20 @@ mod tests {
     fn an_intact_chain_verifies() {
         assert_eq!(verify(&chain(5)), Ok(5));
         assert_eq!(verify(&[]), Ok(0));
+    }
+
+    #[test]
+    fn a_log_cut_short_of_its_head_fails() {
+        let c = chain(5);
+        assert_eq!(verify_head(&c, c.last()), Ok(()));
+        assert_eq!(verify_head(&[], None), Ok(()));
+        // The last two entries are gone: the chain itself still verifies.
+        assert_eq!(verify(&c[..3]), Ok(3));
+        assert_eq!(verify_head(&c[..3], c.last()).map_err(|b| b.seq), Err(4));
+        assert_eq!(verify_head(&[], c.last()).map_err(|b| b.seq), Err(1));
+        // A head that disagrees with the last entry.
+        let other = chain(6);
+        assert_eq!(verify_head(&c, other.last()).map_err(|b| b.seq), Err(6));
     }
 
     #[test]

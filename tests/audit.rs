@@ -130,8 +130,9 @@ fn events_are_recorded_and_tampering_is_found() {
     }
 
     // Change one entry on disk: --verify names its seq.
-    {
-        let db = sled::open(server.dir.path().join("data")).unwrap();
+    let db_path = server.dir.path().join("data");
+    let (key3, original3) = {
+        let db = sled::open(&db_path).unwrap();
         let tree = db.open_tree("audit").unwrap();
         // A value holds one or more entries, one JSON a line, keyed by its first seq.
         let (key, value) = tree
@@ -151,15 +152,40 @@ fn events_are_recorded_and_tampering_is_found() {
             })
             .collect();
         assert!(lines.iter().any(|l| l.contains("mallory")));
-        tree.insert(key, lines.join("\n").as_bytes()).unwrap();
+        tree.insert(&key, lines.join("\n").as_bytes()).unwrap();
         db.flush().unwrap();
-    }
+        (key, value)
+    };
     let (ok, _, err) = audit_cli(&server, true);
     assert!(!ok, "a changed entry passed --verify");
     assert!(err.contains("seq 3"), "{err}");
     // Without --verify it still prints.
     let (ok, out, _) = audit_cli(&server, false);
     assert!(ok && out.contains("mallory"));
+
+    // Put the entry back, then cut the newest value off the end: every link left is
+    // intact, but the log no longer ends at the head the store recorded.
+    {
+        let db = sled::open(&db_path).unwrap();
+        db.open_tree("audit")
+            .unwrap()
+            .insert(&key3, original3)
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "the restored log verifies: {err}");
+    assert!(out.contains("audit log verified"));
+    {
+        let db = sled::open(&db_path).unwrap();
+        let tree = db.open_tree("audit").unwrap();
+        let (last, _) = tree.last().unwrap().unwrap();
+        tree.remove(last).unwrap();
+        db.flush().unwrap();
+    }
+    let (ok, _, err) = audit_cli(&server, true);
+    assert!(!ok, "a log cut short passed --verify");
+    assert!(err.contains("entries cut off"), "{err}");
     // Keep the server object alive until here (its dir holds the data).
     server.stop(true);
 }

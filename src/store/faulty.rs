@@ -198,6 +198,11 @@ impl Store for FaultyStore {
         self.inner.audit_log()
     }
 
+    fn audit_head(&self) -> StoreResult<Option<AuditEntry>> {
+        self.read()?;
+        self.inner.audit_head()
+    }
+
     async fn get_idempotent(
         &self,
         scope: Scope<'_>,

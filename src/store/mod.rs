@@ -308,6 +308,10 @@ pub trait Store: Send + Sync + 'static {
     /// The whole audit log, oldest first.
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>>;
 
+    /// The newest audit entry as the store recorded it when appending (kept apart from the
+    /// log), so that `audit --verify` notices entries cut off the end of the log.
+    fn audit_head(&self) -> StoreResult<Option<AuditEntry>>;
+
     /// The stored first response of an `Idempotency-Key` of this scope, unless expired at
     /// `now_micros` ([`idempotency`]).
     async fn get_idempotent(

@@ -617,6 +617,13 @@ impl Store for SledStore {
         Ok(entries)
     }
 
+    fn audit_head(&self) -> StoreResult<Option<AuditEntry>> {
+        match self.meta.get(AUDIT_HEAD).map_err(unavailable)? {
+            Some(head) => Ok(Some(serde_json::from_slice(&head).map_err(corrupt)?)),
+            None => Ok(None),
+        }
+    }
+
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
         Ok(self
             .keyrings
