@@ -1,6 +1,7 @@
 //! Scanner throughput in bytes/s: 1 KiB, 64 KiB and 1 MiB JSON bodies with 0, 1 and 100
-//! templates, fed in 16 KiB chunks as the proxy receives them, and the proxy's hot case: the
-//! 1 KiB body of the load bench (`benches/load/bodies.py`) with its 4 card templates.
+//! templates, fed in 16 KiB chunks as the proxy receives them, and the proxy's hot cases: the
+//! 1 KiB body of the load bench (`benches/load/bodies.py`) with its 4 card templates, and its
+//! 64 KiB body read whole, scanned with `feed` then `finish` and with `feed_last`.
 //!
 //! A body is an order-like document of items of about 128 bytes each; templates replace the
 //! `pan` field of evenly spaced items. A 1 KiB body has room for 8 items, so the "1 KiB, 100
@@ -49,16 +50,15 @@ fn body(size: usize, templates: usize) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// `body-1k.json` of `benches/load/bodies.py`: a card of 4 templates and 5 items of 100-byte
-/// skus, 914 bytes.
-fn load_bench_body() -> Vec<u8> {
+/// A body of `benches/load/bodies.py`: a card of 4 templates and `items` items of 100-byte
+/// skus. `body-1k.json` has 5 items (914 bytes), `body-64k.json` 580 (64,739 bytes).
+fn load_bench_body(items: usize) -> Vec<u8> {
     let card = ["number", "expirationMonth", "expirationYear", "cvc"]
         .map(|f| format!(r#""{f}":"{{{{ paymentMethod: pm_1 | type: 'pan' | json: '$.{f}' }}}}""#))
         .join(",");
     let item = format!(r#"{{"sku":"{}"}}"#, "x".repeat(100));
-    let items = [item.as_str(); 5].join(",");
+    let items = vec![item.as_str(); items].join(",");
     let body = format!(r#"{{"amount":1000,"currency":"USD","card":{{{card}}},"items":[{items}]}}"#);
-    assert_eq!(body.len(), 914);
     body.into_bytes()
 }
 
@@ -71,7 +71,8 @@ fn scanner(c: &mut Criterion) {
     let cases = [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)]
         .into_iter()
         .flat_map(|(name, size)| [0, 1, 100].map(|t| (name, t, body(size, t))))
-        .chain([("load_1KiB", 4, load_bench_body())]);
+        .chain([("load_1KiB", 4, load_bench_body(5))]);
+    assert_eq!(load_bench_body(5).len(), 914);
     for (name, templates, input) in cases {
         {
             assert_eq!(Scanner::has_templates(&input), templates > 0);
@@ -97,6 +98,29 @@ fn scanner(c: &mut Criterion) {
                 },
             );
         }
+    }
+    // The proxy's read-whole path: a body of at most 64 KiB in one call.
+    let input = load_bench_body(580);
+    assert_eq!(input.len(), 64_739);
+    group.throughput(Throughput::Bytes(input.len() as u64));
+    let mut scanner = Scanner::new();
+    let mut out = Vec::with_capacity(input.len() * 2);
+    let mut resolve = |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+    for (name, last) in [("feed_finish", false), ("feed_last", true)] {
+        group.bench_function(BenchmarkId::new("load_64KiB_whole", name), |b| {
+            b.iter(|| {
+                out.clear();
+                let n = if last {
+                    scanner.feed_last(&input, &mut out, &mut resolve).unwrap()
+                } else {
+                    let n = scanner.feed(&input, &mut out, &mut resolve).unwrap();
+                    scanner.finish(&mut out).unwrap();
+                    n
+                };
+                assert_eq!(n, 4);
+                black_box(&out);
+            })
+        });
     }
     group.finish();
 }

@@ -255,16 +255,21 @@ impl ProxyHttp for Gateway {
         if !p.substitute {
             return Ok(());
         }
-        let mut out = match body.take() {
+        let out = match body.take() {
+            Some(chunk) if end_of_stream => p
+                .substitution
+                .feed_last(&self.app, &p.principal, &chunk)
+                .await
+                .map_err(carry)?,
             Some(chunk) => p
                 .substitution
                 .feed(&self.app, &p.principal, &chunk)
                 .await
                 .map_err(carry)?,
+            None if end_of_stream => p.substitution.finish().map_err(carry)?,
             None => Vec::new(),
         };
         if end_of_stream {
-            out.extend(p.substitution.finish().map_err(carry)?);
             record_uses(&self.app, p).await.map_err(carry)?;
             // At the end, nothing left is `None`: an empty write would be a second terminator
             // (pingora issue #935).
@@ -512,11 +517,10 @@ impl Gateway {
                 ctx.prepared = Some(body);
                 return Ok(ctx);
             }
-            let mut out = ctx
+            let out = ctx
                 .substitution
-                .feed(&self.app, &ctx.principal, &body)
+                .feed_last(&self.app, &ctx.principal, &body)
                 .await?;
-            out.extend(ctx.substitution.finish()?);
             record_uses(&self.app, &ctx).await?;
             ctx.body_changed = ctx.substitution.templates > 0;
             ctx.prepared = Some(if ctx.body_changed {

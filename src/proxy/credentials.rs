@@ -29,7 +29,7 @@ pub struct CredentialValues {
 }
 
 impl CredentialValues {
-    fn new(credential: Credential, revealed: String, intent_id: Option<String>) -> Self {
+    pub(super) fn new(credential: Credential, revealed: String, intent_id: Option<String>) -> Self {
         Self {
             credential,
             revealed,

@@ -12,6 +12,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
 use std::collections::BTreeSet;
+use std::future::Future;
 
 /// Polls a future once: its output if it is ready without waiting.
 fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
@@ -82,7 +83,53 @@ impl Substitution {
         principal: &Principal,
         chunk: &[u8],
     ) -> Result<Vec<u8>, ApiError> {
-        let before = self.scanner.clone();
+        self.feed_from_store(app, principal, chunk, false).await
+    }
+
+    /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then
+    /// [`Substitution::finish`] in one, faster: see [`Scanner::feed_last`]); returns the bytes
+    /// to forward.
+    pub async fn feed_last(
+        &mut self,
+        app: &App,
+        principal: &Principal,
+        chunk: &[u8],
+    ) -> Result<Vec<u8>, ApiError> {
+        self.feed_from_store(app, principal, chunk, true).await
+    }
+
+    /// Scans one chunk, the last one when `last`, with credentials from the store.
+    async fn feed_from_store(
+        &mut self,
+        app: &App,
+        principal: &Principal,
+        chunk: &[u8],
+        last: bool,
+    ) -> Result<Vec<u8>, ApiError> {
+        let fetch =
+            |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
+        self.scan(chunk, last, fetch).await
+    }
+
+    /// Scans one chunk, the last one when `last`, fetching credentials with `fetch` (a
+    /// parameter so that tests can make lookups wait).
+    async fn scan<F, Fut>(
+        &mut self,
+        chunk: &[u8],
+        last: bool,
+        mut fetch: F,
+    ) -> Result<Vec<u8>, ApiError>
+    where
+        F: FnMut(String, CredentialKind) -> Fut,
+        Fut: Future<Output = Result<Lookup, ApiError>>,
+    {
+        // The state to scan the chunk again from, should a lookup have to wait. Only a chunk
+        // that reaches the resolver can need it; copying the scanner (its path and held
+        // template) for every other chunk would be wasted.
+        let mut before = self
+            .scanner
+            .may_resolve(chunk)
+            .then(|| self.scanner.clone());
         for _pass in 0..2 {
             let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8);
             let mut missing: Vec<CredentialKey> = Vec::new();
@@ -102,7 +149,7 @@ impl Substitution {
                     } else {
                         // The embedded store answers without waiting: fetch right here, in
                         // the one pass. A backend that has to wait is fetched between passes.
-                        match poll_once(credentials::fetch(app, principal, id, kind)) {
+                        match poll_once(fetch(id.to_string(), kind)) {
                             Some(Ok(lookup)) => cache.insert((id.to_string(), kind), lookup),
                             Some(Err(e)) => {
                                 failure = Some(e);
@@ -121,7 +168,11 @@ impl Substitution {
                     None => Ok(String::new()),
                 }
             };
-            let result = scanner.feed(chunk, &mut out, &mut resolve);
+            let result = if last {
+                scanner.feed_last(chunk, &mut out, &mut resolve)
+            } else {
+                scanner.feed(chunk, &mut out, &mut resolve)
+            };
             if let Some(e) = failure {
                 return Err(e);
             }
@@ -130,13 +181,17 @@ impl Substitution {
                 self.templates += n;
                 return Ok(out);
             }
-            self.scanner = before.clone();
+            // `before` is there: a lookup was made. It is taken, as the second pass finds
+            // every credential in the cache.
+            let Some(snapshot) = before.take() else {
+                break;
+            };
+            self.scanner = snapshot;
             for (id, kind) in missing {
-                let lookup = credentials::fetch(app, principal, &id, kind).await?;
+                let lookup = fetch(id.clone(), kind).await?;
                 self.cache.insert((id, kind), lookup);
             }
         }
-        // The second pass found every credential in the cache.
         Err(ApiError::internal())
     }
 
@@ -162,5 +217,92 @@ impl Substitution {
             .values()
             .filter_map(|l| l.as_ref().ok().and_then(|v| v.intent_id.clone()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::issuer::Credential;
+    use credentials::CredentialValues;
+    use std::cell::Cell;
+    use std::task::Poll;
+
+    /// A credential whose number is the payment method's id.
+    fn lookup(id: &str) -> Lookup {
+        let credential = Credential {
+            number: id.to_string(),
+            expiration_month: "12".to_string(),
+            expiration_year: "2030".to_string(),
+            cvc: None,
+            cryptogram: None,
+        };
+        Ok(CredentialValues::new(credential, id.to_string(), None))
+    }
+
+    /// Ready on the second poll, as a lookup over the network would be.
+    async fn wait_once() {
+        let mut waited = false;
+        std::future::poll_fn(|cx| {
+            if std::mem::replace(&mut waited, true) {
+                Poll::Ready(())
+            } else {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Runs `body` cut at every byte into two chunks, ending with `feed_last` or with `feed`
+    /// then `finish`; checks each output and how often credentials were fetched.
+    async fn substitutes_every_split(waits: bool) {
+        let template =
+            |pm: &str| format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}");
+        let body = format!(
+            r#"{{"card":{{"a":"{}","b":"{}"}},"c":"{{"}}"#,
+            template("pm_a"),
+            template("pm_b")
+        );
+        let want = r#"{"card":{"a":"pm_a","b":"pm_b"},"c":"{"}"#;
+        for at in 0..=body.len() {
+            for last in [false, true] {
+                let calls = Cell::new(0);
+                let fetch = |id: String, _kind| {
+                    calls.set(calls.get() + 1);
+                    async move {
+                        if waits {
+                            wait_once().await;
+                        }
+                        Ok(lookup(&id))
+                    }
+                };
+                let mut sub = Substitution::default();
+                let (a, b) = body.as_bytes().split_at(at);
+                let mut out = sub.scan(a, false, fetch).await.unwrap();
+                out.extend(sub.scan(b, last, fetch).await.unwrap());
+                if !last {
+                    out.extend(sub.finish().unwrap());
+                }
+                assert_eq!(String::from_utf8(out).unwrap(), want, "split at {at}");
+                assert_eq!(sub.templates, 2);
+                assert_eq!(sub.revealed(), BTreeSet::from(["pm_a", "pm_b"]));
+                // A lookup that waits is polled once in the first pass, then awaited.
+                assert_eq!(calls.get(), if waits { 4 } else { 2 }, "split at {at}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn substitutes_in_one_pass() {
+        substitutes_every_split(false).await;
+    }
+
+    /// The second pass starts from the scanner's state before the chunk, also when the chunk
+    /// has no `{{` of its own but finishes a template (or a `{{`) begun in the previous one.
+    #[tokio::test]
+    async fn scans_again_after_a_lookup_that_waits() {
+        substitutes_every_split(true).await;
     }
 }

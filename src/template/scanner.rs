@@ -287,6 +287,44 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<usize, TemplateError> {
+        self.feed_chunk(chunk, out, r, false)
+    }
+
+    /// Scans the last chunk of a body and ends the body: [`Scanner::feed`] then
+    /// [`Scanner::finish`], with the same output, count and errors, and the scanner reset when
+    /// it succeeds. Returns how many templates were substituted in this chunk.
+    ///
+    /// Faster: once the scanner is outside a template and no `{{` follows in the chunk, no
+    /// template can start, so the rest of the chunk is copied without being lexed (a chunk
+    /// without `{{` is copied whole unless a template or a `{` continues into it). This is
+    /// checked at the start and after each template, not per byte.
+    pub fn feed_last(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        let count = self.feed_chunk(chunk, out, r, true)?;
+        self.finish(out)?;
+        Ok(count)
+    }
+
+    /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
+    /// a `{` that may start one continues into it from the previous chunk.
+    pub fn may_resolve(&self, chunk: &[u8]) -> bool {
+        self.mode == Mode::Template || self.brace || Self::has_templates(chunk)
+    }
+
+    /// [`Scanner::feed`]; when `last`, the rest of the chunk may be copied without lexing
+    /// (see [`Scanner::feed_last`]), which leaves the scanner's state behind the copied bytes:
+    /// only [`Scanner::finish`] may follow.
+    fn feed_chunk(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+        last: bool,
+    ) -> Result<usize, TemplateError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
@@ -299,7 +337,7 @@ impl Scanner {
                 f.pend_to = 0;
             }
         }
-        let result = self.scan(chunk, out, r);
+        let result = self.scan(chunk, out, r, last);
         if self.mode == Mode::Key {
             if let Some(f) = self.top_frame() {
                 f.pend_to = chunk.len();
@@ -330,13 +368,23 @@ impl Scanner {
         Ok(())
     }
 
+    /// Lexes `chunk` into `out`; the last chunk of the body when `last` (see
+    /// [`Scanner::feed_chunk`]).
     fn scan(
         &mut self,
         chunk: &[u8],
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
+        last: bool,
     ) -> Result<usize, TemplateError> {
         let len = chunk.len();
+        // Last chunk: where the next `{{` is, as far as known.
+        let mut next = None;
+        if last && self.mode != Mode::Template && !self.brace && no_open(chunk, 0, &mut next) {
+            // Nothing carried in continues a template, and none starts in the chunk.
+            out.extend_from_slice(chunk);
+            return Ok(0);
+        }
         // chunk[run..i] is output not yet copied to `out`; it is copied in one go when the
         // scanner has to hold back or substitute, or at the end of the chunk.
         let mut run = 0;
@@ -466,6 +514,10 @@ impl Scanner {
                         count += 1;
                         run = i;
                         self.mode = Mode::Value;
+                        if last && no_open(chunk, i, &mut next) {
+                            // No template starts in the rest: it is copied below as it is.
+                            break;
+                        }
                     }
                 }
             }
@@ -763,6 +815,22 @@ impl Scanner {
     }
 }
 
+/// Whether `chunk` holds no `{{` from `at` on. `next` is where the next `{{` was found by an
+/// earlier call; the chunk is searched again (forward, by SIMD) only once `at` is past it, so a
+/// chunk is searched about once in all.
+fn no_open(chunk: &[u8], at: usize, next: &mut Option<usize>) -> bool {
+    if next.is_some_and(|n| n >= at) {
+        return false;
+    }
+    match memmem::find(chunk.get(at..).unwrap_or_default(), b"{{") {
+        Some(k) => {
+            *next = Some(at + k);
+            false
+        }
+        None => true,
+    }
+}
+
 fn flush(out: &mut Vec<u8>, chunk: &[u8], from: usize, to: usize) {
     if let Some(bytes) = chunk.get(from..to) {
         out.extend_from_slice(bytes);
@@ -887,35 +955,41 @@ mod tests {
         }
     }
 
-    /// Runs `body` through a scanner in chunks of `size` bytes.
-    fn run_chunked(body: &[u8], size: usize) -> Result<(Vec<u8>, usize), TemplateError> {
+    /// Runs `chunks` through a scanner, the last one with `feed_last` when `last`, else with
+    /// `feed` and then `finish`.
+    fn run_chunks(chunks: &[&[u8]], last: bool) -> Result<(Vec<u8>, usize), TemplateError> {
         let mut scanner = Scanner::new();
         let mut out = Vec::new();
         let mut count = 0;
         let mut r = resolver;
-        for chunk in body.chunks(size.max(1)) {
+        let (end, init) = chunks
+            .split_last()
+            .map_or((&b""[..], &[][..]), |(end, init)| (*end, init));
+        for chunk in init {
             count += scanner.feed(chunk, &mut out, &mut r)?;
         }
-        scanner.finish(&mut out)?;
+        if last {
+            count += scanner.feed_last(end, &mut out, &mut r)?;
+        } else {
+            count += scanner.feed(end, &mut out, &mut r)?;
+            scanner.finish(&mut out)?;
+        }
         Ok((out, count))
     }
 
-    /// Runs `body` in one chunk, then in every two-way split and byte by byte, and checks that
-    /// they all agree.
+    /// Runs `body` in one chunk, then in every two-way split and byte by byte, each ended
+    /// both ways (`feed_last`, and `feed` then `finish`), and checks that they all agree.
     fn run(body: &str) -> Result<String, TemplateError> {
         let body = body.as_bytes();
-        let whole = run_chunked(body, body.len());
-        let mut splits = vec![run_chunked(body, 1)];
-        for at in 0..=body.len() {
-            let mut scanner = Scanner::new();
-            let mut out = Vec::new();
-            let mut r = resolver;
-            let (a, b) = body.split_at(at);
-            let result = scanner
-                .feed(a, &mut out, &mut r)
-                .and_then(|n| Ok(n + scanner.feed(b, &mut out, &mut r)?))
-                .and_then(|n| scanner.finish(&mut out).map(|()| (out, n)));
-            splits.push(result);
+        let whole = run_chunks(&[body], false);
+        let bytes: Vec<&[u8]> = body.chunks(1).collect();
+        let mut splits = vec![];
+        for last in [false, true] {
+            splits.push(run_chunks(&bytes, last));
+            for at in 0..=body.len() {
+                let (a, b) = body.split_at(at);
+                splits.push(run_chunks(&[a, b], last));
+            }
         }
         for split in splits {
             match (&whole, &split) {
@@ -972,6 +1046,13 @@ mod tests {
                 format!(r#"{{"a":{{"b":[1,{{"c":"d"}}]}},"e":"{PAN_NUMBER}"}}"#),
                 r#"{"a":{"b":[1,{"c":"d"}]},"e":"1:pan:number"}"#,
             ),
+            // After the last template: a `{{` in a key, an escaped one, one between tokens.
+            (
+                format!(r#"{{"a":"{PAN_NUMBER}","{{{{k":"}}}}","b":"{{"}}"#),
+                r#"{"a":"1:pan:number","{{k":"}}","b":"{"}"#,
+            ),
+            (format!(r#"["{PAN_NUMBER}","\{{{{ x","{{"]"#), r#"["1:pan:number","\{{ x","{"]"#),
+            (format!(r#"["{PAN_NUMBER}",{{{{}}}}]"#), r#"["1:pan:number",{{}}]"#),
             // Malformed JSON passes through.
             (r#"]]}},:{"a""#.into(), r#"]]}},:{"a""#),
             (format!(r#"}}]"{PAN_NUMBER}"  "#), r#"}]"1:pan:number"  "#),
@@ -1040,6 +1121,8 @@ mod tests {
                 r#"{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' \ud83d\ude00 }}"#,
                 "expected `|` or `}}` after `json`",
             ),
+            // A bad template before a `{{` that starts none.
+            (r#"{"n":"{{x}}","{{k":"\{{"}"#.into(), "n", "{{x}}", UNKNOWN_PART),
             (r#"{"n":"{{ x } y"}"#.into(), "n", "{{ x } y", "unterminated template"),
             (r#"{"n":"{{ x }"#.into(), "n", "{{ x }", "unterminated template"),
             (r#"{"n":"{{"#.into(), "n", "{{", "unterminated template"),
