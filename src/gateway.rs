@@ -157,10 +157,7 @@ impl ProxyHttp for Gateway {
         let response = match self.answer(session, ctx).await {
             Ok(Some(r)) => r,
             Ok(None) => {
-                let direct = ctx
-                    .proxy
-                    .as_deref()
-                    .is_some_and(|p| proxy::exchange::applies(p, session.req_header()));
+                let direct = ctx.proxy.as_deref().is_some_and(proxy::exchange::applies);
                 if !direct {
                     return Ok(false);
                 }
@@ -507,27 +504,55 @@ impl Gateway {
             drop_authorization,
             substitute,
             prepared: None,
+            request: None,
             substitution: Substitution::default(),
             body_changed: false,
         };
         if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
             let body = read_preflight_body(session).await?;
-            if !crate::template::Scanner::has_templates(&body) {
-                // No `{{` anywhere: nothing to substitute, nothing to scan.
-                ctx.prepared = Some(body);
-                return Ok(ctx);
-            }
-            let out = ctx
-                .substitution
-                .feed_last(&self.app, &ctx.principal, &body)
-                .await?;
-            record_uses(&self.app, &ctx).await?;
-            ctx.body_changed = ctx.substitution.templates > 0;
-            ctx.prepared = Some(if ctx.body_changed {
-                Bytes::from(out)
+            let templates = crate::template::Scanner::has_templates(&body);
+            let req = session.req_header();
+            if !proxy::exchange::suits(req) {
+                // pingora proxies it (its retry buffer replays the body).
+                if templates {
+                    let out = ctx
+                        .substitution
+                        .feed_last(&self.app, &ctx.principal, &body)
+                        .await?;
+                    ctx.body_changed = ctx.substitution.templates > 0;
+                    ctx.prepared = Some(if ctx.body_changed {
+                        Bytes::from(out)
+                    } else {
+                        body
+                    });
+                } else {
+                    ctx.prepared = Some(body);
+                }
             } else {
-                body
-            });
+                // The whole request, built in one buffer: the body is substituted (or
+                // copied) once, in place, behind room for the head.
+                let uri = proxy::target_uri(&ctx.target)?;
+                let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+                let mut request = proxy::exchange::RequestBuf::new(
+                    req,
+                    &ctx.target,
+                    ctx.drop_authorization,
+                    path,
+                    body.len() + body.len() / 8,
+                );
+                if templates {
+                    ctx.substitution
+                        .feed_last_into(&self.app, &ctx.principal, &body, request.body())
+                        .await?;
+                } else {
+                    request.body().extend_from_slice(&body);
+                }
+                let (whole, body) = request.finish();
+                ctx.body_changed = ctx.substitution.templates > 0;
+                ctx.prepared = Some(body);
+                ctx.request = Some(whole);
+            }
+            record_uses(&self.app, &ctx).await?;
         }
         Ok(ctx)
     }
@@ -539,17 +564,13 @@ impl Gateway {
         let Some(p) = ctx.proxy.as_deref() else {
             return;
         };
-        let result = match proxy::target_uri(&p.target) {
-            Ok(uri) => {
-                let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
-                let request = proxy::exchange::request_bytes(session.req_header(), p, path);
-                let peer = proxy::peer(p, self.ca_roots.get(&p.project.id));
-                ctx.upstream_started = Some(Instant::now());
-                let exchanger = self.exchanger.get_or_init(Default::default);
-                exchanger.relay(session, &peer, &request).await
-            }
-            Err(e) => Err(carry(e)),
+        let Some(request) = p.request.as_deref() else {
+            return;
         };
+        let peer = proxy::peer(p, self.ca_roots.get(&p.project.id));
+        ctx.upstream_started = Some(Instant::now());
+        let exchanger = self.exchanger.get_or_init(Default::default);
+        let result = exchanger.relay(session, &peer, request).await;
         let e = match result {
             Ok(status) => {
                 ctx.status = status;

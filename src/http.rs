@@ -146,7 +146,19 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiEr
             ApiError::invalid_request("The request body could not be read.")
         })?;
     }
-    let mut buf = BytesMut::new();
+    // Sized by the declared length (bounded by `max`): one allocation, no regrowth.
+    let declared = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(max);
+    // A body that arrives in one piece is returned as it came, without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    let mut total = 0usize;
     loop {
         let chunk = session.read_request_body().await.map_err(|e| {
             tracing::debug!(error = %e, "reading request body");
@@ -154,13 +166,26 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiEr
             ApiError::invalid_request("The request body could not be read.")
         })?;
         let Some(chunk) = chunk else { break };
-        if buf.len() + chunk.len() > max {
+        total += chunk.len();
+        if total > max {
             session.set_keepalive(None);
             return Err(too_large(max));
         }
-        buf.extend_from_slice(&chunk);
+        if let Some(buf) = joined.as_mut() {
+            buf.extend_from_slice(&chunk);
+        } else if let Some(head) = first.take() {
+            let mut buf = BytesMut::with_capacity(declared.max(total));
+            buf.extend_from_slice(&head);
+            buf.extend_from_slice(&chunk);
+            joined = Some(buf);
+        } else {
+            first = Some(chunk);
+        }
     }
-    Ok(buf.freeze())
+    Ok(match joined {
+        Some(buf) => buf.freeze(),
+        None => first.unwrap_or_default(),
+    })
 }
 
 fn too_large(max: usize) -> ApiError {

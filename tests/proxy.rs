@@ -209,6 +209,24 @@ fn a_bad_template_in_a_small_body_never_reaches_the_target() {
     assert_eq!(up.connections(), 0, "the target was contacted");
 }
 
+/// A connection to paycred on which the head of a proxy POST (JSON, `Connection: close`)
+/// has been written; the test writes the body.
+fn raw_proxy_post(server: &Server, token: &str, target: &str, len: usize) -> std::net::TcpStream {
+    use std::io::Write;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Svc-Target-URL: {target}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\
+         Connection: close\r\n\r\n",
+        proxy_path(),
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn
+}
+
 fn big_body(pm: &str, size: usize) -> (String, String) {
     let filler = "x".repeat(1000);
     let n = size / 1024;
@@ -227,6 +245,35 @@ fn big_body(pm: &str, size: usize) -> (String, String) {
         json!({"items": items}).to_string(),
         json!({"items": expected}).to_string(),
     )
+}
+
+#[test]
+fn a_small_body_sent_in_pieces_is_read_whole_and_substituted() {
+    use std::io::{Read, Write};
+    let (server, up, t, pm) = setup();
+    // Just under the 64 KiB read-whole limit, templates at the start, middle and end.
+    let (body, expected) = big_body(&pm, 60 * 1024);
+    assert!(body.len() < 64 * 1024);
+    let mut conn = raw_proxy_post(&server, &t, &up.url("/pieces"), body.len());
+    // Three pieces, apart in time, so that paycred reads the body in more than one chunk.
+    let third = body.len() / 3;
+    for piece in [&body[..third], &body[third..2 * third], &body[2 * third..]] {
+        conn.write_all(piece.as_bytes()).unwrap();
+        conn.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let got = &up.requests()[0];
+    assert!(
+        got.body == expected.as_bytes(),
+        "the substituted body differs"
+    );
+    assert_eq!(
+        got.header("Content-Length"),
+        Some(expected.len().to_string()).as_deref()
+    );
 }
 
 #[test]
@@ -415,18 +462,7 @@ fn a_target_that_dies_mid_answer_cuts_the_callers_response() {
         AfterAnswer::Close,
     );
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
-    let addr = server.base.trim_start_matches("http://").to_string();
-    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let head = format!(
-        "POST {} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\nSvc-Target-URL: {}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        proxy_path(),
-        target.url("/c"),
-        body.len()
-    );
-    conn.write_all(head.as_bytes()).unwrap();
+    let mut conn = raw_proxy_post(&server, &t, &target.url("/c"), body.len());
     conn.write_all(body.as_bytes()).unwrap();
     let mut got = Vec::new();
     // Ends at the close: the caller never waits for bytes that will not come.

@@ -32,45 +32,87 @@ pub fn suits(req: &RequestHeader) -> bool {
         && !req.headers.contains_key(http::header::UPGRADE)
 }
 
-/// Whether this request goes to the target through [`Exchanger::relay`].
-pub fn applies(ctx: &ProxyCtx, req: &RequestHeader) -> bool {
-    ctx.prepared.is_some() && suits(req)
+/// Whether this request goes to the target through [`Exchanger::relay`]: its whole request
+/// is built.
+pub fn applies(ctx: &ProxyCtx) -> bool {
+    ctx.request.is_some()
 }
 
-/// The request as the target receives it: request line, `Host`, the caller's headers less
-/// the dropped ones ([`super::is_dropped_header`]), the body's length, then the body.
-///
-/// Header values come from pingora's parser, which admits no CR or LF; the path and query
-/// were checked when the target URL was ([`super::target_uri`]).
-pub fn request_bytes(req: &RequestHeader, ctx: &ProxyCtx, path_and_query: &str) -> Vec<u8> {
-    let body = ctx.prepared.as_deref().unwrap_or_default();
-    let host = super::host_header(&ctx.target);
-    let mut out = Vec::with_capacity(256 + body.len() + 32 * req.headers.len());
-    out.extend_from_slice(req.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(path_and_query.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(host.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &req.headers {
-        let dropped = super::is_dropped_header(name)
-            || name == http::header::HOST
-            || name == http::header::CONTENT_LENGTH
-            || name == http::header::TRANSFER_ENCODING
-            || (ctx.drop_authorization && name == http::header::AUTHORIZATION);
-        if dropped {
-            continue;
+/// Longest `content-length: N\r\n\r\n`.
+const LENGTH_LINE_MAX: usize = "content-length: \r\n\r\n".len() + 20;
+
+/// The request as the target receives it, built in one buffer: the head (request line,
+/// `Host`, the caller's headers less the dropped ones, the body's length) and the body, which
+/// is appended first ([`RequestBuf::body`]) while room for the head is kept in front. So the
+/// substituted body is written once, where it is sent from.
+pub struct RequestBuf {
+    buf: Vec<u8>,
+    head: Vec<u8>,
+    /// Where the body starts in `buf`.
+    body_start: usize,
+}
+
+impl RequestBuf {
+    /// Header values come from pingora's parser, which admits no CR or LF; the path and
+    /// query were checked when the target URL was ([`super::target_uri`]).
+    pub fn new(
+        req: &RequestHeader,
+        target: &super::target::Target,
+        drop_authorization: bool,
+        path_and_query: &str,
+        body_len_hint: usize,
+    ) -> Self {
+        let host = super::host_header(target);
+        let mut head = Vec::with_capacity(128 + 48 * req.headers.len());
+        head.extend_from_slice(req.method.as_str().as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(path_and_query.as_bytes());
+        head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        head.extend_from_slice(host.as_bytes());
+        head.extend_from_slice(b"\r\n");
+        for (name, value) in &req.headers {
+            let dropped = super::is_dropped_header(name)
+                || name == http::header::HOST
+                || name == http::header::CONTENT_LENGTH
+                || name == http::header::TRANSFER_ENCODING
+                || (drop_authorization && name == http::header::AUTHORIZATION);
+            if dropped {
+                continue;
+            }
+            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        let body_start = head.len() + LENGTH_LINE_MAX;
+        let mut buf = Vec::with_capacity(body_start + body_len_hint);
+        buf.resize(body_start, 0);
+        RequestBuf {
+            buf,
+            head,
+            body_start,
+        }
     }
-    out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(body.len().to_string().as_bytes());
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(body);
-    out
+
+    /// Append the body here; what is before it must stay as it is.
+    pub fn body(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// The whole request, and its body alone (both views of one buffer).
+    pub fn finish(self) -> (Bytes, Bytes) {
+        let RequestBuf {
+            mut buf,
+            head,
+            body_start,
+        } = self;
+        let length = format!("content-length: {}\r\n\r\n", buf.len() - body_start);
+        let start = body_start - length.len() - head.len();
+        buf[start..start + head.len()].copy_from_slice(&head);
+        buf[body_start - length.len()..body_start].copy_from_slice(length.as_bytes());
+        let buf = Bytes::from(buf);
+        (buf.slice(start..), buf.slice(body_start..))
+    }
 }
 
 /// Sends prepared requests to targets over pooled connections.
@@ -87,7 +129,7 @@ impl Default for Exchanger {
 }
 
 impl Exchanger {
-    /// Sends `request` ([`request_bytes`]) to `peer` and relays the response to the caller.
+    /// Sends `request` ([`RequestBuf`]) to `peer` and relays the response to the caller.
     /// Returns the response's status.
     ///
     /// On error nothing more is written to the caller: when `session.response_written()` is
@@ -204,5 +246,62 @@ async fn exchange_header(
             Some(100 | 102..=199) => continue,
             _ => return Ok(upstream),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::target::{Target, TargetUrl};
+
+    fn target() -> Target {
+        Target {
+            url: TargetUrl {
+                https: false,
+                host: "127.0.0.1".into(),
+                port: 8080,
+                path_and_query: "/c?x=1".into(),
+            },
+            addr: "127.0.0.1:8080".parse().unwrap_or_else(|_| unreachable!()),
+        }
+    }
+
+    fn request(drop_authorization: bool, body: &[u8]) -> (Bytes, Bytes) {
+        let mut req = RequestHeader::build("POST", b"/projects/p/proxy", None)
+            .unwrap_or_else(|_| unreachable!());
+        for (name, value) in [
+            ("Host", "paycred.local"),
+            ("Authorization", "Bearer t"),
+            ("Svc-Target-URL", "http://127.0.0.1:8080/c?x=1"),
+            ("Connection", "keep-alive"),
+            ("Content-Length", "999"),
+            ("X-Request-Id", "r1"),
+        ] {
+            req.append_header(name, value)
+                .unwrap_or_else(|_| unreachable!());
+        }
+        let mut buf = RequestBuf::new(&req, &target(), drop_authorization, "/c?x=1", 0);
+        buf.body().extend_from_slice(body);
+        buf.finish()
+    }
+
+    #[test]
+    fn the_head_lands_right_before_the_body_with_its_length() {
+        let (whole, body) = request(true, b"{\"a\":1}");
+        assert_eq!(
+            std::str::from_utf8(&whole).unwrap_or_default(),
+            "POST /c?x=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nx-request-id: r1\r\n\
+             content-length: 7\r\n\r\n{\"a\":1}"
+        );
+        assert_eq!(&body[..], b"{\"a\":1}");
+    }
+
+    #[test]
+    fn the_callers_own_authorization_is_kept_and_an_empty_body_is_framed() {
+        let (whole, body) = request(false, b"");
+        let text = std::str::from_utf8(&whole).unwrap_or_default();
+        assert!(text.contains("\r\nauthorization: Bearer t\r\n"), "{text}");
+        assert!(text.ends_with("content-length: 0\r\n\r\n"), "{text}");
+        assert!(body.is_empty());
     }
 }

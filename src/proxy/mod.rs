@@ -60,6 +60,9 @@ pub struct ProxyCtx {
     pub substitute: bool,
     /// The whole substituted body, when it was read in `request_filter`.
     pub prepared: Option<Bytes>,
+    /// The whole request for the target (head and `prepared`, one buffer), when
+    /// [`exchange`] sends it.
+    pub request: Option<Bytes>,
     pub substitution: Substitution,
     /// The body length changes: `Content-Length` must go (or be replaced).
     pub body_changed: bool,

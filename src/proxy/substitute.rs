@@ -98,6 +98,20 @@ impl Substitution {
         self.feed_from_store(app, principal, chunk, true).await
     }
 
+    /// [`Substitution::feed_last`], appending the bytes to forward to `out` (a buffer that
+    /// already holds what goes before them, such as a request's head).
+    pub async fn feed_last_into(
+        &mut self,
+        app: &App,
+        principal: &Principal,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), ApiError> {
+        let fetch =
+            |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
+        self.scan_into(chunk, true, fetch, out).await
+    }
+
     /// Scans one chunk, the last one when `last`, with credentials from the store.
     async fn feed_from_store(
         &mut self,
@@ -117,8 +131,26 @@ impl Substitution {
         &mut self,
         chunk: &[u8],
         last: bool,
-        mut fetch: F,
+        fetch: F,
     ) -> Result<Vec<u8>, ApiError>
+    where
+        F: FnMut(String, CredentialKind) -> Fut,
+        Fut: Future<Output = Result<Lookup, ApiError>>,
+    {
+        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8);
+        self.scan_into(chunk, last, fetch, &mut out).await?;
+        Ok(out)
+    }
+
+    /// [`Substitution::scan`], appending to `out`; a second pass first takes back what the
+    /// first appended.
+    async fn scan_into<F, Fut>(
+        &mut self,
+        chunk: &[u8],
+        last: bool,
+        mut fetch: F,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ApiError>
     where
         F: FnMut(String, CredentialKind) -> Fut,
         Fut: Future<Output = Result<Lookup, ApiError>>,
@@ -130,8 +162,10 @@ impl Substitution {
             .scanner
             .may_resolve(chunk)
             .then(|| self.scanner.clone());
+        let start = out.len();
         for _pass in 0..2 {
-            let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8);
+            out.truncate(start);
+            out.reserve(chunk.len() + chunk.len() / 8);
             let mut missing: Vec<CredentialKey> = Vec::new();
             let mut failure: Option<ApiError> = None;
             let Substitution { scanner, cache, .. } = self;
@@ -169,9 +203,9 @@ impl Substitution {
                 }
             };
             let result = if last {
-                scanner.feed_last(chunk, &mut out, &mut resolve)
+                scanner.feed_last(chunk, out, &mut resolve)
             } else {
-                scanner.feed(chunk, &mut out, &mut resolve)
+                scanner.feed(chunk, out, &mut resolve)
             };
             if let Some(e) = failure {
                 return Err(e);
@@ -179,7 +213,7 @@ impl Substitution {
             if missing.is_empty() {
                 let n = result.map_err(template_error)?;
                 self.templates += n;
-                return Ok(out);
+                return Ok(());
             }
             // `before` is there: a lookup was made. It is taken, as the second pass finds
             // every credential in the cache.
