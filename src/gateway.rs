@@ -110,6 +110,10 @@ fn proxy_failure(e: &Error) -> Option<ApiError> {
         return Some(a.clone());
     }
     let unreachable = || ApiError::new(ErrorKind::BadGateway, "The target could not be reached.");
+    if matches!(e.esource(), ErrorSource::Downstream) {
+        // Reading from or writing to the caller failed, timeouts included: not the target's.
+        return None;
+    }
     Some(match e.etype() {
         ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
             ApiError::new(
@@ -125,7 +129,6 @@ fn proxy_failure(e: &Error) -> Option<ApiError> {
         | ErrorType::ConnectionClosed
         | ErrorType::InvalidCert
         | ErrorType::HandshakeError => unreachable(),
-        _ if matches!(e.esource(), ErrorSource::Downstream) => return None,
         _ => {
             tracing::error!(error_type = e.etype().as_str(), "proxy failure");
             ApiError::internal()
@@ -161,7 +164,9 @@ impl ProxyHttp for Gateway {
                 if !direct {
                     return Ok(false);
                 }
-                self.exchange(session, ctx).await;
+                // An error here is a response cut short: pingora then closes the caller's
+                // connection instead of ending the response as if it were complete.
+                self.exchange(session, ctx).await?;
                 return Ok(true);
             }
             Err(e) => Response::error(&e),
@@ -560,27 +565,34 @@ impl Gateway {
     /// Sends the prepared body through [`proxy::exchange`] and relays the answer; on failure
     /// answers as `fail_to_proxy` would (502, 504), or cuts the caller's connection when the
     /// response had already started.
-    async fn exchange(&self, session: &mut Session, ctx: &mut RequestCtx) {
+    async fn exchange(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<()> {
         let Some(p) = ctx.proxy.as_deref() else {
-            return;
+            return Ok(());
         };
         let Some(request) = p.request.as_deref() else {
-            return;
+            return Ok(());
         };
         let peer = proxy::peer(p, self.ca_roots.get(&p.project.id));
+        let replayable = proxy::exchange::replayable(session.req_header());
         ctx.upstream_started = Some(Instant::now());
-        let exchanger = self.exchanger.get_or_init(Default::default);
-        let result = exchanger.relay(session, &peer, request).await;
-        let e = match result {
+        let exchanger = self.exchanger.get_or_init(|| {
+            proxy::exchange::Exchanger::new(self.app.config.server.upstream_keepalive_pool_size)
+        });
+        let e = match exchanger.relay(session, &peer, request, replayable).await {
             Ok(status) => {
                 ctx.status = status;
-                return;
+                return Ok(());
             }
             Err(e) => e,
         };
+        if session.response_written().is_some() {
+            // Cut short: `fail_to_proxy` records it, and the caller's connection is closed.
+            return Err(e);
+        }
         ctx.failed = true;
+        session.set_keepalive(None);
         match proxy_failure(&e) {
-            Some(api_error) if session.response_written().is_none() => {
+            Some(api_error) => {
                 ctx.status = api_error.status();
                 if let Err(write_error) =
                     write_response(session, &Response::error(&api_error)).await
@@ -588,17 +600,9 @@ impl Gateway {
                     tracing::debug!(error = %write_error, "writing the error response");
                 }
             }
-            failure => {
-                if failure.is_none() {
-                    ctx.status = 499;
-                }
-                tracing::debug!(
-                    error_type = e.etype().as_str(),
-                    "relaying the response failed"
-                );
-            }
+            None => ctx.status = 499,
         }
-        session.set_keepalive(None);
+        Ok(())
     }
 
     /// Writes an `auth.failure` audit entry for a configured project (in the background).

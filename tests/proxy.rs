@@ -393,7 +393,7 @@ fn a_target_that_closes_after_each_answer_still_gets_every_request() {
 }
 
 #[test]
-fn a_pooled_connection_the_target_drops_is_retried_on_a_new_one() {
+fn a_pooled_connection_the_target_drops_is_retried_on_a_new_one_when_replayable() {
     let (server, _up, t, pm) = setup();
     let target = Scripted::start(
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -401,13 +401,49 @@ fn a_pooled_connection_the_target_drops_is_retried_on_a_new_one() {
     );
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
     for _ in 0..3 {
-        let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+        let r = post(
+            &server,
+            &t,
+            &target.url("/c"),
+            body.as_bytes(),
+            &[("Idempotency-Key", "k1")],
+        );
         assert_eq!((r.status, r.text.as_str()), (200, "ok"));
     }
     // Requests 2 and 3 each went out on the reused connection, were dropped, and were sent
-    // once more on a new one.
+    // once more on a new one: harmless, the target can tell by the Idempotency-Key.
     assert_eq!((target.answered(), target.dropped()), (3, 2));
     assert_eq!(target.connections(), 3);
+}
+
+#[test]
+fn a_post_the_target_may_have_taken_is_never_sent_twice() {
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        AfterAnswer::DropNextRequest,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    let first = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+    assert_eq!(first.status, 200);
+    // The target read the whole second request, then closed without an answer: it may have
+    // charged the card, so paycred answers 502 rather than send it again.
+    let second = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+    second.assert_error(502, "badGateway");
+    assert_eq!((target.answered(), target.dropped()), (1, 1));
+    assert_eq!(target.connections(), 1);
+}
+
+#[test]
+fn a_switch_of_protocols_nobody_asked_for_is_502() {
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
+        AfterAnswer::KeepOpen,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+    r.assert_error(502, "badGateway");
 }
 
 #[test]
@@ -453,27 +489,43 @@ fn informational_answers_are_skipped_and_a_chunked_answer_is_relayed() {
     );
 }
 
-#[test]
-fn a_target_that_dies_mid_answer_cuts_the_callers_response() {
+/// What a caller receives when the target answers `answer` and then closes the connection.
+fn relayed_until_the_target_closes(answer: &'static [u8]) -> String {
     use std::io::{Read, Write};
     let (server, _up, t, pm) = setup();
-    let target = Scripted::start(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part",
-        AfterAnswer::Close,
-    );
+    let target = Scripted::start(answer, AfterAnswer::Close);
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
     let mut conn = raw_proxy_post(&server, &t, &target.url("/c"), body.len());
     conn.write_all(body.as_bytes()).unwrap();
     let mut got = Vec::new();
     // Ends at the close: the caller never waits for bytes that will not come.
     let _ = conn.read_to_end(&mut got);
-    let text = String::from_utf8_lossy(&got);
+    assert_eq!(target.answered(), 1);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn a_target_that_dies_mid_answer_cuts_the_callers_response() {
+    let text =
+        relayed_until_the_target_closes(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(
         text.ends_with("only part"),
         "the response stops where the target's did: {text}"
     );
-    assert_eq!(target.answered(), 1);
+}
+
+#[test]
+fn a_chunked_answer_cut_short_never_looks_complete_to_the_caller() {
+    let text = relayed_until_the_target_closes(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    );
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("hello"), "{text}");
+    assert!(
+        !text.contains("\r\n0\r\n\r\n"),
+        "the caller must not get the chunked terminator: {text}"
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@
 
 use super::ProxyCtx;
 use bytes::Bytes;
-use pingora::connectors::TransportConnector;
+use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::RequestHeader;
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::v1::client::HttpSession;
@@ -70,8 +70,19 @@ impl RequestBuf {
         head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
         head.extend_from_slice(host.as_bytes());
         head.extend_from_slice(b"\r\n");
+        // Headers the caller's `Connection` names are hop-by-hop too (RFC 9110 §7.6.1).
+        let nominated: Vec<String> = req
+            .headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|token| token.trim().to_ascii_lowercase())
+            .filter(|token| !token.is_empty())
+            .collect();
         for (name, value) in &req.headers {
             let dropped = super::is_dropped_header(name)
+                || nominated.iter().any(|n| n == name.as_str())
                 || name == http::header::HOST
                 || name == http::header::CONTENT_LENGTH
                 || name == http::header::TRANSFER_ENCODING
@@ -120,15 +131,15 @@ pub struct Exchanger {
     transport: TransportConnector,
 }
 
-impl Default for Exchanger {
-    fn default() -> Self {
+impl Exchanger {
+    /// Keeps up to `pool_size` idle connections (`server.upstream_keepalive_pool_size`, as
+    /// for pingora's own pool).
+    pub fn new(pool_size: usize) -> Self {
         Exchanger {
-            transport: TransportConnector::new(None),
+            transport: TransportConnector::new(Some(ConnectorOptions::new(pool_size))),
         }
     }
-}
 
-impl Exchanger {
     /// Sends `request` ([`RequestBuf`]) to `peer` and relays the response to the caller.
     /// Returns the response's status.
     ///
@@ -141,8 +152,9 @@ impl Exchanger {
         session: &mut Session,
         peer: &HttpPeer,
         request: &[u8],
+        replayable: bool,
     ) -> Result<u16> {
-        let mut upstream = self.send(peer, request).await?;
+        let mut upstream = self.send(peer, request, replayable).await?;
         let header = upstream
             .resp_header()
             .cloned()
@@ -176,10 +188,20 @@ impl Exchanger {
         Ok(status)
     }
 
-    /// Writes the request and reads the response header. A pooled connection the target had
-    /// already closed fails before any answer: that one failure is retried on a new
-    /// connection, as pingora's proxy does.
-    async fn send(&self, peer: &HttpPeer, request: &[u8]) -> Result<HttpSession> {
+    /// Writes the request and reads the response header.
+    ///
+    /// A pooled connection the target had already closed fails before any answer, and is
+    /// retried once on a new connection, but only where a second delivery is harmless: the
+    /// request did not leave whole (the write failed), or it is `replayable` ([`replayable`])
+    /// and nothing at all came back. A POST that may have reached the target is never sent
+    /// twice: it answers 502.
+    async fn send(&self, peer: &HttpPeer, request: &[u8], replayable: bool) -> Result<HttpSession> {
+        if !replayable {
+            // Let the runtime poll its I/O driver first (a yielded task resumes after it does),
+            // so that a pooled connection the target has closed meanwhile is seen closed and
+            // not taken: for this request a failure after the write cannot be retried.
+            tokio::task::yield_now().await;
+        }
         let (stream, reused) = self
             .transport
             .get_stream(peer)
@@ -188,7 +210,8 @@ impl Exchanger {
         match exchange_header(stream, peer, request).await {
             Err(mut e) => {
                 e.retry.decide_reuse(reused);
-                if !e.retry.retry() {
+                let unsent = e.etype() == &ErrorType::WriteError;
+                if !(e.retry.retry() && (unsent || replayable)) {
                     return Err(e);
                 }
                 let stream = self
@@ -206,6 +229,16 @@ impl Exchanger {
             ok => ok,
         }
     }
+}
+
+/// Whether sending this request twice is harmless (RFC 9110 §9.2.2): an idempotent method, or
+/// an `Idempotency-Key` that lets the target recognise the second delivery.
+pub fn replayable(req: &RequestHeader) -> bool {
+    use http::Method;
+    matches!(
+        req.method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    ) || req.headers.contains_key("idempotency-key")
 }
 
 /// One write of the whole request, then the final (non-1xx) response header.
@@ -231,19 +264,37 @@ async fn exchange_header(
             std::io::ErrorKind::TimedOut => ErrorType::WriteTimedout,
             _ => ErrorType::WriteError,
         };
-        // Nothing was answered: the target may have closed a pooled connection.
+        let unsent = kind == ErrorType::WriteError;
         let mut err = Error::because(kind, "writing the request to the target", e);
-        err.retry = RetryType::ReusedOnly;
+        if unsent {
+            // The request did not leave whole: the target cannot have taken it.
+            err.retry = RetryType::ReusedOnly;
+        }
         return Err(err.into_up());
     }
     let mut upstream = HttpSession::new_with_options(stream, peer);
     upstream.read_timeout = options.and_then(|o| o.read_timeout);
     upstream.write_timeout = write_timeout;
+    let mut answered = false;
     loop {
-        // pingora marks a connection closed before the answer as retryable when reused.
-        upstream.read_response().await.map_err(|e| e.into_up())?;
+        // pingora marks a connection closed before the answer as retryable when reused;
+        // once anything came back (a 1xx), the target has seen the request: no retry.
+        if let Err(mut e) = upstream.read_response().await {
+            if answered {
+                e.retry = false.into();
+            }
+            return Err(e.into_up());
+        }
         match upstream.get_status().map(|s| s.as_u16()) {
-            Some(100 | 102..=199) => continue,
+            Some(101) => {
+                // Nothing asked for an upgrade (such requests go through pingora).
+                return Error::e_explain(
+                    ErrorType::InvalidHTTPHeader,
+                    "the target switched protocols unasked",
+                )
+                .map_err(|e| e.into_up());
+            }
+            Some(100..=199) => answered = true,
             _ => return Ok(upstream),
         }
     }
@@ -273,7 +324,8 @@ mod tests {
             ("Host", "paycred.local"),
             ("Authorization", "Bearer t"),
             ("Svc-Target-URL", "http://127.0.0.1:8080/c?x=1"),
-            ("Connection", "keep-alive"),
+            ("Connection", "keep-alive, X-Hop"),
+            ("X-Hop", "dropped"),
             ("Content-Length", "999"),
             ("X-Request-Id", "r1"),
         ] {

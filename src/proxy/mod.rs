@@ -40,6 +40,7 @@ const HOP_BY_HOP_HEADERS: &[&str] = &[
     "trailer",
     "upgrade",
     "expect",
+    "http2-settings",
 ];
 
 /// A request header the target never sees: `Svc-*` (paycred's own) and hop-by-hop ones.
