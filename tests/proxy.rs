@@ -381,7 +381,7 @@ fn small_bodies_reuse_one_connection_to_the_target() {
 fn a_target_that_closes_after_each_answer_still_gets_every_request() {
     let (server, _up, t, pm) = setup();
     let target = Scripted::start(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
         AfterAnswer::Close,
     );
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
@@ -390,6 +390,11 @@ fn a_target_that_closes_after_each_answer_still_gets_every_request() {
         assert_eq!((r.status, r.text.as_str()), (200, "ok"));
     }
     assert_eq!(target.answered(), 4, "each request reached the target once");
+    assert_eq!(
+        target.connections(),
+        4,
+        "a connection the target closes is not pooled"
+    );
 }
 
 #[test]
