@@ -515,11 +515,10 @@ impl Gateway {
         };
         if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
             let body = read_preflight_body(session).await?;
-            let templates = crate::template::Scanner::has_templates(&body);
             let req = session.req_header();
             if !proxy::exchange::suits(req) {
                 // pingora proxies it (its retry buffer replays the body).
-                if templates {
+                if crate::template::Scanner::has_templates(&body) {
                     let out = ctx
                         .substitution
                         .feed_last(&self.app, &ctx.principal, &body)
@@ -545,13 +544,10 @@ impl Gateway {
                     path,
                     body.len() + body.len() / 8,
                 );
-                if templates {
-                    ctx.substitution
-                        .feed_last_into(&self.app, &ctx.principal, &body, request.body())
-                        .await?;
-                } else {
-                    request.body().extend_from_slice(&body);
-                }
+                // Without a `{{`, `feed_last_into` copies the body as it is.
+                ctx.substitution
+                    .feed_last_into(&self.app, &ctx.principal, &body, request.body())
+                    .await?;
                 let (whole, body) = request.finish();
                 ctx.body_changed = ctx.substitution.templates > 0;
                 ctx.prepared = Some(body);

@@ -167,8 +167,7 @@ impl Exchanger {
             .await
             .map_err(|e| e.into_down())?;
         while !upstream.is_body_done() {
-            let chunk = upstream.read_body_ref().await.map_err(|e| e.into_up())?;
-            let chunk = chunk.map(Bytes::copy_from_slice);
+            let chunk = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
             let done = upstream.is_body_done();
             if chunk.is_none() && !done {
                 return Error::e_explain(ErrorType::ConnectionClosed, "target response cut short")

@@ -83,7 +83,10 @@ impl Substitution {
         principal: &Principal,
         chunk: &[u8],
     ) -> Result<Vec<u8>, ApiError> {
-        self.feed_from_store(app, principal, chunk, false).await
+        let mut out = Vec::new();
+        self.feed_from_store(app, principal, chunk, false, &mut out)
+            .await?;
+        Ok(out)
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then
@@ -95,7 +98,9 @@ impl Substitution {
         principal: &Principal,
         chunk: &[u8],
     ) -> Result<Vec<u8>, ApiError> {
-        self.feed_from_store(app, principal, chunk, true).await
+        let mut out = Vec::new();
+        self.feed_last_into(app, principal, chunk, &mut out).await?;
+        Ok(out)
     }
 
     /// [`Substitution::feed_last`], appending the bytes to forward to `out` (a buffer that
@@ -107,26 +112,26 @@ impl Substitution {
         chunk: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), ApiError> {
-        let fetch =
-            |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
-        self.scan_into(chunk, true, fetch, out).await
+        self.feed_from_store(app, principal, chunk, true, out).await
     }
 
-    /// Scans one chunk, the last one when `last`, with credentials from the store.
+    /// Scans one chunk, the last one when `last`, with credentials from the store, appending
+    /// to `out`.
     async fn feed_from_store(
         &mut self,
         app: &App,
         principal: &Principal,
         chunk: &[u8],
         last: bool,
-    ) -> Result<Vec<u8>, ApiError> {
+        out: &mut Vec<u8>,
+    ) -> Result<(), ApiError> {
         let fetch =
             |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
-        self.scan(chunk, last, fetch).await
+        self.scan_into(chunk, last, fetch, out).await
     }
 
-    /// Scans one chunk, the last one when `last`, fetching credentials with `fetch` (a
-    /// parameter so that tests can make lookups wait).
+    /// [`Substitution::scan_into`] into a new buffer (the tests' entry point).
+    #[cfg(test)]
     async fn scan<F, Fut>(
         &mut self,
         chunk: &[u8],
@@ -137,13 +142,14 @@ impl Substitution {
         F: FnMut(String, CredentialKind) -> Fut,
         Fut: Future<Output = Result<Lookup, ApiError>>,
     {
-        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8);
+        let mut out = Vec::new();
         self.scan_into(chunk, last, fetch, &mut out).await?;
         Ok(out)
     }
 
-    /// [`Substitution::scan`], appending to `out`; a second pass first takes back what the
-    /// first appended.
+    /// Scans one chunk, the last one when `last`, appending to `out` and fetching
+    /// credentials with `fetch` (a parameter so that tests can make lookups wait). A second
+    /// pass first takes back what the first appended.
     async fn scan_into<F, Fut>(
         &mut self,
         chunk: &[u8],
