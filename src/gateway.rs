@@ -29,13 +29,17 @@
 use crate::api::{self, ApiRequest, App, Resource};
 use crate::error::{ApiError, ErrorKind};
 use crate::http::{is_json_content_type, read_body, read_json_body, write_response, Response};
-use crate::proxy::{self, substitute::Substitution, CaRoots, ProxyCtx, PREFLIGHT_LIMIT};
+use crate::proxy::{
+    self, substitute::Substitution, CaRoots, ProxyCtx, PREFLIGHT_LIMIT, SVC_AUTHORIZATION,
+    SVC_TARGET_URL,
+};
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::Method;
+use http::{header, Method};
 use pingora::http::RequestHeader;
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -332,14 +336,18 @@ impl ProxyHttp for Gateway {
                 p.substitution.templates,
             );
             // One entry per request, including every credential it revealed.
-            let mut resource = format!(
-                "host={} status={} templates={}",
-                p.target.url.host, ctx.status, p.substitution.templates
+            let mut resource = String::with_capacity(96);
+            resource.push_str("host=");
+            resource.push_str(&p.target.url.host);
+            // Writing to a String cannot fail.
+            let _ = write!(
+                resource,
+                " status={} templates={}",
+                ctx.status, p.substitution.templates
             );
-            let revealed = p.substitution.revealed();
-            if !revealed.is_empty() {
-                resource.push_str(" revealed=");
-                resource.push_str(&revealed.into_iter().collect::<Vec<_>>().join(","));
+            for (i, id) in p.substitution.revealed().into_iter().enumerate() {
+                resource.push_str(if i == 0 { " revealed=" } else { "," });
+                resource.push_str(id);
             }
             let event = crate::audit::event(
                 &p.principal.project,
@@ -421,7 +429,7 @@ impl Gateway {
             _ => {}
         }
         let project = route.project.as_deref().unwrap_or_default();
-        let authorization = req.headers.get("authorization").map(|v| v.as_bytes());
+        let authorization = req.headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
         let principal = self
             .app
             .auth
@@ -469,9 +477,12 @@ impl Gateway {
         project: &str,
     ) -> Result<ProxyCtx, ApiError> {
         let headers = &session.req_header().headers;
-        let (auth_header, drop_authorization) = match headers.get("svc-authorization") {
+        let (auth_header, drop_authorization) = match headers.get(SVC_AUTHORIZATION) {
             Some(v) => (Some(v.as_bytes()), false),
-            None => (headers.get("authorization").map(|v| v.as_bytes()), true),
+            None => (
+                headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
+                true,
+            ),
         };
         let principal = self
             .app
@@ -487,20 +498,20 @@ impl Gateway {
             .cloned()
             .ok_or_else(ApiError::internal)?;
         let raw_target = headers
-            .get("svc-target-url")
+            .get(SVC_TARGET_URL)
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
                 ApiError::invalid_field("Svc-Target-URL", "required: the URL to forward to")
             })?;
         let url = proxy::target::parse(raw_target, &project.proxy)?;
         let substitute = headers
-            .get("content-type")
+            .get(header::CONTENT_TYPE)
             .is_some_and(|v| is_json_content_type(v.as_bytes()));
         let declared = headers
-            .get("content-length")
+            .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<usize>().ok());
-        let chunked = headers.get("transfer-encoding").is_some();
+        let chunked = headers.get(header::TRANSFER_ENCODING).is_some();
         let target = proxy::target::resolve(url, &project.proxy).await?;
         let mut ctx = ProxyCtx {
             principal,

@@ -3,6 +3,7 @@
 
 use crate::error::{ApiError, ErrorKind};
 use bytes::{Bytes, BytesMut};
+use http::header;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde::Serialize;
@@ -107,7 +108,7 @@ pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, 
     let content_type = session
         .req_header()
         .headers
-        .get("content-type")
+        .get(header::CONTENT_TYPE)
         .map(|v| v.as_bytes().to_vec());
     match content_type {
         Some(ct) if is_json_content_type(&ct) => {}
@@ -122,7 +123,7 @@ pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, 
     let declared = session
         .req_header()
         .headers
-        .get("content-length")
+        .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
@@ -138,7 +139,7 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiEr
     let expects_continue = session
         .req_header()
         .headers
-        .get("expect")
+        .get(header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if expects_continue {
         session.write_continue_response().await.map_err(|e| {
@@ -150,7 +151,7 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiEr
     let declared = session
         .req_header()
         .headers
-        .get("content-length")
+        .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(0)

@@ -150,12 +150,12 @@ fn created_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card:
 
 /// Where a sealed field of a payment method is bound (the vault's `aad`).
 pub fn number_aad(project: &str, pm_id: &str) -> String {
-    format!("pm/{project}/{pm_id}/number")
+    ["pm/", project, "/", pm_id, "/number"].concat()
 }
 
 /// Where a sealed cvc is bound.
 pub fn cvc_aad(project: &str, pm_id: &str) -> String {
-    format!("pm/{project}/{pm_id}/cvc")
+    ["pm/", project, "/", pm_id, "/cvc"].concat()
 }
 
 /// `POST /projects/:projectId/payment-methods`

@@ -22,12 +22,12 @@ pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
 
 /// Where a token's sealed number is bound.
 pub fn number_aad(project: &str, id: &str) -> String {
-    format!("tok/{project}/{id}/number")
+    ["tok/", project, "/", id, "/number"].concat()
 }
 
 /// Where a token's sealed cvc is bound.
 pub fn cvc_aad(project: &str, id: &str) -> String {
-    format!("tok/{project}/{id}/cvc")
+    ["tok/", project, "/", id, "/cvc"].concat()
 }
 
 /// The Token object of the specification (§2.1), plus `expiresAt`.

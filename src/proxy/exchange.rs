@@ -227,6 +227,8 @@ impl Exchanger {
     }
 }
 
+const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
+
 /// Whether sending this request twice is harmless (RFC 9110 §9.2.2): an idempotent method, or
 /// an `Idempotency-Key` that lets the target recognise the second delivery.
 pub fn replayable(req: &RequestHeader) -> bool {
@@ -234,7 +236,7 @@ pub fn replayable(req: &RequestHeader) -> bool {
     matches!(
         req.method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    ) || req.headers.contains_key("idempotency-key")
+    ) || req.headers.contains_key(IDEMPOTENCY_KEY)
 }
 
 /// One write of the whole request, then the final (non-1xx) response header.

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use pingora::prelude::HttpPeer;
 use pingora::tls::x509::X509;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 use substitute::Substitution;
@@ -29,6 +30,11 @@ use target::Target;
 
 /// Bodies up to this size (with a Content-Length) are checked before the target is contacted.
 pub const PREFLIGHT_LIMIT: usize = 64 * 1024;
+
+/// The caller's credentials for paycred when `Authorization` is meant for the target.
+pub const SVC_AUTHORIZATION: http::HeaderName = http::HeaderName::from_static("svc-authorization");
+/// Where the request goes.
+pub const SVC_TARGET_URL: http::HeaderName = http::HeaderName::from_static("svc-target-url");
 
 /// Hop-by-hop request headers, never forwarded (besides paycred's own `Svc-*`).
 const HOP_BY_HOP_HEADERS: &[&str] = &[
@@ -124,15 +130,16 @@ pub fn target_uri(target: &Target) -> Result<http::Uri, crate::error::ApiError> 
 /// `Host` header value for the target.
 pub fn host_header(target: &Target) -> String {
     let url = &target.url;
-    let host = if url.host.contains(':') {
-        format!("[{}]", url.host)
+    let mut host = String::with_capacity(url.host.len() + 8);
+    if url.host.contains(':') {
+        host.extend(["[", url.host.as_str(), "]"]);
     } else {
-        url.host.clone()
-    };
-    let default_port = if url.https { 443 } else { 80 };
-    if url.port == default_port {
-        host
-    } else {
-        format!("{host}:{}", url.port)
+        host.push_str(&url.host);
     }
+    let default_port = if url.https { 443 } else { 80 };
+    if url.port != default_port {
+        // Writing to a String cannot fail.
+        let _ = write!(host, ":{}", url.port);
+    }
+    host
 }

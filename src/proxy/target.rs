@@ -157,7 +157,8 @@ fn canonical_host(host: &str) -> Result<String, ApiError> {
         .all(|l| !l.is_empty() && (l.bytes().all(|b| b.is_ascii_digit()) || l.starts_with("0x")));
     if all_numeric_labels {
         return match host.parse::<Ipv4Addr>() {
-            Ok(ip) if ip.to_string() == host => Ok(host),
+            // std reads only the canonical form: four decimal parts without leading zeros.
+            Ok(_) => Ok(host),
             _ => Err(refuse("The target host is not a canonical address.")),
         };
     }

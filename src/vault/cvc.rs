@@ -7,12 +7,13 @@
 //! A CVC is thus readable for at least `retention` and at most `retention + bucket`.
 //! A restart destroys every CVC key early: `pan` credentials then carry no CVC.
 
-use super::master::{open_with, seal_with};
+use super::master::SealKey;
 use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
 use base64::Engine;
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -22,7 +23,8 @@ pub struct CvcKeyring {
     epoch: String,
     retention_secs: u64,
     bucket_secs: u64,
-    keys: Mutex<BTreeMap<u64, Zeroizing<[u8; 32]>>>,
+    /// Keys by bucket, expanded once; a key in use stays alive until its user is done.
+    keys: Mutex<BTreeMap<u64, Arc<SealKey>>>,
 }
 
 impl std::fmt::Debug for CvcKeyring {
@@ -69,11 +71,11 @@ impl CvcKeyring {
             let key = keys.entry(bucket).or_insert_with(|| {
                 let mut k = Zeroizing::new([0u8; 32]);
                 rand::rngs::OsRng.fill_bytes(k.as_mut_slice());
-                k
+                Arc::new(SealKey::new(&k))
             });
-            key.clone()
+            Arc::clone(key)
         };
-        let sealed = seal_with(&key, aad.as_bytes(), cvc.as_bytes()).ok()?;
+        let sealed = key.seal(aad.as_bytes(), cvc.as_bytes()).ok()?;
         Some(format!(
             "cvc1.{}.{bucket}.{}",
             self.epoch,
@@ -96,9 +98,9 @@ impl CvcKeyring {
         if !self.bucket_alive(bucket, now_secs) {
             return None;
         }
-        let key = self.keys.lock().get(&bucket)?.clone();
+        let key = Arc::clone(self.keys.lock().get(&bucket)?);
         let bytes = B64.decode(body).ok()?;
-        let plain = open_with(&key, aad.as_bytes(), &bytes).ok()?;
+        let plain = key.open(aad.as_bytes(), &bytes).ok()?;
         String::from_utf8(plain.to_vec()).ok().map(Zeroizing::new)
     }
 

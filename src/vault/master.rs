@@ -83,7 +83,7 @@ impl MasterKey {
 
     /// Wraps a 32-byte key: `mk_id:base64(nonce || ciphertext)`, bound to `context`.
     pub fn wrap(&self, context: &str, key: &[u8; 32]) -> Result<String, VaultError> {
-        let sealed = seal_with(&self.key, context.as_bytes(), key)?;
+        let sealed = SealKey::new(&self.key).seal(context.as_bytes(), key)?;
         Ok(format!("{}:{}", self.id, B64.encode(sealed)))
     }
 
@@ -105,7 +105,7 @@ impl MasterKey {
         let bytes = B64
             .decode(body)
             .map_err(|_| VaultError::Corrupt("wrapped key"))?;
-        let plain = open_with(&self.key, context.as_bytes(), &bytes)?;
+        let plain = SealKey::new(&self.key).open(context.as_bytes(), &bytes)?;
         let mut key = Zeroizing::new([0u8; 32]);
         if plain.len() != 32 {
             return Err(VaultError::Corrupt("wrapped key length"));
@@ -115,42 +115,54 @@ impl MasterKey {
     }
 }
 
-/// AES-256-GCM: `nonce(12) || ciphertext+tag`, with `aad`.
-pub fn seal_with(key: &[u8; 32], aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
-    let cipher = Aes256Gcm::new_from_slice(key).map_err(|_| VaultError::Crypto)?;
-    let mut nonce = [0u8; 12];
-    rand::rngs::OsRng.fill_bytes(&mut nonce);
-    let ct = cipher
-        .encrypt(
-            &Nonce::from(nonce),
-            Payload {
-                msg: plaintext,
-                aad,
-            },
-        )
-        .map_err(|_| VaultError::Crypto)?;
-    let mut out = Vec::with_capacity(12 + ct.len());
-    out.extend_from_slice(&nonce);
-    out.extend_from_slice(&ct);
-    Ok(out)
+/// An AES-256-GCM key with its key schedule expanded once: sealing and opening with a kept
+/// `SealKey` skips the expansion that building a cipher per call costs. The expanded keys are
+/// zeroed on drop (the `zeroize` features of `aes`, `ghash` and `polyval`).
+pub struct SealKey(Aes256Gcm);
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealKey(..)")
+    }
 }
 
-/// Opens what [`seal_with`] produced.
-pub fn open_with(
-    key: &[u8; 32],
-    aad: &[u8],
-    sealed: &[u8],
-) -> Result<Zeroizing<Vec<u8>>, VaultError> {
-    if sealed.len() < 12 + 16 {
-        return Err(VaultError::Corrupt("ciphertext too short"));
+impl SealKey {
+    pub fn new(key: &[u8; 32]) -> Self {
+        SealKey(Aes256Gcm::new(key.into()))
     }
-    let cipher = Aes256Gcm::new_from_slice(key).map_err(|_| VaultError::Crypto)?;
-    let (nonce, ct) = sealed.split_at(12);
-    let nonce: [u8; 12] = nonce.try_into().map_err(|_| VaultError::Corrupt("nonce"))?;
-    cipher
-        .decrypt(&Nonce::from(nonce), Payload { msg: ct, aad })
-        .map(Zeroizing::new)
-        .map_err(|_| VaultError::Crypto)
+
+    /// `nonce(12) || ciphertext+tag`, with `aad` and a random nonce.
+    pub fn seal(&self, aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, VaultError> {
+        let mut nonce = [0u8; 12];
+        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let ct = self
+            .0
+            .encrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: plaintext,
+                    aad,
+                },
+            )
+            .map_err(|_| VaultError::Crypto)?;
+        let mut out = Vec::with_capacity(12 + ct.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&ct);
+        Ok(out)
+    }
+
+    /// Opens what [`SealKey::seal`] produced with the same key and `aad`.
+    pub fn open(&self, aad: &[u8], sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        if sealed.len() < 12 + 16 {
+            return Err(VaultError::Corrupt("ciphertext too short"));
+        }
+        let (nonce, ct) = sealed.split_at(12);
+        let nonce: [u8; 12] = nonce.try_into().map_err(|_| VaultError::Corrupt("nonce"))?;
+        self.0
+            .decrypt(&Nonce::from(nonce), Payload { msg: ct, aad })
+            .map(Zeroizing::new)
+            .map_err(|_| VaultError::Crypto)
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::store::Store;
 use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use master::{open_with, seal_with, MasterKey};
+use master::{MasterKey, SealKey};
 use parking_lot::RwLock;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -53,7 +53,8 @@ struct KeyringFile {
 
 struct Keyring {
     fingerprint_key: Zeroizing<[u8; 32]>,
-    data_keys: HashMap<String, Zeroizing<[u8; 32]>>,
+    /// Data keys by id, expanded once.
+    data_keys: HashMap<String, SealKey>,
     current: String,
 }
 
@@ -104,7 +105,7 @@ impl Vault {
             let key = self
                 .master
                 .unwrap_key(&format!("paycred/{project}/data/{id}"), wrapped)?;
-            data_keys.insert(id.clone(), key);
+            data_keys.insert(id.clone(), SealKey::new(&key));
         }
         if !data_keys.contains_key(&file.current) {
             return Err(VaultError::Corrupt("keyring current key"));
@@ -147,7 +148,7 @@ impl Vault {
             .data_keys
             .get(&ring.current)
             .ok_or(VaultError::Corrupt("keyring"))?;
-        let sealed = seal_with(key, aad.as_bytes(), plaintext)?;
+        let sealed = key.seal(aad.as_bytes(), plaintext)?;
         Ok(format!("{}.{}", ring.current, B64.encode(sealed)))
     }
 
@@ -169,7 +170,7 @@ impl Vault {
         let bytes = B64
             .decode(body)
             .map_err(|_| VaultError::Corrupt("sealed value"))?;
-        open_with(key, aad.as_bytes(), &bytes)
+        key.open(aad.as_bytes(), &bytes)
     }
 
     /// A stable secret derived from the master key for `context` (see [`MasterKey::derive`]).
