@@ -28,7 +28,9 @@
 
 use crate::api::{self, ApiRequest, App, Resource};
 use crate::error::{ApiError, ErrorKind};
-use crate::http::{is_json_content_type, read_body, read_json_body, write_response, Response};
+use crate::http::{
+    is_json_content_type, read_body_pieces, read_json_body, write_response, Response,
+};
 use crate::proxy::{
     self, substitute::Substitution, CaRoots, ProxyCtx, PREFLIGHT_LIMIT, SVC_AUTHORIZATION,
     SVC_TARGET_URL,
@@ -525,9 +527,10 @@ impl Gateway {
             body_changed: false,
         };
         if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
-            let body = read_preflight_body(session).await?;
+            let pieces = read_preflight_body(session).await?;
             let req = session.req_header();
             if !proxy::exchange::suits(req) {
+                let body = crate::http::join(pieces);
                 // pingora proxies it (its retry buffer replays the body).
                 if crate::template::Scanner::has_templates(&body) {
                     let out = ctx
@@ -548,16 +551,18 @@ impl Gateway {
                 // copied) once, in place, behind room for the head.
                 let uri = proxy::target_uri(&ctx.target)?;
                 let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+                let length: usize = pieces.iter().map(Bytes::len).sum();
                 let mut request = proxy::exchange::RequestBuf::new(
                     req,
                     &ctx.target,
                     ctx.drop_authorization,
                     path,
-                    body.len() + body.len() / 8,
+                    length + length / 8,
                 );
-                // Without a `{{`, `feed_last_into` copies the body as it is.
+                // The body is copied once, from the pieces it arrived in; bytes without a
+                // `{{` after them are copied as they are.
                 ctx.substitution
-                    .feed_last_into(&self.app, &ctx.principal, &body, request.body())
+                    .feed_pieces_into(&self.app, &ctx.principal, &pieces, request.body())
                     .await?;
                 let (whole, body) = request.finish();
                 ctx.body_changed = ctx.substitution.templates > 0;
@@ -643,14 +648,14 @@ impl Gateway {
     }
 }
 
-/// Reads a body of at most [`PREFLIGHT_LIMIT`] bytes. When pingora will proxy the request
+/// Reads a body of at most [`PREFLIGHT_LIMIT`] bytes, as the pieces it arrived in. When pingora will proxy the request
 /// (not [`proxy::exchange`]), its retry buffer keeps the body, so that it replays it to the
 /// target after `request_filter`.
-async fn read_preflight_body(session: &mut Session) -> Result<Bytes, ApiError> {
+async fn read_preflight_body(session: &mut Session) -> Result<Vec<Bytes>, ApiError> {
     if !proxy::exchange::suits(session.req_header()) {
         session.enable_retry_buffering();
     }
-    read_body(session, PREFLIGHT_LIMIT).await
+    read_body_pieces(session, PREFLIGHT_LIMIT).await
 }
 
 #[cfg(test)]

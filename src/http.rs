@@ -136,6 +136,12 @@ pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, 
 /// Reads a request body of at most `max` bytes (413 past that, and the connection is not
 /// reused), answering `Expect: 100-continue` first.
 pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiError> {
+    Ok(join(read_body_pieces(session, max).await?))
+}
+
+/// [`read_body`], as the pieces it arrived in (none for an empty body): a caller that goes
+/// through the body once needs no copy of it joined.
+pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<Bytes>, ApiError> {
     let expects_continue = session
         .req_header()
         .headers
@@ -147,18 +153,7 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiEr
             ApiError::invalid_request("The request body could not be read.")
         })?;
     }
-    // Sized by the declared length (bounded by `max`): one allocation, no regrowth.
-    let declared = session
-        .req_header()
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(0)
-        .min(max);
-    // A body that arrives in one piece is returned as it came, without a copy.
-    let mut first: Option<Bytes> = None;
-    let mut joined: Option<BytesMut> = None;
+    let mut pieces = Vec::new();
     let mut total = 0usize;
     loop {
         let chunk = session.read_request_body().await.map_err(|e| {
@@ -172,21 +167,23 @@ pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiEr
             session.set_keepalive(None);
             return Err(too_large(max));
         }
-        if let Some(buf) = joined.as_mut() {
-            buf.extend_from_slice(&chunk);
-        } else if let Some(head) = first.take() {
-            let mut buf = BytesMut::with_capacity(declared.max(total));
-            buf.extend_from_slice(&head);
-            buf.extend_from_slice(&chunk);
-            joined = Some(buf);
-        } else {
-            first = Some(chunk);
+        if !chunk.is_empty() {
+            pieces.push(chunk);
         }
     }
-    Ok(match joined {
-        Some(buf) => buf.freeze(),
-        None => first.unwrap_or_default(),
-    })
+    Ok(pieces)
+}
+
+/// The pieces of a body as one buffer: a single piece as it is, without a copy.
+pub fn join(mut pieces: Vec<Bytes>) -> Bytes {
+    if pieces.len() <= 1 {
+        return pieces.pop().unwrap_or_default();
+    }
+    let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in &pieces {
+        joined.extend_from_slice(piece);
+    }
+    joined.freeze()
 }
 
 fn too_large(max: usize) -> ApiError {

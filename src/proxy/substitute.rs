@@ -11,6 +11,7 @@ use crate::api::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
+use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::future::Future;
 
@@ -34,6 +35,23 @@ pub const MAX_CREDENTIALS_PER_REQUEST: usize = 32;
 struct Cache(Vec<(CredentialKey, Lookup)>);
 
 type CredentialKey = (String, CredentialKind);
+
+/// What to scan: one chunk, or a whole body in the pieces it arrived in.
+enum Input<'a> {
+    Chunk(&'a [u8], Place),
+    Pieces(&'a [Bytes]),
+}
+
+/// Where a chunk sits in the body, which decides how the scanner takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// More may follow, templates too: lexed throughout ([`Scanner::feed`]).
+    Middle,
+    /// No template starts after it, but more bytes follow ([`Scanner::feed_tail`]).
+    Tail,
+    /// The end of the body ([`Scanner::feed_last`]).
+    Last,
+}
 
 impl Cache {
     fn get(&self, id: &str, kind: CredentialKind) -> Option<&Lookup> {
@@ -84,7 +102,7 @@ impl Substitution {
         chunk: &[u8],
     ) -> Result<Vec<u8>, ApiError> {
         let mut out = Vec::new();
-        self.feed_from_store(app, principal, chunk, false, &mut out)
+        self.feed_from_store(app, principal, Input::Chunk(chunk, Place::Middle), &mut out)
             .await?;
         Ok(out)
     }
@@ -99,35 +117,84 @@ impl Substitution {
         chunk: &[u8],
     ) -> Result<Vec<u8>, ApiError> {
         let mut out = Vec::new();
-        self.feed_last_into(app, principal, chunk, &mut out).await?;
+        self.feed_from_store(app, principal, Input::Chunk(chunk, Place::Last), &mut out)
+            .await?;
         Ok(out)
     }
 
-    /// [`Substitution::feed_last`], appending the bytes to forward to `out` (a buffer that
-    /// already holds what goes before them, such as a request's head).
-    pub async fn feed_last_into(
+    /// The whole body, read in `pieces`, substituted into `out` (a buffer that already holds
+    /// what goes before it, such as a request's head): as [`Substitution::feed_last`] of the
+    /// pieces joined, without joining them.
+    pub async fn feed_pieces_into(
         &mut self,
         app: &App,
         principal: &Principal,
-        chunk: &[u8],
+        pieces: &[Bytes],
         out: &mut Vec<u8>,
     ) -> Result<(), ApiError> {
-        self.feed_from_store(app, principal, chunk, true, out).await
+        self.feed_from_store(app, principal, Input::Pieces(pieces), out)
+            .await
     }
 
-    /// Scans one chunk, the last one when `last`, with credentials from the store, appending
-    /// to `out`.
+    /// Scans `input` with credentials from the store, appending to `out`.
     async fn feed_from_store(
         &mut self,
         app: &App,
         principal: &Principal,
-        chunk: &[u8],
-        last: bool,
+        input: Input<'_>,
         out: &mut Vec<u8>,
     ) -> Result<(), ApiError> {
         let fetch =
             |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
-        self.scan_into(chunk, last, fetch, out).await
+        match input {
+            Input::Chunk(chunk, place) => self.scan_into(chunk, place, fetch, out).await,
+            Input::Pieces(pieces) => self.scan_pieces(pieces, fetch, out).await,
+        }
+    }
+
+    /// Scans a whole body read in `pieces` into `out`. The pieces up to the last one in which
+    /// a template may start are lexed; from there on the scanner copies whatever follows the
+    /// last template without lexing it ([`Scanner::feed_tail`]), as it does in a body's last
+    /// chunk.
+    async fn scan_pieces<F, Fut>(
+        &mut self,
+        pieces: &[Bytes],
+        mut fetch: F,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ApiError>
+    where
+        F: FnMut(String, CredentialKind) -> Fut,
+        Fut: Future<Output = Result<Lookup, ApiError>>,
+    {
+        // A template starts in piece `j` when it holds a `{{`, or when the previous piece
+        // ends with a `{` and this one starts with one.
+        let starts_template = |j: usize| {
+            pieces.get(j).is_some_and(|p| {
+                Scanner::has_templates(p)
+                    || (p.first() == Some(&b'{')
+                        && j.checked_sub(1)
+                            .and_then(|i| pieces.get(i))
+                            .is_some_and(|q| q.last() == Some(&b'{')))
+            })
+        };
+        if pieces.is_empty() {
+            return self.scan_into(&[], Place::Last, &mut fetch, out).await;
+        }
+        let tail_from = (0..pieces.len())
+            .rev()
+            .find(|&j| starts_template(j))
+            .unwrap_or(0);
+        for (j, piece) in pieces.iter().enumerate() {
+            let place = if j + 1 == pieces.len() {
+                Place::Last
+            } else if j >= tail_from {
+                Place::Tail
+            } else {
+                Place::Middle
+            };
+            self.scan_into(piece, place, &mut fetch, out).await?;
+        }
+        Ok(())
     }
 
     /// [`Substitution::scan_into`] into a new buffer (the tests' entry point).
@@ -143,17 +210,18 @@ impl Substitution {
         Fut: Future<Output = Result<Lookup, ApiError>>,
     {
         let mut out = Vec::new();
-        self.scan_into(chunk, last, fetch, &mut out).await?;
+        let place = if last { Place::Last } else { Place::Middle };
+        self.scan_into(chunk, place, fetch, &mut out).await?;
         Ok(out)
     }
 
-    /// Scans one chunk, the last one when `last`, appending to `out` and fetching
+    /// Scans one chunk, placed in the body as `place`, appending to `out` and fetching
     /// credentials with `fetch` (a parameter so that tests can make lookups wait). A second
     /// pass first takes back what the first appended.
     async fn scan_into<F, Fut>(
         &mut self,
         chunk: &[u8],
-        last: bool,
+        place: Place,
         mut fetch: F,
         out: &mut Vec<u8>,
     ) -> Result<(), ApiError>
@@ -208,10 +276,10 @@ impl Substitution {
                     None => Ok(String::new()),
                 }
             };
-            let result = if last {
-                scanner.feed_last(chunk, out, &mut resolve)
-            } else {
-                scanner.feed(chunk, out, &mut resolve)
+            let result = match place {
+                Place::Middle => scanner.feed(chunk, out, &mut resolve),
+                Place::Tail => scanner.feed_tail(chunk, out, &mut resolve),
+                Place::Last => scanner.feed_last(chunk, out, &mut resolve),
             };
             if let Some(e) = failure {
                 return Err(e);
@@ -331,6 +399,68 @@ mod tests {
                 // A lookup that waits is polled once in the first pass, then awaited.
                 assert_eq!(calls.get(), if waits { 4 } else { 2 }, "split at {at}");
             }
+        }
+    }
+
+    /// Runs `body` cut at every pair of bytes into three pieces through `scan_pieces`,
+    /// against what `scan` of the whole body gives: every place where the lexed pieces end
+    /// and the tail begins, braces and templates cut by piece ends, `{{` in a key.
+    async fn pieces_match_the_joined_body(waits: bool) {
+        let template =
+            |pm: &str| format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}");
+        for body in [
+            format!(
+                r#"{{"{{{{k}}}}":1,"card":{{"a":"{}","b":"{}"}},"c":"{{","d":"{{ {{"}}"#,
+                template("pm_a"),
+                template("pm_b")
+            ),
+            format!(r#"["{}","x{{","{{"]"#, template("pm_a")),
+            r#"{"plain":"no {templates} here { {"}"#.to_string(),
+        ] {
+            let fetch = |id: String, _kind| async move {
+                if waits {
+                    wait_once().await;
+                }
+                Ok(lookup(&id))
+            };
+            let mut whole = Substitution::default();
+            let want = whole.scan(body.as_bytes(), true, fetch).await.unwrap();
+            let bytes = Bytes::from(body.clone());
+            for i in 0..=bytes.len() {
+                for j in i..=bytes.len() {
+                    let pieces: Vec<Bytes> =
+                        [bytes.slice(..i), bytes.slice(i..j), bytes.slice(j..)]
+                            .into_iter()
+                            .filter(|p| !p.is_empty())
+                            .collect();
+                    let mut sub = Substitution::default();
+                    let mut out = Vec::new();
+                    sub.scan_pieces(&pieces, fetch, &mut out).await.unwrap();
+                    assert_eq!(out, want, "{body} cut at {i} and {j}");
+                    assert_eq!(sub.templates, whole.templates, "{body} cut at {i} and {j}");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_in_pieces_is_substituted_as_if_joined() {
+        pieces_match_the_joined_body(false).await;
+        pieces_match_the_joined_body(true).await;
+    }
+
+    /// An unterminated template is an error however the body is cut.
+    #[tokio::test]
+    async fn a_template_left_open_in_pieces_is_an_error() {
+        let body = Bytes::from_static(br#"{"a":"{{ paymentMethod: pm_a","b":1}"#);
+        for i in 0..=body.len() {
+            let pieces = [body.slice(..i), body.slice(i..)];
+            let fetch = |id: String, _kind| async move { Ok(lookup(&id)) };
+            let mut out = Vec::new();
+            let result = Substitution::default()
+                .scan_pieces(&pieces, fetch, &mut out)
+                .await;
+            assert!(result.is_err(), "cut at {i}");
         }
     }
 

@@ -309,6 +309,20 @@ impl Scanner {
         Ok(count)
     }
 
+    /// Scans a chunk of the body's tail: no template starts after this chunk (no later chunk
+    /// holds a `{{`, nor does the next one start with a `{` that a `{` ending this one would
+    /// complete). Faster than [`Scanner::feed`] the way [`Scanner::feed_last`] is, and like it
+    /// leaves the scanner's state behind the bytes it copied: only more `feed_tail` calls, or
+    /// [`Scanner::finish`], may follow. Returns how many templates were substituted.
+    pub fn feed_tail(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        self.feed_chunk(chunk, out, r, true)
+    }
+
     /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
     /// a `{` that may start one continues into it from the previous chunk.
     pub fn may_resolve(&self, chunk: &[u8]) -> bool {
