@@ -263,29 +263,31 @@ impl ProxyHttp for Gateway {
         if !p.substitute {
             return Ok(());
         }
-        let out = match body.take() {
-            Some(chunk) if end_of_stream => p
+        let chunk = body.take();
+        if !end_of_stream {
+            // Before the end, `Some(empty)` holds back; `None` would end the body.
+            *body = Some(match chunk {
+                Some(chunk) => p
+                    .substitution
+                    .feed(&self.app, &p.principal, chunk)
+                    .await
+                    .map_err(carry)?,
+                None => Bytes::new(),
+            });
+            return Ok(());
+        }
+        let out = match chunk {
+            Some(chunk) => p
                 .substitution
                 .feed_last(&self.app, &p.principal, &chunk)
                 .await
                 .map_err(carry)?,
-            Some(chunk) => p
-                .substitution
-                .feed(&self.app, &p.principal, &chunk)
-                .await
-                .map_err(carry)?,
-            None if end_of_stream => p.substitution.finish().map_err(carry)?,
-            None => Vec::new(),
+            None => p.substitution.finish().map_err(carry)?,
         };
-        if end_of_stream {
-            record_uses(&self.app, p).await.map_err(carry)?;
-            // At the end, nothing left is `None`: an empty write would be a second terminator
-            // (pingora issue #935).
-            *body = (!out.is_empty()).then(|| Bytes::from(out));
-        } else {
-            // Before the end, `Some(empty)` holds back; `None` would end the body.
-            *body = Some(Bytes::from(out));
-        }
+        record_uses(&self.app, p).await.map_err(carry)?;
+        // At the end, nothing left is `None`: an empty write would be a second terminator
+        // (pingora issue #935).
+        *body = (!out.is_empty()).then(|| Bytes::from(out));
         Ok(())
     }
 

@@ -34,15 +34,11 @@ fn scan_ending(
     values: &[String],
     last: bool,
 ) -> Result<(Vec<u8>, usize), TemplateError> {
-    let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
-    at.push(0);
-    at.push(body.len());
-    at.sort_unstable();
     let mut scanner = Scanner::new();
     let mut resolver = Table { values };
     let mut out = Vec::new();
     let mut count = 0;
-    let chunks: Vec<&[u8]> = at.windows(2).map(|w| &body[w[0]..w[1]]).collect();
+    let chunks = chunks(body, cuts);
     let (end, init) = chunks.split_last().unwrap();
     for chunk in init {
         count += scanner.feed(chunk, &mut out, &mut resolver)?;
@@ -52,6 +48,44 @@ fn scan_ending(
     } else {
         count += scanner.feed(end, &mut out, &mut resolver)?;
         scanner.finish(&mut out)?;
+    }
+    Ok((out, count))
+}
+
+/// Splits `body` at `cuts` (taken modulo the length, any order) into its chunks.
+fn chunks<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    at.push(0);
+    at.push(body.len());
+    at.sort_unstable();
+    at.windows(2).map(|w| &body[w[0]..w[1]]).collect()
+}
+
+/// [`scan`] of the chunks as the proxy scans a body read whole in pieces: `feed` up to the
+/// last chunk in which a template may start (a `{{` in it, or a `{` ending the previous chunk
+/// and one starting it), `feed_tail` after it, `feed_last` for the end.
+fn scan_with_tail(
+    body: &[u8],
+    cuts: &[usize],
+    values: &[String],
+) -> Result<(Vec<u8>, usize), TemplateError> {
+    let chunks = chunks(body, cuts);
+    let starts = |j: usize| {
+        Scanner::has_templates(chunks[j])
+            || (j > 0 && chunks[j - 1].last() == Some(&b'{') && chunks[j].first() == Some(&b'{'))
+    };
+    let tail_from = (0..chunks.len()).rev().find(|&j| starts(j)).unwrap_or(0);
+    let mut scanner = Scanner::new();
+    let mut resolver = Table { values };
+    let (mut out, mut count) = (Vec::new(), 0);
+    for (j, chunk) in chunks.iter().enumerate() {
+        count += if j + 1 == chunks.len() {
+            scanner.feed_last(chunk, &mut out, &mut resolver)?
+        } else if j >= tail_from {
+            scanner.feed_tail(chunk, &mut out, &mut resolver)?
+        } else {
+            scanner.feed(chunk, &mut out, &mut resolver)?
+        };
     }
     Ok((out, count))
 }
@@ -300,6 +334,46 @@ proptest! {
             scan_ending(&body, &cuts, &values, false),
             scan_ending(&body, &cuts, &values, true)
         );
+    }
+
+    /// (e) Feeding the tail of a body read whole with `feed_tail` (as the proxy does for a
+    /// body read in pieces) gives what `feed` gives, errors included, in any chunking.
+    #[test]
+    fn tail_mode_changes_nothing(body in soup(), cuts in cuts(), values in values()) {
+        for cuts in [cuts, (0..body.len()).collect()] {
+            prop_assert_eq!(scan(&body, &cuts, &values), scan_with_tail(&body, &cuts, &values));
+        }
+    }
+
+    /// (e) Same, on valid documents with templates in values and template text in keys.
+    #[test]
+    fn tail_mode_changes_nothing_on_documents(
+        (values, written, _) in with_values(),
+        cuts in cuts(),
+    ) {
+        let body = serde_json::to_vec(&written).unwrap();
+        prop_assert_eq!(scan(&body, &cuts, &values), scan_with_tail(&body, &cuts, &values));
+    }
+
+    /// A chunk that cannot reach the resolver (`may_resolve` false) comes out as a prefix of
+    /// itself, the whole of it unless it ends with a `{` the scanner holds back: the proxy
+    /// forwards such a chunk as it came when the lengths match.
+    #[test]
+    fn a_chunk_that_cannot_resolve_comes_out_unchanged(body in soup(), cuts in cuts()) {
+        let mut scanner = Scanner::new();
+        let mut resolver = Table { values: &[] };
+        for chunk in chunks(&body, &cuts) {
+            let quiet = !scanner.may_resolve(chunk);
+            let mut out = Vec::new();
+            if scanner.feed(chunk, &mut out, &mut resolver).is_err() {
+                break;
+            }
+            if quiet {
+                prop_assert!(chunk.starts_with(&out));
+                let held_back = chunk.last() == Some(&b'{');
+                prop_assert!(out.len() == chunk.len() || held_back, "{:?}", chunk);
+            }
+        }
     }
 
     /// (d) Arbitrary bytes never panic, in any chunking, either way of ending.

@@ -81,6 +81,9 @@ pub struct Substitution {
     cache: Cache,
     /// Templates substituted so far.
     pub templates: usize,
+    /// Where a chunk that goes through unchanged is lexed ([`Substitution::feed`]), kept from
+    /// chunk to chunk (at most one chunk's size).
+    scratch: Vec<u8>,
 }
 
 fn template_error(e: TemplateError) -> ApiError {
@@ -95,16 +98,45 @@ impl Substitution {
     }
 
     /// Scans one chunk; returns the bytes to forward.
+    ///
+    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`]) is lexed into a
+    /// reused buffer, and forwarded as it came when the scanner held none of it back: no new
+    /// buffer for it. (With no template and no `{` carried in, the scanner's output is the
+    /// chunk, less a trailing `{` it may hold back: equal lengths mean equal bytes.)
     pub async fn feed(
         &mut self,
         app: &App,
         principal: &Principal,
-        chunk: &[u8],
-    ) -> Result<Vec<u8>, ApiError> {
-        let mut out = Vec::new();
-        self.feed_from_store(app, principal, Input::Chunk(chunk, Place::Middle), &mut out)
+        chunk: Bytes,
+    ) -> Result<Bytes, ApiError> {
+        if self.scanner.may_resolve(&chunk) {
+            let mut out = Vec::new();
+            self.feed_from_store(
+                app,
+                principal,
+                Input::Chunk(&chunk, Place::Middle),
+                &mut out,
+            )
             .await?;
-        Ok(out)
+            return Ok(Bytes::from(out));
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let scanned = self
+            .feed_from_store(
+                app,
+                principal,
+                Input::Chunk(&chunk, Place::Middle),
+                &mut scratch,
+            )
+            .await;
+        let out = if scratch.len() == chunk.len() {
+            chunk
+        } else {
+            Bytes::copy_from_slice(&scratch)
+        };
+        self.scratch = scratch;
+        scanned.map(|()| out)
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then
