@@ -90,13 +90,12 @@ pub fn is_json_content_type(value: &[u8]) -> bool {
     let Ok(s) = std::str::from_utf8(value) else {
         return false;
     };
-    let mime = s
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+    let mime = s.split(';').next().unwrap_or("").trim().as_bytes();
+    let is = |part: Option<&[u8]>, want: &[u8]| part.is_some_and(|p| p.eq_ignore_ascii_case(want));
+    is(Some(mime), b"application/json")
+        || (mime.len() >= "application/+json".len()
+            && is(mime.get(..12), b"application/")
+            && is(mime.get(mime.len() - 5..), b"+json"))
 }
 
 /// Reads a JSON request body of at most `max` bytes.
