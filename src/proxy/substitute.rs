@@ -120,23 +120,18 @@ impl Substitution {
             .await?;
             return Ok(Bytes::from(out));
         }
+        // The resolver is never called for such a chunk: no lookups, no second pass.
+        let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let scanned = self
-            .feed_from_store(
-                app,
-                principal,
-                Input::Chunk(&chunk, Place::Middle),
-                &mut scratch,
-            )
-            .await;
+        let scanned = self.scanner.feed(&chunk, &mut scratch, &mut never);
         let out = if scratch.len() == chunk.len() {
             chunk
         } else {
             Bytes::copy_from_slice(&scratch)
         };
         self.scratch = scratch;
-        scanned.map(|()| out)
+        scanned.map(|_| out).map_err(template_error)
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then
