@@ -178,6 +178,14 @@ const RETRY_DELETE: &str = "intent index changed during delete";
 /// few sled values instead of paying an insert each, and no value grows large.
 const ENTRIES_PER_VALUE: usize = 64;
 
+/// What the next entry needs of the chain head (the stored last [`AuditEntry`]): its event
+/// is skipped, not decoded.
+#[derive(serde::Deserialize)]
+struct HeadLink {
+    seq: u64,
+    hash: String,
+}
+
 /// Appends `events`, in order, to the hash-chained audit log inside a transaction: the chain
 /// head is read once and written once, and the entries go into the `audit` tree as values of
 /// up to [`ENTRIES_PER_VALUE`] entry lines each, keyed by the seq of their first entry.
@@ -188,7 +196,7 @@ fn append_audit_tx(
 ) -> Result<(), ConflictableTransactionError<StoreError>> {
     let (mut seq, mut prev_hash) = match meta.get(AUDIT_HEAD)? {
         Some(head) => {
-            let head: AuditEntry = serde_json::from_slice(&head).map_err(|e| abort(corrupt(e)))?;
+            let head: HeadLink = serde_json::from_slice(&head).map_err(|e| abort(corrupt(e)))?;
             (head.seq, head.hash)
         }
         None => (0, String::new()),
