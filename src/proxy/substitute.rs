@@ -211,7 +211,14 @@ impl Substitution {
             .rev()
             .find(|&j| starts_template(j))
             .unwrap_or(0);
+        let mut ended = false;
         for (j, piece) in pieces.iter().enumerate() {
+            if j > tail_from && !self.scanner.carries_template() {
+                // No template is open, and none starts here or later: as it is, without
+                // searching it for `{{` again.
+                out.extend_from_slice(piece);
+                continue;
+            }
             let place = if j + 1 == pieces.len() {
                 Place::Last
             } else if j >= tail_from {
@@ -219,7 +226,11 @@ impl Substitution {
             } else {
                 Place::Middle
             };
+            ended = place == Place::Last;
             self.scan_into(piece, place, &mut fetch, out).await?;
+        }
+        if !ended {
+            self.scan_into(&[], Place::Last, &mut fetch, out).await?;
         }
         Ok(())
     }

@@ -326,7 +326,12 @@ impl Scanner {
     /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
     /// a `{` that may start one continues into it from the previous chunk.
     pub fn may_resolve(&self, chunk: &[u8]) -> bool {
-        self.mode == Mode::Template || self.brace || Self::has_templates(chunk)
+        self.carries_template() || Self::has_templates(chunk)
+    }
+
+    /// Whether a template, or a `{` that may start one, continues into the next chunk.
+    pub fn carries_template(&self) -> bool {
+        self.mode == Mode::Template || self.brace
     }
 
     /// [`Scanner::feed`]; when `last`, the rest of the chunk may be copied without lexing
