@@ -191,7 +191,7 @@ pub(crate) fn luhn_valid(digits: &str) -> bool {
         }
         sum += d;
     }
-    !digits.is_empty() && sum % 10 == 0
+    !digits.is_empty() && sum.is_multiple_of(10)
 }
 
 /// `Some(n)` when `raw` is exactly `len` ASCII digits.

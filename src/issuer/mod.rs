@@ -233,7 +233,9 @@ pub trait Issuer: Send + Sync {
 
 /// The Luhn (mod 10) check: all ASCII digits, at least two of them, checksum 0.
 pub fn luhn_valid(s: &str) -> bool {
-    s.len() >= 2 && s.bytes().all(|b| b.is_ascii_digit()) && luhn_sum(s.bytes(), false) % 10 == 0
+    s.len() >= 2
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && luhn_sum(s.bytes(), false).is_multiple_of(10)
 }
 
 /// `prefix` with its Luhn check digit appended. Characters other than ASCII digits are
