@@ -70,9 +70,11 @@ fn scan_with_tail(
     values: &[String],
 ) -> Result<(Vec<u8>, usize), TemplateError> {
     let chunks = chunks(body, cuts);
+    // Empty chunks are skipped when looking back for a `{`.
     let starts = |j: usize| {
+        let before = chunks[..j].iter().rev().find(|c| !c.is_empty());
         Scanner::has_templates(chunks[j])
-            || (j > 0 && chunks[j - 1].last() == Some(&b'{') && chunks[j].first() == Some(&b'{'))
+            || (before.is_some_and(|c| c.last() == Some(&b'{')) && chunks[j].first() == Some(&b'{'))
     };
     let tail_from = (0..chunks.len()).rev().find(|&j| starts(j)).unwrap_or(0);
     let mut scanner = Scanner::new();

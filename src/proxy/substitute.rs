@@ -193,14 +193,15 @@ impl Substitution {
         F: FnMut(String, CredentialKind) -> Fut,
         Fut: Future<Output = Result<Lookup, ApiError>>,
     {
-        // A template starts in piece `j` when it holds a `{{`, or when the previous piece
-        // ends with a `{` and this one starts with one.
+        // A template starts in piece `j` when it holds a `{{`, or when it starts with a `{`
+        // and the piece before it (empty ones skipped) ends with one.
         let starts_template = |j: usize| {
             pieces.get(j).is_some_and(|p| {
                 Scanner::has_templates(p)
                     || (p.first() == Some(&b'{')
-                        && j.checked_sub(1)
-                            .and_then(|i| pieces.get(i))
+                        && pieces
+                            .get(..j)
+                            .and_then(|before| before.iter().rev().find(|q| !q.is_empty()))
                             .is_some_and(|q| q.last() == Some(&b'{')))
             })
         };
@@ -466,11 +467,8 @@ mod tests {
             let bytes = Bytes::from(body.clone());
             for i in 0..=bytes.len() {
                 for j in i..=bytes.len() {
-                    let pieces: Vec<Bytes> =
-                        [bytes.slice(..i), bytes.slice(i..j), bytes.slice(j..)]
-                            .into_iter()
-                            .filter(|p| !p.is_empty())
-                            .collect();
+                    // Empty pieces too: `i == j` puts one between two others.
+                    let pieces = [bytes.slice(..i), bytes.slice(i..j), bytes.slice(j..)];
                     let mut sub = Substitution::default();
                     let mut out = Vec::new();
                     sub.scan_pieces(&pieces, fetch, &mut out).await.unwrap();
