@@ -81,9 +81,6 @@ pub struct Substitution {
     cache: Cache,
     /// Templates substituted so far.
     pub templates: usize,
-    /// Where a chunk that goes through unchanged is lexed ([`Substitution::feed`]), kept from
-    /// chunk to chunk (at most one chunk's size).
-    scratch: Vec<u8>,
 }
 
 fn template_error(e: TemplateError) -> ApiError {
@@ -99,10 +96,8 @@ impl Substitution {
 
     /// Scans one chunk; returns the bytes to forward.
     ///
-    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`]) is lexed into a
-    /// reused buffer, and forwarded as it came when the scanner held none of it back: no new
-    /// buffer for it. (With no template and no `{` carried in, the scanner's output is the
-    /// chunk, less a trailing `{` it may hold back: equal lengths mean equal bytes.)
+    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`]) is only lexed
+    /// ([`Scanner::lex`]) and forwarded as it came: no copy, no new buffer.
     pub async fn feed(
         &mut self,
         app: &App,
@@ -120,18 +115,10 @@ impl Substitution {
             .await?;
             return Ok(Bytes::from(out));
         }
-        // The resolver is never called for such a chunk: no lookups, no second pass.
-        let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let scanned = self.scanner.feed(&chunk, &mut scratch, &mut never);
-        let out = if scratch.len() == chunk.len() {
-            chunk
-        } else {
-            Bytes::copy_from_slice(&scratch)
-        };
-        self.scratch = scratch;
-        scanned.map(|_| out).map_err(template_error)
+        // Nothing to substitute: lexed, not copied, and forwarded as it came (less a `{`
+        // the scanner holds back for the next chunk).
+        let forward = self.scanner.lex(&chunk).map_err(template_error)?;
+        Ok(chunk.slice(..forward))
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then

@@ -327,6 +327,8 @@ pub struct Scanner {
     /// The parsed template, kept to reuse its strings.
     reference: TemplateRef,
     failed: Option<TemplateError>,
+    /// [`Scanner::lex`]: the chunk is lexed, not written anywhere.
+    discard: bool,
     /// Whether [`Scanner::skim`] may run; off only in tests, which compare the skim with the
     /// byte lexer.
     skim: bool,
@@ -362,6 +364,7 @@ impl Scanner {
                 path: String::new(),
             },
             failed: None,
+            discard: false,
             skim: true,
         }
     }
@@ -382,6 +385,7 @@ impl Scanner {
         self.held.clear();
         self.decoded.clear();
         self.failed = None;
+        self.discard = false;
     }
 
     /// Whether `body` may contain a template: a cheap check that lets a caller skip scanning
@@ -435,6 +439,30 @@ impl Scanner {
         self.feed_chunk(chunk, out, r, true)
     }
 
+    /// Lexes a chunk that cannot reach the resolver ([`Scanner::may_resolve`] is false)
+    /// without writing it anywhere. What [`Scanner::feed`] would write for such a chunk is the
+    /// chunk itself, less a trailing `{` that it holds back (with the next chunk's first byte
+    /// it may start a template; the next `feed` writes it): returns how many of the chunk's
+    /// bytes go through now. A chunk that can reach the resolver is an error.
+    pub fn lex(&mut self, chunk: &[u8]) -> Result<usize, TemplateError> {
+        if self.may_resolve(chunk) {
+            return Err(self.error(chunk, "internal error"));
+        }
+        // Nothing is written to `nothing`, and the resolver is never called.
+        let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
+        let mut nothing = Vec::new();
+        self.discard = true;
+        let result = self.feed_chunk(chunk, &mut nothing, &mut never, false);
+        self.discard = false;
+        result?;
+        debug_assert!(nothing.is_empty());
+        Ok(if self.brace_carried {
+            chunk.len().saturating_sub(1)
+        } else {
+            chunk.len()
+        })
+    }
+
     /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
     /// a `{` that may start one continues into it from the previous chunk.
     pub fn may_resolve(&self, chunk: &[u8]) -> bool {
@@ -459,7 +487,9 @@ impl Scanner {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
-        out.reserve(chunk.len());
+        if !self.discard {
+            out.reserve(chunk.len());
+        }
         if self.mode == Mode::Key {
             // A key that continues from the previous chunk.
             if let Some(f) = self.top_frame() {
@@ -659,14 +689,18 @@ impl Scanner {
                 }
             }
         }
+        let write = !self.discard;
         match self.mode {
             // Everything since the template's start is in `held`.
             Mode::Template => {}
             Mode::Value if self.brace && !self.brace_carried => {
-                flush(out, chunk, run, len.saturating_sub(1));
+                if write {
+                    flush(out, chunk, run, len.saturating_sub(1));
+                }
                 self.brace_carried = true;
             }
-            _ => flush(out, chunk, run, len),
+            _ if write => flush(out, chunk, run, len),
+            _ => {}
         }
         Ok(count)
     }
