@@ -9,50 +9,9 @@
 
 use paycred::template::{ResolveError, Scanner, TemplateRef};
 
-const TEMPLATE: &str = "{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}";
-
-/// The bench's order-like body: `size` bytes of items, `templates` of them with a template.
-fn body(size: usize, templates: usize) -> Vec<u8> {
-    let item = |i: usize, pan: &str| {
-        format!(
-            r#"{{"id":"item_{i:06}","name":"Widget \"deluxe\" {i}","qty":{q},"price":1999,"tags":["a","b"],"pan":"{pan}"}}"#,
-            q = i % 7
-        )
-    };
-    let per_item = item(0, "").len() + 1;
-    let items = (size.saturating_sub(40) / per_item).max(templates).max(1);
-    let every = items.checked_div(templates).unwrap_or(usize::MAX);
-    let mut out = String::from(r#"{"currency":"usd","items":["#);
-    let mut placed = 0;
-    for i in 0..items {
-        if i > 0 {
-            out.push(',');
-        }
-        let pan = if placed < templates && i % every == 0 {
-            placed += 1;
-            TEMPLATE
-        } else {
-            ""
-        };
-        out.push_str(&item(i, pan));
-    }
-    out.push_str("]}");
-    while out.len() < size {
-        out.push(' ');
-    }
-    out.into_bytes()
-}
-
-/// The load bench's body: a card of 4 templates and `items` items of 100-byte skus.
-fn load_body(items: usize) -> Vec<u8> {
-    let card = ["number", "expirationMonth", "expirationYear", "cvc"]
-        .map(|f| format!(r#""{f}":"{{{{ paymentMethod: pm_1 | type: 'pan' | json: '$.{f}' }}}}""#))
-        .join(",");
-    let item = format!(r#"{{"sku":"{}"}}"#, "x".repeat(100));
-    let items = vec![item.as_str(); items].join(",");
-    format!(r#"{{"amount":1000,"currency":"USD","card":{{{card}}},"items":[{items}]}}"#)
-        .into_bytes()
-}
+#[path = "../benches/common/bodies.rs"]
+mod bodies;
+use bodies::{body, load_bench_body};
 
 fn main() {
     let case = std::env::args().nth(1).unwrap_or_else(|| "1m0".to_owned());
@@ -61,8 +20,8 @@ fn main() {
         "1m0" => (body(1 << 20, 0), 16 * 1024),
         "1m100" => (body(1 << 20, 100), 16 * 1024),
         "1k100" => (body(1024, 100), 16 * 1024),
-        "load1k" => (load_body(5), 16 * 1024),
-        "load64k" => (load_body(580), usize::MAX),
+        "load1k" => (load_bench_body(5), 16 * 1024),
+        "load64k" => (load_bench_body(580), usize::MAX),
         _ => panic!("unknown case {case}"),
     };
     let mut scanner = Scanner::new();

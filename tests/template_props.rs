@@ -61,22 +61,15 @@ fn chunks<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     at.windows(2).map(|w| &body[w[0]..w[1]]).collect()
 }
 
-/// [`scan`] of the chunks as the proxy scans a body read whole in pieces: `feed` up to the
-/// last chunk in which a template may start (a `{{` in it, or a `{` ending the previous chunk
-/// and one starting it), `feed_tail` after it, `feed_last` for the end.
+/// [`scan`] of the chunks as the proxy scans a body read whole in pieces: `feed` up to
+/// `Scanner::tail_start`, `feed_tail` from there, `feed_last` for the end.
 fn scan_with_tail(
     body: &[u8],
     cuts: &[usize],
     values: &[String],
 ) -> Result<(Vec<u8>, usize), TemplateError> {
     let chunks = chunks(body, cuts);
-    // Empty chunks are skipped when looking back for a `{`.
-    let starts = |j: usize| {
-        let before = chunks[..j].iter().rev().find(|c| !c.is_empty());
-        Scanner::has_templates(chunks[j])
-            || (before.is_some_and(|c| c.last() == Some(&b'{')) && chunks[j].first() == Some(&b'{'))
-    };
-    let tail_from = (0..chunks.len()).rev().find(|&j| starts(j)).unwrap_or(0);
+    let tail_from = Scanner::tail_start(&chunks);
     let mut scanner = Scanner::new();
     let mut resolver = Table { values };
     let (mut out, mut count) = (Vec::new(), 0);

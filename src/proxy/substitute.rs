@@ -180,25 +180,10 @@ impl Substitution {
         F: FnMut(String, CredentialKind) -> Fut,
         Fut: Future<Output = Result<Lookup, ApiError>>,
     {
-        // A template starts in piece `j` when it holds a `{{`, or when it starts with a `{`
-        // and the piece before it (empty ones skipped) ends with one.
-        let starts_template = |j: usize| {
-            pieces.get(j).is_some_and(|p| {
-                Scanner::has_templates(p)
-                    || (p.first() == Some(&b'{')
-                        && pieces
-                            .get(..j)
-                            .and_then(|before| before.iter().rev().find(|q| !q.is_empty()))
-                            .is_some_and(|q| q.last() == Some(&b'{')))
-            })
-        };
         if pieces.is_empty() {
             return self.scan_into(&[], Place::Last, &mut fetch, out).await;
         }
-        let tail_from = (0..pieces.len())
-            .rev()
-            .find(|&j| starts_template(j))
-            .unwrap_or(0);
+        let tail_from = Scanner::tail_start(pieces);
         let mut ended = false;
         for (j, piece) in pieces.iter().enumerate() {
             if j > tail_from && !self.scanner.carries_template() {

@@ -463,6 +463,25 @@ impl Scanner {
         })
     }
 
+    /// Where the tail of a body read whole in `pieces` begins: the last piece in which a
+    /// template may start (a `{{` in it, or a `{` starting it after a piece that ends with
+    /// one, empty pieces skipped), 0 when none does. Pieces before it must go through
+    /// [`Scanner::feed`]; from it on [`Scanner::feed_tail`] may be used.
+    pub fn tail_start<P: AsRef<[u8]>>(pieces: &[P]) -> usize {
+        let mut before_last = None;
+        let mut start = 0;
+        for (j, piece) in pieces.iter().map(AsRef::as_ref).enumerate() {
+            let across = piece.first() == Some(&b'{') && before_last == Some(b'{');
+            if across || Self::has_templates(piece) {
+                start = j;
+            }
+            if let Some(&b) = piece.last() {
+                before_last = Some(b);
+            }
+        }
+        start
+    }
+
     /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
     /// a `{` that may start one continues into it from the previous chunk.
     pub fn may_resolve(&self, chunk: &[u8]) -> bool {
