@@ -229,11 +229,11 @@ impl Part {
         }
     }
 
-    fn from_name(s: &str) -> Option<Self> {
+    fn from_name(s: &[u8]) -> Option<Self> {
         match s {
-            "paymentMethod" => Some(Part::PaymentMethod),
-            "type" => Some(Part::Type),
-            "json" => Some(Part::Json),
+            b"paymentMethod" => Some(Part::PaymentMethod),
+            b"type" => Some(Part::Type),
+            b"json" => Some(Part::Json),
             _ => None,
         }
     }
@@ -264,40 +264,44 @@ pub fn parse_into(text: &str, into: &mut TemplateRef) -> Result<(), ExprError> {
 }
 
 /// The payment method id, type, field and JSON path of a template.
+///
+/// Works on the bytes with index loops and byte tables (every template of every body is
+/// parsed); values are cut from `text` at ASCII bytes only, so always on char boundaries.
 fn parse_parts(text: &str) -> Result<(&str, CredentialKind, CredentialField, &str), ExprError> {
     let inner = text
         .strip_prefix("{{")
         .and_then(|t| t.strip_suffix("}}"))
         .ok_or(ExprError::NotDelimited)?;
-    let mut cur = Cursor { s: inner, pos: 0 };
-    cur.skip_ws();
-    if cur.at_end() {
+    let bytes = inner.as_bytes();
+    let mut at = skip(bytes, 0, &WS);
+    if at == bytes.len() {
         return Err(ExprError::Empty);
     }
 
     let mut values: [Option<&str>; 3] = [None, None, None];
     loop {
-        let name = cur.take_while(|b| b.is_ascii_alphanumeric() || b == b'_');
-        let part = Part::from_name(name).ok_or(ExprError::UnknownPart)?;
-        cur.skip_ws();
-        if !cur.eat(b':') {
+        let name_end = skip(bytes, at, &NAME);
+        let part = Part::from_name(bytes.get(at..name_end).unwrap_or_default())
+            .ok_or(ExprError::UnknownPart)?;
+        at = skip(bytes, name_end, &WS);
+        if bytes.get(at) != Some(&b':') {
             return Err(ExprError::ExpectedColon(part.name()));
         }
-        cur.skip_ws();
-        let value = cur.value(part)?;
+        at = skip(bytes, at + 1, &WS);
+        let (value, value_end) = value(inner, at, part)?;
         let slot = &mut values[part as usize];
         if slot.is_some() {
             return Err(ExprError::Duplicate(part.name()));
         }
         *slot = Some(value);
-        cur.skip_ws();
-        if cur.at_end() {
+        at = skip(bytes, value_end, &WS);
+        if at == bytes.len() {
             break;
         }
-        if !cur.eat(b'|') {
+        if bytes.get(at) != Some(&b'|') {
             return Err(ExprError::ExpectedSeparator(part.name()));
         }
-        cur.skip_ws();
+        at = skip(bytes, at + 1, &WS);
     }
 
     let [payment_method, kind, json] = values;
@@ -313,49 +317,116 @@ fn parse_parts(text: &str) -> Result<(&str, CredentialKind, CredentialField, &st
     Ok((payment_method, kind, field, json))
 }
 
+/// The value starting at `at` of `inner`, and where it ends (past a closing quote). A quoted
+/// value ends at the first matching quote outside square brackets (`'$['number']'`); a bare
+/// one at whitespace or `|`.
+fn value(inner: &str, at: usize, part: Part) -> Result<(&str, usize), ExprError> {
+    let bytes = inner.as_bytes();
+    match bytes.get(at) {
+        Some(&quote @ (b'\'' | b'"')) => {
+            let start = at + 1;
+            let mut depth = 0usize;
+            let mut end = start;
+            loop {
+                match bytes.get(end) {
+                    None => return Err(ExprError::UnterminatedQuote(part.name())),
+                    Some(&b) if b == quote && depth == 0 => break,
+                    Some(b'[') => depth += 1,
+                    Some(b']') => depth = depth.saturating_sub(1),
+                    Some(_) => {}
+                }
+                end += 1;
+            }
+            Ok((inner.get(start..end).unwrap_or_default(), end + 1))
+        }
+        _ => {
+            let end = skip(bytes, at, &BARE);
+            if end == at {
+                return Err(ExprError::MissingValue(part.name()));
+            }
+            Ok((inner.get(at..end).unwrap_or_default(), end))
+        }
+    }
+}
+
+/// Where the run of bytes in `class` that starts at `at` ends.
+fn skip(bytes: &[u8], mut at: usize, class: &[bool; 256]) -> usize {
+    while let Some(&b) = bytes.get(at) {
+        if !class[usize::from(b)] {
+            break;
+        }
+        at += 1;
+    }
+    at
+}
+
+/// A byte table: `true` for the bytes `$b` for which `$is` holds (built at compile time).
+macro_rules! byte_class {
+    (|$b:ident| $is:expr) => {{
+        let mut table = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            let $b = i as u8;
+            table[i] = $is;
+            i += 1;
+        }
+        table
+    }};
+}
+
+/// Whitespace around tokens.
+const WS: [bool; 256] = byte_class!(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+/// The bytes of a part name and of a path segment.
+const NAME: [bool; 256] = byte_class!(|b| b.is_ascii_alphanumeric() || b == b'_');
+/// The bytes of a bare value: all but whitespace and `|`.
+const BARE: [bool; 256] = byte_class!(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'|'));
+/// The bytes of a payment method id: ASCII letters, digits, `_` and `-`.
+const ID_BYTE: [bool; 256] = byte_class!(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+
 fn valid_id(id: &str) -> bool {
     (1..=MAX_ID_LEN).contains(&id.len()) && id.bytes().all(|b| ID_BYTE[usize::from(b)])
 }
 
-/// The bytes of an id: ASCII letters, digits, `_` and `-` (a table: one load a byte).
-const ID_BYTE: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
-        b += 1;
-    }
-    table
-};
-
 /// `$.f`, `$.card.f`, `$.token.f`, with any segment in bracket form.
 fn parse_path(path: &str, kind: CredentialKind) -> Result<CredentialField, ExprError> {
     let rest = path.strip_prefix('$').ok_or(ExprError::UnsupportedPath)?;
+    let bytes = rest.as_bytes();
     let mut segments: [&str; 2] = ["", ""];
     let mut count = 0;
-    let mut cur = Cursor { s: rest, pos: 0 };
-    while !cur.at_end() {
-        let segment = if cur.eat(b'.') {
-            cur.take_while(|b| b.is_ascii_alphanumeric() || b == b'_')
-        } else if cur.eat(b'[') {
-            let quote = cur.peek().filter(|&q| q == b'\'' || q == b'"');
-            let quote = quote.ok_or(ExprError::UnsupportedPath)?;
-            cur.pos += 1;
-            let name = cur.take_while(|b| b != quote);
-            if !(cur.eat(quote) && cur.eat(b']')) {
-                return Err(ExprError::UnsupportedPath);
+    let mut at = 0;
+    while at < bytes.len() {
+        // The segment's bounds, and where the next one starts.
+        let (start, end, next) = match bytes.get(at) {
+            Some(b'.') => {
+                let end = skip(bytes, at + 1, &NAME);
+                (at + 1, end, end)
             }
-            name
-        } else {
-            return Err(ExprError::UnsupportedPath);
+            Some(b'[') => {
+                let quote = match bytes.get(at + 1) {
+                    Some(&q @ (b'\'' | b'"')) => q,
+                    _ => return Err(ExprError::UnsupportedPath),
+                };
+                let start = at + 2;
+                let end = bytes
+                    .get(start..)
+                    .and_then(|b| memchr::memchr(quote, b))
+                    .map(|n| start + n)
+                    .ok_or(ExprError::UnsupportedPath)?;
+                if bytes.get(end + 1) != Some(&b']') {
+                    return Err(ExprError::UnsupportedPath);
+                }
+                (start, end, end + 2)
+            }
+            _ => return Err(ExprError::UnsupportedPath),
         };
+        let segment = rest.get(start..end).unwrap_or_default();
         if segment.is_empty() {
             return Err(ExprError::UnsupportedPath);
         }
         let slot = segments.get_mut(count).ok_or(ExprError::UnsupportedPath)?;
         *slot = segment;
         count += 1;
+        at = next;
     }
     let name = match (count, segments) {
         (1, [field, _]) => field,
@@ -375,79 +446,6 @@ fn parse_path(path: &str, kind: CredentialKind) -> Result<CredentialField, ExprE
 /// A field name may be repeated in an error when it cannot be a card value.
 fn echoable(name: &str) -> bool {
     name.len() <= MAX_ECHOED_FIELD_LEN && name.bytes().all(|b| b.is_ascii_alphabetic())
-}
-
-struct Cursor<'a> {
-    s: &'a str,
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn rest(&self) -> &'a str {
-        self.s.get(self.pos..).unwrap_or("")
-    }
-
-    fn at_end(&self) -> bool {
-        self.pos >= self.s.len()
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.s.as_bytes().get(self.pos).copied()
-    }
-
-    fn eat(&mut self, b: u8) -> bool {
-        let hit = self.peek() == Some(b);
-        if hit {
-            self.pos += 1;
-        }
-        hit
-    }
-
-    fn skip_ws(&mut self) {
-        self.take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-    }
-
-    /// Advances over ASCII bytes matching `pred`; the result is always on char boundaries
-    /// because `pred` is only ever true for ASCII bytes or stops at the quote byte.
-    fn take_while(&mut self, pred: impl Fn(u8) -> bool) -> &'a str {
-        let rest = self.rest();
-        let n = rest.bytes().take_while(|&b| pred(b)).count();
-        self.pos += n;
-        rest.get(..n).unwrap_or("")
-    }
-
-    /// A quoted or bare value.
-    fn value(&mut self, part: Part) -> Result<&'a str, ExprError> {
-        let rest = self.rest();
-        match self.peek() {
-            Some(q @ (b'\'' | b'"')) => {
-                // The closing quote is the first one outside brackets: `'$['number']'`.
-                let body = rest.get(1..).unwrap_or("");
-                let mut depth = 0usize;
-                let end = body
-                    .bytes()
-                    .position(|b| {
-                        match b {
-                            b'[' => depth += 1,
-                            b']' => depth = depth.saturating_sub(1),
-                            _ => {}
-                        }
-                        b == q && depth == 0
-                    })
-                    .ok_or(ExprError::UnterminatedQuote(part.name()))?;
-                self.pos += end + 2;
-                Ok(body.get(..end).unwrap_or(""))
-            }
-            _ => {
-                let value = self.take_while(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'|'));
-                if value.is_empty() {
-                    Err(ExprError::MissingValue(part.name()))
-                } else {
-                    Ok(value)
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 use std::fmt::Write as _;
 
 use memchr::{memchr2, memchr3, memmem};
+use once_cell::sync::Lazy;
 use wide::u8x16;
 
 use super::expr::{self, TemplateRef};
@@ -391,7 +392,7 @@ impl Scanner {
     /// Whether `body` may contain a template: a cheap check that lets a caller skip scanning
     /// a whole body held in memory.
     pub fn has_templates(body: &[u8]) -> bool {
-        memmem::find(body, b"{{").is_some()
+        OPEN.find(body).is_some()
     }
 
     /// Scans one chunk, appending output to `out`. Bytes of a template that is not complete at
@@ -1227,6 +1228,10 @@ impl Scanner {
     }
 }
 
+/// The searcher for `{{`, built once: `memmem::find` builds one at every call, which costs
+/// more than searching a small body.
+static OPEN: Lazy<memmem::Finder<'static>> = Lazy::new(|| memmem::Finder::new(b"{{"));
+
 /// Whether `chunk` holds no `{{` from `at` on. `next` is where the next `{{` was found by an
 /// earlier call; the chunk is searched again (forward, by SIMD) only once `at` is past it, so a
 /// chunk is searched about once in all.
@@ -1234,7 +1239,7 @@ fn no_open(chunk: &[u8], at: usize, next: &mut Option<usize>) -> bool {
     if next.is_some_and(|n| n >= at) {
         return false;
     }
-    match memmem::find(chunk.get(at..).unwrap_or_default(), b"{{") {
+    match OPEN.find(chunk.get(at..).unwrap_or_default()) {
         Some(k) => {
             *next = Some(at + k);
             false
