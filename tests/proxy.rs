@@ -155,6 +155,17 @@ fn svc_authorization_leaves_the_callers_authorization_to_the_target() {
     let got = &up.requests()[0];
     assert_eq!(got.header("Authorization"), Some("Bearer target-api-key"));
     assert_eq!(got.header("X-Merchant"), Some("m1"));
+    // Names keep the caller's spelling, as pingora's own proxy sends them.
+    let names: Vec<&str> = got.headers.iter().map(|(n, _)| n.as_str()).collect();
+    for name in [
+        "Authorization",
+        "X-Merchant",
+        "Content-Type",
+        "Host",
+        "Content-Length",
+    ] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
     assert!(
         got.headers
             .iter()

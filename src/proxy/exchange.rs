@@ -38,8 +38,8 @@ pub fn applies(ctx: &ProxyCtx) -> bool {
     ctx.request.is_some()
 }
 
-/// Longest `content-length: N\r\n\r\n`.
-const LENGTH_LINE_MAX: usize = "content-length: \r\n\r\n".len() + 20;
+/// Longest `Content-Length: N\r\n\r\n`.
+const LENGTH_LINE_MAX: usize = "Content-Length: \r\n\r\n".len() + 20;
 
 /// The request as the target receives it, built in one buffer: the head (request line,
 /// `Host`, the caller's headers less the dropped ones, the body's length) and the body, which
@@ -67,7 +67,7 @@ impl RequestBuf {
         head.extend_from_slice(req.method.as_str().as_bytes());
         head.push(b' ');
         head.extend_from_slice(path_and_query.as_bytes());
-        head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
         head.extend_from_slice(host.as_bytes());
         head.extend_from_slice(b"\r\n");
         // Headers the caller's `Connection` names are hop-by-hop too (RFC 9110 §7.6.1).
@@ -80,7 +80,11 @@ impl RequestBuf {
             .map(|token| token.trim().to_ascii_lowercase())
             .filter(|token| !token.is_empty())
             .collect();
+        // Header names leave as the caller wrote them, as pingora's own proxy sends them:
+        // the names pingora read are kept beside the map, in the map's order.
+        let mut as_written = req.case_header_iter().map(|(name, _)| name.as_slice());
         for (name, value) in &req.headers {
+            let wire_name = as_written.next().unwrap_or(name.as_str().as_bytes());
             let dropped = super::is_dropped_header(name)
                 || nominated.iter().any(|n| n == name.as_str())
                 || name == http::header::HOST
@@ -90,7 +94,7 @@ impl RequestBuf {
             if dropped {
                 continue;
             }
-            head.extend_from_slice(name.as_str().as_bytes());
+            head.extend_from_slice(wire_name);
             head.extend_from_slice(b": ");
             head.extend_from_slice(value.as_bytes());
             head.extend_from_slice(b"\r\n");
@@ -117,7 +121,7 @@ impl RequestBuf {
             head,
             body_start,
         } = self;
-        let length = format!("content-length: {}\r\n\r\n", buf.len() - body_start);
+        let length = format!("Content-Length: {}\r\n\r\n", buf.len() - body_start);
         let start = body_start - length.len() - head.len();
         buf[start..start + head.len()].copy_from_slice(&head);
         buf[body_start - length.len()..body_start].copy_from_slice(length.as_bytes());
@@ -340,8 +344,8 @@ mod tests {
         let (whole, body) = request(true, b"{\"a\":1}");
         assert_eq!(
             std::str::from_utf8(&whole).unwrap_or_default(),
-            "POST /c?x=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nx-request-id: r1\r\n\
-             content-length: 7\r\n\r\n{\"a\":1}"
+            "POST /c?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nX-Request-Id: r1\r\n\
+             Content-Length: 7\r\n\r\n{\"a\":1}"
         );
         assert_eq!(&body[..], b"{\"a\":1}");
     }
@@ -350,8 +354,8 @@ mod tests {
     fn the_callers_own_authorization_is_kept_and_an_empty_body_is_framed() {
         let (whole, body) = request(false, b"");
         let text = std::str::from_utf8(&whole).unwrap_or_default();
-        assert!(text.contains("\r\nauthorization: Bearer t\r\n"), "{text}");
-        assert!(text.ends_with("content-length: 0\r\n\r\n"), "{text}");
+        assert!(text.contains("\r\nAuthorization: Bearer t\r\n"), "{text}");
+        assert!(text.ends_with("Content-Length: 0\r\n\r\n"), "{text}");
         assert!(body.is_empty());
     }
 }
