@@ -561,15 +561,14 @@ impl Gateway {
                     path,
                     length + length / 8,
                 );
-                // The body is copied once, from the pieces it arrived in; bytes without a
-                // `{{` after them are copied as they are.
-                ctx.substitution
+                // The body is copied once, from the pieces it arrived in, up to the last
+                // piece a template reaches; the pieces after it are sent as they were read.
+                let used = ctx
+                    .substitution
                     .feed_pieces_into(&self.app, &ctx.principal, &pieces, request.body())
                     .await?;
-                let (whole, body) = request.finish();
                 ctx.body_changed = ctx.substitution.templates > 0;
-                ctx.prepared = Some(body);
-                ctx.request = Some(whole);
+                ctx.request = Some(request.finish(pieces.get(used..).unwrap_or_default()));
             }
             record_uses(&self.app, &ctx).await?;
         }
@@ -583,7 +582,7 @@ impl Gateway {
         let Some(p) = ctx.proxy.as_deref() else {
             return Ok(());
         };
-        let Some(request) = p.request.as_deref() else {
+        let Some(request) = p.request.as_ref() else {
             return Ok(());
         };
         let peer = proxy::peer(p, self.ca_roots.get(&p.project.id));

@@ -21,7 +21,8 @@ use pingora::protocols::Stream;
 use pingora::proxy::Session;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType, OkOrErr, Result, RetryType};
-use tokio::io::AsyncWriteExt;
+use std::io::IoSlice;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Whether a request of this kind goes to the target through [`Exchanger::relay`] once its
 /// body is prepared (not `HEAD`, whose answer pingora's client frames by the request it
@@ -44,7 +45,8 @@ const LENGTH_LINE_MAX: usize = "Content-Length: \r\n\r\n".len() + 20;
 /// The request as the target receives it, built in one buffer: the head (request line,
 /// `Host`, the caller's headers less the dropped ones, the body's length) and the body, which
 /// is appended first ([`RequestBuf::body`]) while room for the head is kept in front. So the
-/// substituted body is written once, where it is sent from.
+/// substituted body is written once, where it is sent from. Body pieces that no template
+/// reaches follow the buffer as they were read ([`RequestBuf::finish`]).
 pub struct RequestBuf {
     buf: Vec<u8>,
     head: Vec<u8>,
@@ -114,19 +116,37 @@ impl RequestBuf {
         &mut self.buf
     }
 
-    /// The whole request, and its body alone (both views of one buffer).
-    pub fn finish(self) -> (Bytes, Bytes) {
+    /// The whole request: this buffer, with the body's end in `rest` (pieces sent as they
+    /// are, after it).
+    pub fn finish(self, rest: &[Bytes]) -> WireRequest {
         let RequestBuf {
             mut buf,
             head,
             body_start,
         } = self;
-        let length = format!("Content-Length: {}\r\n\r\n", buf.len() - body_start);
+        let body_len = buf.len() - body_start + rest.iter().map(Bytes::len).sum::<usize>();
+        let length = format!("Content-Length: {body_len}\r\n\r\n");
         let start = body_start - length.len() - head.len();
         buf[start..start + head.len()].copy_from_slice(&head);
         buf[body_start - length.len()..body_start].copy_from_slice(length.as_bytes());
-        let buf = Bytes::from(buf);
-        (buf.slice(start..), buf.slice(body_start..))
+        let mut parts = Vec::with_capacity(1 + rest.len());
+        parts.push(Bytes::from(buf).slice(start..));
+        parts.extend(rest.iter().filter(|p| !p.is_empty()).cloned());
+        WireRequest { parts }
+    }
+}
+
+/// A request ready to be written to the target: its bytes in order, in one or more parts
+/// (the head and the body's start in one buffer, then body pieces as they were read).
+#[derive(Debug, Clone)]
+pub struct WireRequest {
+    parts: Vec<Bytes>,
+}
+
+impl WireRequest {
+    /// The parts, in the order they are written.
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
     }
 }
 
@@ -155,7 +175,7 @@ impl Exchanger {
         &self,
         session: &mut Session,
         peer: &HttpPeer,
-        request: &[u8],
+        request: &WireRequest,
         replayable: bool,
     ) -> Result<u16> {
         let mut upstream = self.send(peer, request, replayable).await?;
@@ -201,7 +221,12 @@ impl Exchanger {
     /// by the readiness the runtime last saw: a close that arrived since is missed, and such a
     /// POST then answers 502. (Yielding to the runtime first closes that window, for +13k
     /// instructions and +2 syscalls a request; not done.)
-    async fn send(&self, peer: &HttpPeer, request: &[u8], replayable: bool) -> Result<HttpSession> {
+    async fn send(
+        &self,
+        peer: &HttpPeer,
+        request: &WireRequest,
+        replayable: bool,
+    ) -> Result<HttpSession> {
         let (stream, reused) = self
             .transport
             .get_stream(peer)
@@ -243,18 +268,40 @@ pub fn replayable(req: &RequestHeader) -> bool {
     ) || req.headers.contains_key(IDEMPOTENCY_KEY)
 }
 
+/// Writes `parts` in order and flushes: in one vectored write (`writev`) where the stream
+/// takes one, which a plain TCP connection does, so the parts leave together without being
+/// copied into one buffer first; otherwise one write each (TLS: a record each).
+async fn write_parts<S>(stream: &mut S, parts: &[Bytes]) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin + ?Sized,
+{
+    if parts.len() > 1 && stream.is_write_vectored() {
+        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        let mut unsent = &mut slices[..];
+        while !unsent.is_empty() {
+            let n = stream.write_vectored(unsent).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut unsent, n);
+        }
+    } else {
+        for part in parts {
+            stream.write_all(part).await?;
+        }
+    }
+    stream.flush().await
+}
+
 /// One write of the whole request, then the final (non-1xx) response header.
 async fn exchange_header(
     mut stream: Stream,
     peer: &HttpPeer,
-    request: &[u8],
+    request: &WireRequest,
 ) -> Result<HttpSession> {
     let options = peer.get_peer_options();
     let write_timeout = options.and_then(|o| o.write_timeout);
-    let write = async {
-        stream.write_all(request).await?;
-        stream.flush().await
-    };
+    let write = write_parts(&mut stream, request.parts());
     let written = match write_timeout {
         Some(t) => tokio::time::timeout(t, write)
             .await
@@ -319,7 +366,8 @@ mod tests {
         }
     }
 
-    fn request(drop_authorization: bool, body: &[u8]) -> (Bytes, Bytes) {
+    /// The request's bytes, and how many parts they came in.
+    fn request(drop_authorization: bool, body: &[u8], rest: &[&'static [u8]]) -> (Bytes, usize) {
         let mut req = RequestHeader::build("POST", b"/projects/p/proxy", None)
             .unwrap_or_else(|_| unreachable!());
         for (name, value) in [
@@ -336,26 +384,118 @@ mod tests {
         }
         let mut buf = RequestBuf::new(&req, &target(), drop_authorization, "/c?x=1", 0);
         buf.body().extend_from_slice(body);
-        buf.finish()
+        let rest: Vec<Bytes> = rest.iter().map(|p| Bytes::from_static(p)).collect();
+        let request = buf.finish(&rest);
+        let parts = request.parts();
+        (crate::http::join(parts.to_vec()), parts.len())
     }
 
     #[test]
     fn the_head_lands_right_before_the_body_with_its_length() {
-        let (whole, body) = request(true, b"{\"a\":1}");
+        let (whole, parts) = request(true, b"{\"a\":1}", &[]);
         assert_eq!(
             std::str::from_utf8(&whole).unwrap_or_default(),
             "POST /c?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nX-Request-Id: r1\r\n\
              Content-Length: 7\r\n\r\n{\"a\":1}"
         );
-        assert_eq!(&body[..], b"{\"a\":1}");
+        assert_eq!(parts, 1);
+    }
+
+    #[test]
+    fn pieces_left_as_read_follow_the_buffer_and_count_in_the_length() {
+        let (whole, parts) = request(true, b"{\"a\":", &[b"", b"[1,", b"2]}"]);
+        let text = std::str::from_utf8(&whole).unwrap_or_default();
+        assert!(
+            text.ends_with("Content-Length: 11\r\n\r\n{\"a\":[1,2]}"),
+            "{text}"
+        );
+        // The empty piece is left out.
+        assert_eq!(parts, 3);
+    }
+
+    /// Takes at most `max` bytes a write, as a socket with a full buffer does; vectored or not.
+    struct Trickle {
+        got: Vec<u8>,
+        max: usize,
+        vectored: bool,
+        writes: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.max);
+            self.got.extend_from_slice(&buf[..n]);
+            self.writes += 1;
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut n = 0;
+            for buf in bufs {
+                let take = buf.len().min(self.max - n);
+                self.got.extend_from_slice(&buf[..take]);
+                n += take;
+            }
+            self.writes += 1;
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn parts_arrive_whole_and_in_order_however_short_the_writes() {
+        let parts: Vec<Bytes> = ["POST / HTTP/1.1\r\n\r\n{", "", "\"a\":", "[1,2,3]", "}"]
+            .into_iter()
+            .map(|p| Bytes::from_static(p.as_bytes()))
+            .collect();
+        let want: Vec<u8> = parts.concat();
+        for vectored in [true, false] {
+            for max in 1..=want.len() {
+                let mut sink = Trickle {
+                    got: Vec::new(),
+                    max,
+                    vectored,
+                    writes: 0,
+                };
+                write_parts(&mut sink, &parts).await.unwrap_or_default();
+                assert_eq!(sink.got, want, "max {max}, vectored {vectored}");
+                if vectored && max == want.len() {
+                    assert_eq!(sink.writes, 1, "one writev for it all");
+                }
+            }
+        }
     }
 
     #[test]
     fn the_callers_own_authorization_is_kept_and_an_empty_body_is_framed() {
-        let (whole, body) = request(false, b"");
+        let (whole, _) = request(false, b"", &[]);
         let text = std::str::from_utf8(&whole).unwrap_or_default();
         assert!(text.contains("\r\nAuthorization: Bearer t\r\n"), "{text}");
         assert!(text.ends_with("Content-Length: 0\r\n\r\n"), "{text}");
-        assert!(body.is_empty());
     }
 }

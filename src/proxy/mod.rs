@@ -65,11 +65,12 @@ pub struct ProxyCtx {
     pub drop_authorization: bool,
     /// The body is JSON: templates are substituted.
     pub substitute: bool,
-    /// The whole substituted body, when it was read in `request_filter`.
+    /// The whole substituted body, when it was read in `request_filter` and pingora sends
+    /// it.
     pub prepared: Option<Bytes>,
-    /// The whole request for the target (head and `prepared`, one buffer), when
-    /// [`exchange`] sends it.
-    pub request: Option<Bytes>,
+    /// The whole request for the target (head and substituted body), when it was read in
+    /// `request_filter` and [`exchange`] sends it.
+    pub request: Option<exchange::WireRequest>,
     pub substitution: Substitution,
     /// The body length changes: `Content-Length` must go (or be replaced).
     pub body_changed: bool,

@@ -138,30 +138,35 @@ impl Substitution {
 
     /// The whole body, read in `pieces`, substituted into `out` (a buffer that already holds
     /// what goes before it, such as a request's head): as [`Substitution::feed_last`] of the
-    /// pieces joined, without joining them.
+    /// pieces joined, without joining them. Returns `k`: the body is `out`'s new bytes
+    /// followed by `pieces[k..]`, which no template reaches and which are left where they are
+    /// (not copied).
     pub async fn feed_pieces_into(
         &mut self,
         app: &App,
         principal: &Principal,
         pieces: &[Bytes],
         out: &mut Vec<u8>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<usize, ApiError> {
         self.feed_from_store(app, principal, Input::Pieces(pieces), out)
             .await
     }
 
-    /// Scans `input` with credentials from the store, appending to `out`.
+    /// Scans `input` with credentials from the store, appending to `out`. Returns how many of
+    /// `Input::Pieces` went into `out` (see [`Substitution::feed_pieces_into`]); 1 for a chunk.
     async fn feed_from_store(
         &mut self,
         app: &App,
         principal: &Principal,
         input: Input<'_>,
         out: &mut Vec<u8>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<usize, ApiError> {
         let fetch =
             |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
         match input {
-            Input::Chunk(chunk, place) => self.scan_into(chunk, place, fetch, out).await,
+            Input::Chunk(chunk, place) => {
+                self.scan_into(chunk, place, fetch, out).await.map(|()| 1)
+            }
             Input::Pieces(pieces) => self.scan_pieces(pieces, fetch, out).await,
         }
     }
@@ -169,28 +174,26 @@ impl Substitution {
     /// Scans a whole body read in `pieces` into `out`. The pieces up to the last one in which
     /// a template may start are lexed; from there on the scanner copies whatever follows the
     /// last template without lexing it ([`Scanner::feed_tail`]), as it does in a body's last
-    /// chunk.
+    /// chunk. The pieces after that which no template reaches are not copied: returns where
+    /// they begin ([`Substitution::feed_pieces_into`]).
     async fn scan_pieces<F, Fut>(
         &mut self,
         pieces: &[Bytes],
         mut fetch: F,
         out: &mut Vec<u8>,
-    ) -> Result<(), ApiError>
+    ) -> Result<usize, ApiError>
     where
         F: FnMut(String, CredentialKind) -> Fut,
         Fut: Future<Output = Result<Lookup, ApiError>>,
     {
-        if pieces.is_empty() {
-            return self.scan_into(&[], Place::Last, &mut fetch, out).await;
-        }
         let tail_from = Scanner::tail_start(pieces);
-        let mut ended = false;
         for (j, piece) in pieces.iter().enumerate() {
             if j > tail_from && !self.scanner.carries_template() {
-                // No template is open, and none starts here or later: as it is, without
-                // searching it for `{{` again.
-                out.extend_from_slice(piece);
-                continue;
+                // No template is open, and none starts here or later: this piece and the
+                // rest stay as they are, neither searched for `{{` again nor copied. The
+                // scanner holds nothing back here, so ending it writes nothing.
+                self.scan_into(&[], Place::Last, &mut fetch, out).await?;
+                return Ok(j);
             }
             let place = if j + 1 == pieces.len() {
                 Place::Last
@@ -199,13 +202,12 @@ impl Substitution {
             } else {
                 Place::Middle
             };
-            ended = place == Place::Last;
             self.scan_into(piece, place, &mut fetch, out).await?;
         }
-        if !ended {
+        if pieces.is_empty() {
             self.scan_into(&[], Place::Last, &mut fetch, out).await?;
         }
-        Ok(())
+        Ok(pieces.len())
     }
 
     /// [`Substitution::scan_into`] into a new buffer (the tests' entry point).
@@ -443,7 +445,10 @@ mod tests {
                     let pieces = [bytes.slice(..i), bytes.slice(i..j), bytes.slice(j..)];
                     let mut sub = Substitution::default();
                     let mut out = Vec::new();
-                    sub.scan_pieces(&pieces, fetch, &mut out).await.unwrap();
+                    let used = sub.scan_pieces(&pieces, fetch, &mut out).await.unwrap();
+                    for piece in &pieces[used..] {
+                        out.extend_from_slice(piece);
+                    }
                     assert_eq!(out, want, "{body} cut at {i} and {j}");
                     assert_eq!(sub.templates, whole.templates, "{body} cut at {i} and {j}");
                 }
