@@ -553,13 +553,15 @@ impl Gateway {
                 // copied) once, in place, behind room for the head.
                 let uri = proxy::target_uri(&ctx.target)?;
                 let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
-                let length: usize = pieces.iter().map(Bytes::len).sum();
+                // Room for the first piece: the pieces after the last one a template reaches
+                // are not copied into the buffer, and it grows when more are.
+                let first = pieces.first().map_or(0, Bytes::len);
                 let mut request = proxy::exchange::RequestBuf::new(
                     req,
                     &ctx.target,
                     ctx.drop_authorization,
                     path,
-                    length + length / 8,
+                    first + first / 8,
                 );
                 // The body is copied once, from the pieces it arrived in, up to the last
                 // piece a template reaches; the pieces after it are sent as they were read.
