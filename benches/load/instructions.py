@@ -112,6 +112,20 @@ if args.profile:
         run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--instr-atstart=no",
                              f"--callgrind-out-file={out}"],
             args.requests, tok)
+    # The request path alone: every task the runtime ran (inclusive), without the audit
+    # writer's thread and the start-up, so it does not depend on timing.
+    paths = {}
+    for name in targets:
+        key = "paycred" if name == "paycred" else "pt"
+        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", os.path.join(args.work, f"callgrind.{key}")],
+                              capture_output=True, text=True).stdout
+        m = re.search(r"^\s*([\d,]+) .*worker::Context::run_task", text, re.M)
+        paths[name] = int(m.group(1).replace(",", "")) / args.requests if m else 0
+    base = paths["pingora pass-through"] or 1
+    print("| program | request path instructions / request (runtime tasks) | vs pass-through |")
+    print("|---|---|---|")
+    for name, ir in paths.items():
+        print(f"| {name} | {ir:,.0f} | {ir / base:.2f}x |")
     raise SystemExit(0)
 n = args.requests
 rows = []

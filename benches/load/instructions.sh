@@ -6,6 +6,7 @@
 #
 #   benches/load/instructions.sh [REQUESTS]     (default 2000)
 #   PROFILE=DIR benches/load/instructions.sh N  (instead: callgrind profiles of both programs,
+#                                                and the request path alone per request,
 #                                                N requests after a warm-up, written to DIR)
 #   BODY=64k benches/load/instructions.sh N     (the 64 KiB body instead of the 1 KiB one)
 set -euo pipefail

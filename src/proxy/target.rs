@@ -143,14 +143,15 @@ fn split_host_port(authority: &str) -> Option<(&str, Option<u16>)> {
 /// might read as a number in another base is refused.
 fn canonical_host(host: &str) -> Result<String, ApiError> {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
-    if let Ok(ip) = host.parse::<Ipv6Addr>() {
-        return Ok(ip.to_string());
-    }
+    // Every IPv6 literal has a colon, and nothing else may.
     if host.contains(':') {
-        return Err(ApiError::invalid_field(
-            "Svc-Target-URL",
-            "has no valid host",
-        ));
+        return match host.parse::<Ipv6Addr>() {
+            Ok(ip) => Ok(ip.to_string()),
+            Err(_) => Err(ApiError::invalid_field(
+                "Svc-Target-URL",
+                "has no valid host",
+            )),
+        };
     }
     let all_numeric_labels = host
         .split('.')
