@@ -120,8 +120,10 @@ if args.profile:
         text = subprocess.run(["callgrind_annotate", "--inclusive=yes", os.path.join(args.work, f"callgrind.{key}")],
                               capture_output=True, text=True).stdout
         m = re.search(r"^\s*([\d,]+) .*worker::Context::run_task", text, re.M)
-        paths[name] = int(m.group(1).replace(",", "")) / args.requests if m else 0
-    base = paths["pingora pass-through"] or 1
+        if not m:
+            raise SystemExit(f"instructions: no tokio worker task (Context::run_task) in the {key} profile")
+        paths[name] = int(m.group(1).replace(",", "")) / args.requests
+    base = paths["pingora pass-through"]
     print("| program | request path instructions / request (runtime tasks) | vs pass-through |")
     print("|---|---|---|")
     for name, ir in paths.items():

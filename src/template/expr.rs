@@ -644,6 +644,26 @@ mod tests {
                     kind: Pan,
                 }),
             ),
+            // Non-ASCII bytes: values are cut next to ASCII bytes only.
+            (
+                "{{ paymentMethod: pé | type: 'pan' | json: '$.number' }}",
+                Err(ExprError::InvalidPaymentMethod),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pän' | json: '$.number' }}",
+                Err(ExprError::UnknownType),
+            ),
+            (
+                "{{ paymentMethod: p | type: pan | json: $.number é }}",
+                Err(ExprError::ExpectedSeparator("json")),
+            ),
+            (
+                "{{ paymentMethod: p | type: 'pan' | json: '$['numbé']' }}",
+                Err(ExprError::UnknownField {
+                    field: None,
+                    kind: Pan,
+                }),
+            ),
             // A field that could be a card value is not repeated.
             (
                 "{{ paymentMethod: p | type: 'pan' | json: '$.4111111111111111' }}",
