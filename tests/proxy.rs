@@ -223,16 +223,26 @@ fn a_bad_template_in_a_small_body_never_reaches_the_target() {
 /// A connection to paycred on which the head of a proxy POST (JSON, `Connection: close`)
 /// has been written; the test writes the body.
 fn raw_proxy_post(server: &Server, token: &str, target: &str, len: usize) -> std::net::TcpStream {
+    raw_post(server, &proxy_path(), token, target, len)
+}
+
+/// [`raw_proxy_post`] to the proxy route `path` (another project's).
+fn raw_post(
+    server: &Server,
+    path: &str,
+    token: &str,
+    target: &str,
+    len: usize,
+) -> std::net::TcpStream {
     use std::io::Write;
     let addr = server.base.trim_start_matches("http://").to_string();
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let head = format!(
-        "POST {} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
          Svc-Target-URL: {target}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\
          Connection: close\r\n\r\n",
-        proxy_path(),
     );
     conn.write_all(head.as_bytes()).unwrap();
     conn
@@ -270,9 +280,23 @@ fn big_body_with(
     )
 }
 
+/// Writes `body` in three pieces apart in time, so that paycred reads it in more than one
+/// chunk, and returns the answer.
+fn send_in_thirds(mut conn: std::net::TcpStream, body: &str) -> String {
+    use std::io::{Read, Write};
+    let third = body.len() / 3;
+    for piece in [&body[..third], &body[third..2 * third], &body[2 * third..]] {
+        conn.write_all(piece.as_bytes()).unwrap();
+        conn.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    answer
+}
+
 #[test]
 fn a_small_body_sent_in_pieces_is_read_whole_and_substituted() {
-    use std::io::{Read, Write};
     let (server, up, t, pm) = setup();
     // Just under the 64 KiB read-whole limit: templates at the start, middle and end; then
     // only at the start, so that the later pieces go to the target as they were read.
@@ -282,16 +306,8 @@ fn a_small_body_sent_in_pieces_is_read_whole_and_substituted() {
     ];
     for (k, (body, expected)) in bodies.iter().enumerate() {
         assert!(body.len() < 64 * 1024);
-        let mut conn = raw_proxy_post(&server, &t, &up.url("/pieces"), body.len());
-        // Three pieces, apart in time, so that paycred reads the body in more than one chunk.
-        let third = body.len() / 3;
-        for piece in [&body[..third], &body[third..2 * third], &body[2 * third..]] {
-            conn.write_all(piece.as_bytes()).unwrap();
-            conn.flush().unwrap();
-            std::thread::sleep(Duration::from_millis(30));
-        }
-        let mut answer = String::new();
-        let _ = conn.read_to_string(&mut answer);
+        let conn = raw_proxy_post(&server, &t, &up.url("/pieces"), body.len());
+        let answer = send_in_thirds(conn, body);
         assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
         let got = &up.requests()[k];
         assert!(
@@ -645,11 +661,10 @@ fn forbidden_targets_are_refused_without_a_connection() {
 /// A TLS target: `openssl s_server -www` with a certificate for `localhost` signed by a test
 /// CA made here. Trusted through the project's `ca_file`: the request goes through; a
 /// project without that root: 502 (verification fails, nothing is sent).
-#[test]
-fn https_targets_are_verified_against_the_ca_file() {
+/// A test CA (`ca.pem`) and a server certificate for `localhost` signed by it (`srv.pem`,
+/// `srv.key`), made with the openssl command in `d`.
+fn tls_files(d: &std::path::Path) {
     use std::process::{Command, Stdio};
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
     let run = |args: &[&str]| {
         let ok = Command::new("openssl")
             .args(args)
@@ -706,6 +721,22 @@ fn https_targets_are_verified_against_the_ca_file() {
         "-extfile",
         "ext.cnf",
     ]);
+}
+
+/// The YAML of a project whose targets may be `localhost` (TLS tests), with `ca_line`.
+fn tls_project(id: &str, ca_line: &str) -> String {
+    format!(
+        "  - id: {id}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: {keys}/ed.pem}}]\n    pan: enabled\n    proxy:\n      allowed_hosts: [localhost]\n      allow_private_networks: true\n{ca_line}",
+        keys = "KEYS_DIR"
+    )
+}
+
+#[test]
+fn https_targets_are_verified_against_the_ca_file() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls_files(d);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -736,16 +767,10 @@ fn https_targets_are_verified_against_the_ca_file() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let ca = d.join("ca.pem").display().to_string();
-    let project = |id: &str, ca_line: &str| {
-        format!(
-            "  - id: {id}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: {keys}/ed.pem}}]\n    proxy:\n      allowed_hosts: [localhost]\n      allow_private_networks: true\n{ca_line}",
-            keys = "KEYS_DIR"
-        )
-    };
     let extra = format!(
         "{}{}",
-        project("proj_tls", &format!("      ca_file: {ca}\n")),
-        project("proj_untrusted", "")
+        tls_project("proj_tls", &format!("      ca_file: {ca}\n")),
+        tls_project("proj_untrusted", "")
     );
     let server = Server::start_with(Options {
         extra_project_yaml: extra,
@@ -871,4 +896,100 @@ fn intent_templates_resolve_the_newest_active_intent_and_count_one_use_per_reque
     );
     assert_eq!(sent["token"], active.json["token"]["number"]);
     assert_eq!(sent["cryptogram"], active.json["token"]["cryptogram"]);
+}
+
+/// A body read in pieces whose later pieces no template reaches goes to an https target as
+/// several parts (pingora's TLS stream writes one a call): all of it arrives, in order.
+#[test]
+fn a_body_in_pieces_reaches_an_https_target_whole() {
+    use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls_files(d);
+    let mut acceptor = SslAcceptor::mozilla_intermediate(SslMethod::tls()).unwrap();
+    acceptor
+        .set_private_key_file(d.join("srv.key"), SslFiletype::PEM)
+        .unwrap();
+    acceptor
+        .set_certificate_chain_file(d.join("srv.pem"))
+        .unwrap();
+    let acceptor = acceptor.build();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // One connection, one request: its body, read by its Content-Length, is handed back.
+    let target = std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut tls = acceptor.accept(tcp).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        let (head_len, body_len) = loop {
+            let n = tls.read(&mut buf).unwrap();
+            assert!(n > 0, "closed before the head ended");
+            got.extend_from_slice(&buf[..n]);
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut req = httparse::Request::new(&mut headers);
+            if let httparse::Status::Complete(len) = req.parse(&got).unwrap() {
+                let length = req
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .map(|h| {
+                        std::str::from_utf8(h.value)
+                            .unwrap()
+                            .parse::<usize>()
+                            .unwrap()
+                    })
+                    .unwrap();
+                break (len, length);
+            }
+        };
+        while got.len() < head_len + body_len {
+            let n = tls.read(&mut buf).unwrap();
+            assert!(n > 0, "closed before the body ended");
+            got.extend_from_slice(&buf[..n]);
+        }
+        tls.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        tls.flush().unwrap();
+        got.split_off(head_len)
+    });
+    let ca = d.join("ca.pem").display().to_string();
+    let server = Server::start_with(Options {
+        extra_project_yaml: tls_project("proj_tls", &format!("      ca_file: {ca}\n")),
+        ..Options::default()
+    });
+    let t = token_for(
+        &KEYS.ed.private_pem,
+        "k-ed",
+        "proj_tls",
+        "user_1",
+        "private",
+        300,
+    );
+    let pm = server.call(
+        "POST",
+        "/projects/proj_tls/payment-methods",
+        Some(&t),
+        Some(&card_body("user_1", VISA, CVC)),
+    );
+    assert_eq!(pm.status, 201, "{}", pm.text);
+    let pm = pm.json["id"].as_str().unwrap().to_string();
+    // Templates only at the start: the later pieces are sent as they were read.
+    let (body, expected) = big_body_with(&pm, 60 * 1024, &|i, _| i == 0);
+    let conn = raw_post(
+        &server,
+        "/projects/proj_tls/proxy",
+        &t,
+        &format!("https://localhost:{port}/pieces"),
+        body.len(),
+    );
+    let answer = send_in_thirds(conn, &body);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let got = target.join().unwrap();
+    assert!(
+        got == expected.as_bytes(),
+        "the body the target got differs"
+    );
 }
