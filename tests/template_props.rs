@@ -86,7 +86,8 @@ fn scan_with_tail(
 }
 
 /// [`scan`], but a chunk that cannot reach the resolver is only lexed and the part of it that
-/// `lex` says goes through is copied to the output, as the proxy forwards it.
+/// `lex` says goes through is copied to the output, as the proxy forwards it; `lex` declines
+/// the others, which are fed.
 fn scan_lexing(
     body: &[u8],
     cuts: &[usize],
@@ -96,11 +97,9 @@ fn scan_lexing(
     let mut resolver = Table { values };
     let (mut out, mut count) = (Vec::new(), 0);
     for chunk in chunks(body, cuts) {
-        if scanner.may_resolve(chunk) {
-            count += scanner.feed(chunk, &mut out, &mut resolver)?;
-        } else {
-            let forward = scanner.lex(chunk)?;
-            out.extend_from_slice(&chunk[..forward]);
+        match scanner.lex(chunk)? {
+            Some(forward) => out.extend_from_slice(&chunk[..forward]),
+            None => count += scanner.feed(chunk, &mut out, &mut resolver)?,
         }
     }
     scanner.finish(&mut out)?;

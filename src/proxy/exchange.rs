@@ -278,29 +278,22 @@ pub fn replayable(req: &RequestHeader) -> bool {
     ) || req.headers.contains_key(IDEMPOTENCY_KEY)
 }
 
-/// Writes `parts` in order and flushes: in one vectored write (`writev`) where the stream
-/// takes one, which a plain TCP connection does, so the parts leave together without being
-/// copied into one buffer first; otherwise one write each. (pingora's TLS stream says it
-/// takes vectored writes but writes the first non-empty part of each call: the loop still
-/// sends every byte in order, a part at a time.)
+/// Writes `parts` in order and flushes. A plain TCP connection takes them in one vectored
+/// write (`writev`), so they leave together without being copied into one buffer first; a
+/// stream without vectored writes (pingora's TLS stream, whatever it reports) writes the
+/// first part that is not empty at each call, and the loop goes on from where it stopped.
 async fn write_parts<S>(stream: &mut S, parts: &[Bytes]) -> std::io::Result<()>
 where
     S: AsyncWrite + Unpin + ?Sized,
 {
-    if parts.len() > 1 && stream.is_write_vectored() {
-        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-        let mut unsent = &mut slices[..];
-        while !unsent.is_empty() {
-            let n = stream.write_vectored(unsent).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            IoSlice::advance_slices(&mut unsent, n);
+    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let mut unsent = &mut slices[..];
+    while !unsent.is_empty() {
+        let n = stream.write_vectored(unsent).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
         }
-    } else {
-        for part in parts {
-            stream.write_all(part).await?;
-        }
+        IoSlice::advance_slices(&mut unsent, n);
     }
     stream.flush().await
 }
@@ -378,7 +371,6 @@ mod tests {
         }
     }
 
-    /// The request's bytes, and how many parts they came in.
     /// A caller's proxy request head, with headers to drop and to keep.
     fn header() -> RequestHeader {
         let mut req = RequestHeader::build("POST", b"/projects/p/proxy", None)
@@ -398,6 +390,7 @@ mod tests {
         req
     }
 
+    /// The request's bytes, and how many parts they came in.
     fn request(drop_authorization: bool, body: &[u8], rest: &[&'static [u8]]) -> (Bytes, usize) {
         let mut buf = RequestBuf::new(&header(), &target(), drop_authorization, "/c?x=1", 0);
         buf.body().extend_from_slice(body);
@@ -449,7 +442,8 @@ mod tests {
         );
     }
 
-    /// Takes at most `max` bytes a write, as a socket with a full buffer does; vectored or not.
+    /// Takes at most `max` bytes a write, as a socket with a full buffer does; a vectored
+    /// write takes from several parts only when `vectored`.
     struct Trickle {
         got: Vec<u8>,
         max: usize,
@@ -471,9 +465,17 @@ mod tests {
 
         fn poll_write_vectored(
             mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
+            cx: &mut std::task::Context<'_>,
             bufs: &[IoSlice<'_>],
         ) -> std::task::Poll<std::io::Result<usize>> {
+            if !self.vectored {
+                // As tokio's default does: the first part that is not empty, alone.
+                let first = bufs
+                    .iter()
+                    .find(|b| !b.is_empty())
+                    .map_or(&[][..], |b| &b[..]);
+                return self.poll_write(cx, first);
+            }
             let mut n = 0;
             for buf in bufs {
                 let take = buf.len().min(self.max - n);

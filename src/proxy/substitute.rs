@@ -104,21 +104,20 @@ impl Substitution {
         principal: &Principal,
         chunk: Bytes,
     ) -> Result<Bytes, ApiError> {
-        if self.scanner.may_resolve(&chunk) {
-            let mut out = Vec::new();
-            self.feed_from_store(
-                app,
-                principal,
-                Input::Chunk(&chunk, Place::Middle),
-                &mut out,
-            )
-            .await?;
-            return Ok(Bytes::from(out));
-        }
         // Nothing to substitute: lexed, not copied, and forwarded as it came (less a `{`
         // the scanner holds back for the next chunk).
-        let forward = self.scanner.lex(&chunk).map_err(template_error)?;
-        Ok(chunk.slice(..forward))
+        if let Some(forward) = self.scanner.lex(&chunk).map_err(template_error)? {
+            return Ok(chunk.slice(..forward));
+        }
+        let mut out = Vec::new();
+        self.feed_from_store(
+            app,
+            principal,
+            Input::Chunk(&chunk, Place::Middle),
+            &mut out,
+        )
+        .await?;
+        Ok(Bytes::from(out))
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then

@@ -360,20 +360,6 @@ fn skip(bytes: &[u8], mut at: usize, class: &[bool; 256]) -> usize {
     at
 }
 
-/// A byte table: `true` for the bytes `$b` for which `$is` holds (built at compile time).
-macro_rules! byte_class {
-    (|$b:ident| $is:expr) => {{
-        let mut table = [false; 256];
-        let mut i = 0;
-        while i < 256 {
-            let $b = i as u8;
-            table[i] = $is;
-            i += 1;
-        }
-        table
-    }};
-}
-
 /// Whitespace around tokens.
 const WS: [bool; 256] = byte_class!(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
 /// The bytes of a part name and of a path segment.

@@ -45,6 +45,21 @@
 //! # Ok::<(), paycred::template::TemplateError>(())
 //! ```
 
+/// A byte table, built at compile time: `true` for the bytes `$b` for which `$is` holds (the
+/// parser's and the scanner's byte classes).
+macro_rules! byte_class {
+    (|$b:ident| $is:expr) => {{
+        let mut table = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            let $b = i as u8;
+            table[i] = $is;
+            i += 1;
+        }
+        table
+    }};
+}
+
 pub mod expr;
 pub mod scanner;
 

@@ -136,16 +136,8 @@ impl Frame {
 }
 
 /// The bytes that matter between tokens.
-const STRUCTURAL: [bool; 256] = table(b"\"{}[],:");
-const fn table(bytes: &[u8]) -> [bool; 256] {
-    let mut table = [false; 256];
-    let mut i = 0;
-    while i < bytes.len() {
-        table[bytes[i] as usize] = true;
-        i += 1;
-    }
-    table
-}
+const STRUCTURAL: [bool; 256] =
+    byte_class!(|b| matches!(b, b'"' | b'{' | b'}' | b'[' | b']' | b',' | b':'));
 
 /// Position of the first byte that ends a run of plain string bytes: `"` or `\\`, and in a
 /// value also `{`. Most strings in JSON are short: the first 8 bytes are tested at once as a
@@ -444,10 +436,12 @@ impl Scanner {
     /// without writing it anywhere. What [`Scanner::feed`] would write for such a chunk is the
     /// chunk itself, less a trailing `{` that it holds back (with the next chunk's first byte
     /// it may start a template; the next `feed` writes it): returns how many of the chunk's
-    /// bytes go through now. A chunk that can reach the resolver is an error.
-    pub fn lex(&mut self, chunk: &[u8]) -> Result<usize, TemplateError> {
+    /// bytes go through now. For a chunk that can reach the resolver it does nothing and
+    /// returns `None`: that chunk must be fed (one check, so the chunk is searched for `{{`
+    /// once).
+    pub fn lex(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
         if self.may_resolve(chunk) {
-            return Err(self.error(chunk, "internal error"));
+            return Ok(None);
         }
         // Nothing is written to `nothing`, and the resolver is never called.
         let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
@@ -457,11 +451,11 @@ impl Scanner {
         self.discard = false;
         result?;
         debug_assert!(nothing.is_empty());
-        Ok(if self.brace_carried {
+        Ok(Some(if self.brace_carried {
             chunk.len().saturating_sub(1)
         } else {
             chunk.len()
-        })
+        }))
     }
 
     /// Where the tail of a body read whole in `pieces` begins: the last piece in which a
