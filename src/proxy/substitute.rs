@@ -324,11 +324,15 @@ impl Substitution {
 
     /// What this request revealed (payment methods for `pan`, purchase intents otherwise),
     /// sorted, for its audit entry.
-    pub fn revealed(&self) -> BTreeSet<&str> {
-        self.cache
+    pub fn revealed(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self
+            .cache
             .values()
             .filter_map(|l| l.as_ref().ok().map(|v| v.revealed.as_str()))
-            .collect()
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// The purchase intents whose credentials this request used.
@@ -407,7 +411,7 @@ mod tests {
                 }
                 assert_eq!(String::from_utf8(out).unwrap(), want, "split at {at}");
                 assert_eq!(sub.templates, 2);
-                assert_eq!(sub.revealed(), BTreeSet::from(["pm_a", "pm_b"]));
+                assert_eq!(sub.revealed(), ["pm_a", "pm_b"]);
                 // A lookup that waits is polled once in the first pass, then awaited.
                 assert_eq!(calls.get(), if waits { 4 } else { 2 }, "split at {at}");
             }

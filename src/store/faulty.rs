@@ -91,7 +91,7 @@ impl Store for FaultyStore {
         &self,
         scope: Scope<'_>,
         id: &str,
-    ) -> StoreResult<Option<PaymentMethodRecord>> {
+    ) -> StoreResult<Option<std::sync::Arc<PaymentMethodRecord>>> {
         self.read()?;
         self.inner.get_payment_method(scope, id).await
     }

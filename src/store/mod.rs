@@ -15,6 +15,7 @@ pub mod sled_store;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 pub use card_tokens::{CardTokenRecord, TokenTake};
 pub use idempotency::IdempotentRecord;
@@ -228,7 +229,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         scope: Scope<'_>,
         id: &str,
-    ) -> StoreResult<Option<PaymentMethodRecord>>;
+    ) -> StoreResult<Option<Arc<PaymentMethodRecord>>>;
 
     /// The scope's payment methods, newest first.
     async fn list_payment_methods(

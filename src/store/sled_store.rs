@@ -201,28 +201,32 @@ fn append_audit_tx(
         }
         None => (0, String::new()),
     };
-    let mut last = Vec::new();
+    // The last entry written: the new chain head.
+    let mut head = None;
     for group in events.chunks(ENTRIES_PER_VALUE) {
         let first_seq = seq + 1;
-        let mut value = Vec::with_capacity(group.len() * 320);
+        let mut value = Vec::with_capacity(group.len() * ENTRY_BYTES);
+        let mut last = 0;
         for event in group {
             seq += 1;
-            let event_json = serde_json::to_vec(event).map_err(|e| abort(corrupt(e)))?;
-            let hash = chain_hash(&prev_hash, &event_json);
-            last = entry_json(seq, &event_json, &prev_hash, &hash);
             if !value.is_empty() {
                 value.push(b'\n');
             }
-            value.extend_from_slice(&last);
-            prev_hash = hash;
+            last = value.len();
+            prev_hash =
+                push_entry(&mut value, seq, event, &prev_hash).map_err(|e| abort(corrupt(e)))?;
         }
+        head = value.get(last..).map(<[u8]>::to_vec);
         audit.insert(&first_seq.to_be_bytes(), value)?;
     }
-    if !last.is_empty() {
-        meta.insert(AUDIT_HEAD, last)?;
+    if let Some(head) = head {
+        meta.insert(AUDIT_HEAD, head)?;
     }
     Ok(())
 }
+
+/// About the size of a proxy entry line, to size a value's buffer once.
+const ENTRY_BYTES: usize = 512;
 
 fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
     let mut h = Sha256::new();
@@ -237,19 +241,28 @@ fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
     }
 }
 
-/// The stored JSON of an [`AuditEntry`], built around the event's JSON (already serialized for
-/// the hash) instead of serializing the event a second time. Byte for byte what serde writes
-/// (`tests::entry_json_is_what_serde_writes`); the hashes are hex, so nothing needs escaping.
-fn entry_json(seq: u64, event_json: &[u8], prev_hash: &str, hash: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(event_json.len() + prev_hash.len() + hash.len() + 64);
-    out.extend_from_slice(format!("{{\"seq\":{seq},\"event\":").as_bytes());
-    out.extend_from_slice(event_json);
+/// Appends the stored JSON of the [`AuditEntry`] with `seq`, `event` and `prev_hash` to
+/// `out`, and returns the entry's hash. The event is serialized once, in place, and hashed
+/// from there. Byte for byte what serde writes for the entry
+/// (`tests::push_entry_is_what_serde_writes`); the hashes are hex, so nothing needs escaping.
+fn push_entry(
+    out: &mut Vec<u8>,
+    seq: u64,
+    event: &AuditEvent,
+    prev_hash: &str,
+) -> serde_json::Result<String> {
+    out.extend_from_slice(b"{\"seq\":");
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    out.extend_from_slice(b",\"event\":");
+    let event_start = out.len();
+    serde_json::to_writer(&mut *out, event)?;
+    let hash = chain_hash(prev_hash, out.get(event_start..).unwrap_or_default());
     out.extend_from_slice(b",\"prev_hash\":\"");
     out.extend_from_slice(prev_hash.as_bytes());
     out.extend_from_slice(b"\",\"hash\":\"");
     out.extend_from_slice(hash.as_bytes());
     out.extend_from_slice(b"\"}");
-    out
+    Ok(hash)
 }
 
 /// The hash an audit entry must carry.
@@ -307,7 +320,7 @@ impl Store for SledStore {
         &self,
         scope: Scope<'_>,
         id: &str,
-    ) -> StoreResult<Option<PaymentMethodRecord>> {
+    ) -> StoreResult<Option<Arc<PaymentMethodRecord>>> {
         let key = keys::pm(scope, id);
         if let Some(record) = self.pm_cache.get(&key) {
             return Ok(Some(record));
@@ -315,7 +328,7 @@ impl Store for SledStore {
         let read_at = self.pm_cache.generation();
         match self.pm.get(&key).map_err(unavailable)? {
             Some(bytes) => {
-                let record = Self::decode_pm(&bytes)?;
+                let record = Arc::new(Self::decode_pm(&bytes)?);
                 self.pm_cache.fill(&key, &record, read_at);
                 Ok(Some(record))
             }
@@ -762,7 +775,7 @@ mod tests {
     }
 
     #[test]
-    fn entry_json_is_what_serde_writes() {
+    fn push_entry_is_what_serde_writes() {
         let event = AuditEvent {
             at_micros: 1_700_000_000_000_000,
             action: "proxy.use".into(),
@@ -772,16 +785,18 @@ mod tests {
         };
         let event_json = serde_json::to_vec(&event).unwrap();
         let prev = chain_hash("", b"{}");
-        let hash = chain_hash(&prev, &event_json);
+        let mut out = b"...".to_vec();
+        let hash = push_entry(&mut out, 42, &event, &prev).unwrap();
+        assert_eq!(hash, chain_hash(&prev, &event_json));
         let entry = AuditEntry {
             seq: 42,
             event,
             prev_hash: prev.clone(),
-            hash: hash.clone(),
+            hash,
         };
         assert_eq!(
-            entry_json(42, &event_json, &prev, &hash),
-            serde_json::to_vec(&entry).unwrap()
+            out,
+            [b"...".to_vec(), serde_json::to_vec(&entry).unwrap()].concat()
         );
     }
 }
