@@ -1,8 +1,10 @@
 """Reads wrk --latency output on stdin; prints one TSV row: name, req/s, p50 ms, p99 ms,
-requests, errors, cpu ticks of the measured process (argv[2])."""
+requests, errors, cpu ticks of the measured process (argv[2]) and of its background threads
+(argv[3], 0 when not measured)."""
 import re, sys
 
 name, ticks = sys.argv[1], int(sys.argv[2])
+background = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 text = sys.stdin.read()
 
 
@@ -19,4 +21,4 @@ reqs = re.search(r"(\d+) requests in", text)
 errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", text))
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 errors += int(non2xx.group(1)) if non2xx else 0
-print("\t".join(map(str, [name, rps.group(1) if rps else 0, ms("50"), ms("99"), reqs.group(1) if reqs else 0, errors, ticks])))
+print("\t".join(map(str, [name, rps.group(1) if rps else 0, ms("50"), ms("99"), reqs.group(1) if reqs else 0, errors, ticks, background])))

@@ -6,11 +6,11 @@ path, flushes, rss0, rss1, rss2, smoke = sys.argv[1:7]
 tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
 rows = defaultdict(list)
 for line in open(path):
-    name, rps, p50, p99, reqs, errors, ticks = line.rstrip("\n").split("\t")
-    rows[name].append((float(rps), float(p50), float(p99), int(reqs), int(errors), int(ticks)))
+    name, rps, p50, p99, reqs, errors, ticks, background = line.rstrip("\n").split("\t")
+    rows[name].append((float(rps), float(p50), float(p99), int(reqs), int(errors), int(ticks), int(background)))
 
 print()
-print("| case | req/s median | spread (min-max) | p50 ms | p99 ms | CPU us/req | errors | ratio to pingora (paired median) |")
+print("| case | req/s median | spread (min-max) | p50 ms | p99 ms | CPU us/req (of it background) | errors | ratio to pingora (paired median) |")
 print("|---|---|---|---|---|---|---|---|")
 failed = 0
 for name, rs in rows.items():
@@ -21,7 +21,10 @@ for name, rs in rows.items():
     errors = sum(r[4] for r in rs)
     ticks = sum(r[5] for r in rs)
     failed += errors
+    background = sum(r[6] for r in rs)
     cpu = f"{ticks * tick_us / reqs:.0f}" if ticks and reqs else "-"
+    if background and reqs:
+        cpu += f" ({background * tick_us / reqs:.0f})"
     ratio = "-"
     case, _, who = name.rpartition(" ")
     base = rows.get(f"{case} pingora")

@@ -89,15 +89,30 @@ for _ in $(seq 1 20); do
 done
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# CPU ticks of the threads that serve requests (paycred's runtime threads are named after the
+# program); the rest of a process's CPU is background work: paycred's audit writer and
+# flusher, sled's IO threads. Background = process total - these (threads that exit stay in
+# the process total).
+serving_ticks() {
+  local t sum=0
+  for t in /proc/"$1"/task/*; do
+    [ "$(cat "$t/comm" 2>/dev/null)" = paycred ] || continue
+    sum=$(( sum + $(sed 's/.*) //' "$t/stat" | awk '{print $12+$13}') ))
+  done
+  echo "$sum"
+}
 results="$work/results.tsv"
 run() { # name target_port body_file pid_or_empty [extra wrk args...]
   local name=$1 port=$2 body=$3 pid=$4; shift 4
-  local before after out
+  local before after out serving=0
   before=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0 )
+  [ "$pid" = "$PC_PID" ] && serving=$(serving_ticks "$pid")
   out=$(BODY_FILE="$body" TARGET_URL="http://127.0.0.1:$UP/charge" \
         taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/post.lua" "$@" "http://127.0.0.1:$port/projects/bench/proxy" 2>&1)
   after=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0 )
-  echo "$out" | python3 "$here/parse_wrk.py" "$name" "$((after - before))" >>"$results"
+  local background=0
+  [ "$pid" = "$PC_PID" ] && background=$(( after - before - $(serving_ticks "$pid") + serving ))
+  echo "$out" | python3 "$here/parse_wrk.py" "$name" "$((after - before))" "$background" >>"$results"
 }
 
 echo "== measuring ($reps alternating repetitions x ${secs}s per case)"
@@ -116,12 +131,15 @@ for rep in $(seq 1 "$reps"); do
     -s "$here/post.lua" "http://127.0.0.1:$PT/projects/bench/proxy" 2>&1 | python3 "$here/parse_wrk.py" "lowrate-1k pingora" 0 >>"$results"
 done
 # REST routes with auth.
-before=$(cpu_ticks "$PC_PID")
-taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/get.lua" "http://127.0.0.1:$PC/projects/bench/purchase-intents/$PI" 2>&1 \
-  | python3 "$here/parse_wrk.py" "rest GET purchase intent" "$(( $(cpu_ticks "$PC_PID") - before ))" >>"$results"
-before=$(cpu_ticks "$PC_PID")
-taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/create_pm.lua" "http://127.0.0.1:$PC" 2>&1 \
-  | python3 "$here/parse_wrk.py" "rest POST payment method (durable)" "$(( $(cpu_ticks "$PC_PID") - before ))" >>"$results"
+# (The CPU is read after wrk ends: arguments in a pipeline are expanded as it starts.)
+rest() { # name script url
+  local before out
+  before=$(cpu_ticks "$PC_PID")
+  out=$(taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/$2" "$3" 2>&1)
+  echo "$out" | python3 "$here/parse_wrk.py" "$1" "$(( $(cpu_ticks "$PC_PID") - before ))" >>"$results"
+}
+rest "rest GET purchase intent" get.lua "http://127.0.0.1:$PC/projects/bench/purchase-intents/$PI"
+rest "rest POST payment method (durable)" create_pm.lua "http://127.0.0.1:$PC"
 flushes=$(curl -s "127.0.0.1:$PC/metrics" | awk '/^paycred_store_flushes_total/{f=$2} /^paycred_store_durable_writes_total/{w=$2} END{printf "%d flushes for %d durable writes", f, w}')
 
 # Memory, on a fresh paycred (nothing cached yet): one 100 MiB body with 100 templates
