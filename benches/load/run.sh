@@ -97,7 +97,10 @@ serving_ticks() {
   local t sum=0
   for t in /proc/"$1"/task/*; do
     [ "$(cat "$t/comm" 2>/dev/null)" = paycred ] || continue
-    sum=$(( sum + $(sed 's/.*) //' "$t/stat" | awk '{print $12+$13}') ))
+    # A thread may exit between the two reads (tokio's blocking pool comes and goes).
+    local v
+    v=$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{print $12+$13}') || true
+    sum=$(( sum + ${v:-0} ))
   done
   echo "$sum"
 }

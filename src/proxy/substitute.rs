@@ -384,12 +384,14 @@ mod tests {
     async fn substitutes_every_split(waits: bool) {
         let template =
             |pm: &str| format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}");
+        // pm_b first and twice: the revealed ids come out sorted, each once.
         let body = format!(
-            r#"{{"card":{{"a":"{}","b":"{}"}},"c":"{{"}}"#,
+            r#"{{"card":{{"a":"{}","b":"{}","d":"{}"}},"c":"{{"}}"#,
+            template("pm_b"),
             template("pm_a"),
             template("pm_b")
         );
-        let want = r#"{"card":{"a":"pm_a","b":"pm_b"},"c":"{"}"#;
+        let want = r#"{"card":{"a":"pm_b","b":"pm_a","d":"pm_b"},"c":"{"}"#;
         for at in 0..=body.len() {
             for last in [false, true] {
                 let calls = Cell::new(0);
@@ -410,7 +412,7 @@ mod tests {
                     out.extend(sub.finish().unwrap());
                 }
                 assert_eq!(String::from_utf8(out).unwrap(), want, "split at {at}");
-                assert_eq!(sub.templates, 2);
+                assert_eq!(sub.templates, 3);
                 assert_eq!(sub.revealed(), ["pm_a", "pm_b"]);
                 // A lookup that waits is polled once in the first pass, then awaited.
                 assert_eq!(calls.get(), if waits { 4 } else { 2 }, "split at {at}");

@@ -91,7 +91,7 @@ impl Store for FaultyStore {
         &self,
         scope: Scope<'_>,
         id: &str,
-    ) -> StoreResult<Option<std::sync::Arc<PaymentMethodRecord>>> {
+    ) -> StoreResult<Option<Arc<PaymentMethodRecord>>> {
         self.read()?;
         self.inner.get_payment_method(scope, id).await
     }

@@ -178,6 +178,9 @@ const RETRY_DELETE: &str = "intent index changed during delete";
 /// few sled values instead of paying an insert each, and no value grows large.
 const ENTRIES_PER_VALUE: usize = 64;
 
+/// About the size of a proxy entry line, to size a value's buffer once.
+const ENTRY_BYTES: usize = 512;
+
 /// What the next entry needs of the chain head (the stored last [`AuditEntry`]): its event
 /// is skipped, not decoded.
 #[derive(serde::Deserialize)]
@@ -224,9 +227,6 @@ fn append_audit_tx(
     }
     Ok(())
 }
-
-/// About the size of a proxy entry line, to size a value's buffer once.
-const ENTRY_BYTES: usize = 512;
 
 fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
     let mut h = Sha256::new();
@@ -762,6 +762,13 @@ mod tests {
         assert_eq!(log.len(), 152);
         assert_eq!(crate::audit::verify(&log), Ok(152));
         assert_eq!(log[151].event.resource, "n=151");
+        // A batch that ends exactly at a value's end: the head is its last entry.
+        write(&(152..280).map(event).collect::<Vec<_>>());
+        let log = store.audit_log().unwrap();
+        assert_eq!(crate::audit::verify(&log), Ok(280));
+        let head = store.audit_head().unwrap();
+        assert_eq!(head.as_ref().map(|h| h.seq), Some(280));
+        assert_eq!(crate::audit::verify_head(&log, head.as_ref()), Ok(()));
     }
 
     #[test]
