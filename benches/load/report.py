@@ -21,7 +21,9 @@ for name, rs in rows.items():
     errors = sum(r[4] for r in rs)
     ticks = sum(r[5] for r in rs)
     failed += errors
-    background = sum(r[6] for r in rs)
+    # Per-thread ticks round separately from the process's: in a short run the difference
+    # can come out a tick below zero.
+    background = max(0, sum(r[6] for r in rs))
     cpu = f"{ticks * tick_us / reqs:.0f}" if ticks and reqs else "-"
     if background and reqs:
         cpu += f" ({background * tick_us / reqs:.0f})"
