@@ -658,9 +658,6 @@ fn forbidden_targets_are_refused_without_a_connection() {
     assert_eq!(up.connections(), 0, "a forbidden target was connected to");
 }
 
-/// A TLS target: `openssl s_server -www` with a certificate for `localhost` signed by a test
-/// CA made here. Trusted through the project's `ca_file`: the request goes through; a
-/// project without that root: 502 (verification fails, nothing is sent).
 /// A test CA (`ca.pem`) and a server certificate for `localhost` signed by it (`srv.pem`,
 /// `srv.key`), made with the openssl command in `d`.
 fn tls_files(d: &std::path::Path) {
@@ -731,6 +728,9 @@ fn tls_project(id: &str, ca_line: &str) -> String {
     )
 }
 
+/// A TLS target: `openssl s_server -www` with a certificate for `localhost` signed by a test
+/// CA made here. Trusted through the project's `ca_file`: the request goes through; a
+/// project without that root: 502 (verification fails, nothing is sent).
 #[test]
 fn https_targets_are_verified_against_the_ca_file() {
     use std::process::{Command, Stdio};
