@@ -423,6 +423,7 @@ impl Gateway {
                     status: 200,
                     headers: Vec::new(),
                     body: Some(Bytes::from_static(crate::openapi::DOCUMENT.as_bytes())),
+                    intent: None,
                 }))
             }
             Resource::Proxy => {
@@ -647,6 +648,7 @@ impl Gateway {
             status: 200,
             headers: vec![("Content-Type", "text/plain; version=0.0.4".to_string())],
             body: Some(bytes::Bytes::from(text)),
+            intent: None,
         }
     }
 }

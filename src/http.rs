@@ -15,6 +15,9 @@ pub struct Response {
     pub headers: Vec<(&'static str, String)>,
     /// JSON body; `None` for 204.
     pub body: Option<Bytes>,
+    /// The purchase intent this answer shows. An `Idempotency-Key` replay shows that intent
+    /// again as it is then, so the answer's credential is never stored for replays.
+    pub intent: Option<String>,
 }
 
 impl Response {
@@ -28,6 +31,7 @@ impl Response {
             status,
             headers: Vec::new(),
             body: Some(Bytes::from(body)),
+            intent: None,
         })
     }
 
@@ -37,6 +41,7 @@ impl Response {
             status,
             headers: Vec::new(),
             body: None,
+            intent: None,
         }
     }
 
@@ -53,6 +58,7 @@ impl Response {
             status: e.status(),
             headers: e.headers.clone(),
             body: Some(body),
+            intent: None,
         }
     }
 }

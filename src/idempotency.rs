@@ -2,9 +2,15 @@
 //!
 //! - The key is scoped by (project, entity) of the token: two entities may use the same key.
 //! - The first request with a key runs; a 2xx answer is stored (status and body, the body
-//!   sealed by the vault since a purchase-intent answer carries its credential) for 24 h.
-//! - The same key again with the same request (method, path and body bytes) answers the
-//!   stored response, with `Idempotent-Replayed: true`, without running anything.
+//!   sealed by the vault) for 24 h.
+//! - The same key again with the same request (method, path, body bytes and the token's
+//!   role) answers the stored response, with `Idempotent-Replayed: true`, without running
+//!   anything.
+//! - An answer that shows a purchase intent (a create) is stored as the intent's id, not as
+//!   its body: a replay shows the same intent as it is then, with the credential only under
+//!   GET's rules (while `active`, the cvc while retained, each reveal audited). So a replay
+//!   never outlives the cvc's retention or the payment method's deletion, and no credential
+//!   is kept for replays.
 //! - The same key with another request: 409 `conflict`.
 //! - While the first request with a key is still running, another one with that key gets
 //!   409 `conflict` at once (it does not wait); the caller retries later and gets the replay.
@@ -124,11 +130,20 @@ where
     };
     let now = micros(app);
     if let Some(rec) = app.store.get_idempotent(scope, key, now).await? {
-        if rec.fingerprint != fp {
+        let other_role = rec
+            .role
+            .as_deref()
+            .is_some_and(|role| role != principal.role.as_str());
+        if rec.fingerprint != fp || other_role {
             return Err(ApiError::new(
                 ErrorKind::Conflict,
                 "This Idempotency-Key was used with a different request.",
             ));
+        }
+        if let Some(intent_id) = &rec.intent_id {
+            let shown =
+                crate::api::purchase_intents::show(app, principal, intent_id, rec.status).await?;
+            return Ok(shown.with_header("Idempotent-Replayed", "true".to_string()));
         }
         let body = match &rec.body_sealed {
             Some(sealed) => Some(Bytes::from(
@@ -142,21 +157,24 @@ where
             status: rec.status,
             headers: vec![("Idempotent-Replayed", "true".to_string())],
             body,
+            intent: None,
         });
     }
     let response = execute.await?;
     if (200..300).contains(&response.status) {
-        let body_sealed = match &response.body {
-            Some(b) => Some(
+        let body_sealed = match (&response.intent, &response.body) {
+            (Some(_), _) | (None, None) => None,
+            (None, Some(b)) => Some(
                 app.vault
                     .seal(&principal.project, &aad(principal, key), b)?,
             ),
-            None => None,
         };
         let rec = IdempotentRecord {
             fingerprint: fp,
             status: response.status,
             body_sealed,
+            intent_id: response.intent.clone(),
+            role: Some(principal.role.as_str().to_string()),
             created_micros: now,
             expires_micros: now.saturating_add(i64::try_from(TTL.as_micros()).unwrap_or(0)),
         };

@@ -8,21 +8,6 @@ mod common;
 use common::upstream::Upstream;
 use common::*;
 use serde_json::{json, Value};
-use std::process::Command;
-
-fn audit_cli(server: &Server, verify: bool) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paycred"));
-    cmd.args(["audit", "-c"]).arg(&server.config_path);
-    if verify {
-        cmd.arg("--verify");
-    }
-    let out = cmd.env_remove("PAYCRED_MASTER_KEY").output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn events_are_recorded_and_tampering_is_found() {

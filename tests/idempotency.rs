@@ -68,6 +68,71 @@ fn same_key_same_body_replays_the_first_response() {
     assert!(!found, "a credential is readable in the data dir");
 }
 
+#[test]
+fn a_replayed_intent_shows_the_intent_as_it_is_now() {
+    let mut server = Server::start();
+    let t = server.token("user_1", "private");
+    let pm = post(
+        &server,
+        &t,
+        &pm_path(),
+        "pm",
+        &card_body("user_1", VISA, CVC),
+    );
+    let pm = pm.json["id"].as_str().unwrap().to_string();
+    let pi_path = format!("/projects/{PROJECT}/purchase-intents");
+    let body = json!({"entityId": "user_1", "credentialType": "pan", "paymentMethodId": pm,
+        "mandates": [{"type": "maxAmount", "value": "10", "details": {"currency": "USD"}}]});
+    let first = post(&server, &t, &pi_path, "pi", &body);
+    assert_eq!(first.status, 201, "{}", first.text);
+    assert_eq!(first.json["pan"]["cvc"], CVC);
+    let id = first.json["id"].as_str().unwrap().to_string();
+
+    // Within the cvc's retention the replay is the first answer, byte for byte.
+    let again = post(&server, &t, &pi_path, "pi", &body);
+    assert_eq!((again.status, &again.text), (201, &first.text));
+    assert_eq!(again.header("Idempotent-Replayed"), Some("true"));
+
+    // The same key and body from the entity's public token (which may not create intents,
+    // nor read credentials) is another request, not a way to the stored answer.
+    let public = server.token("user_1", "public");
+    post(&server, &public, &pi_path, "pi", &body).assert_error(409, "conflict");
+
+    // A restart destroys the cvc keys: the replay carries the card without its cvc, exactly
+    // as GET shows the intent now.
+    server.restart();
+    let t = server.token("user_1", "private");
+    let after = post(&server, &t, &pi_path, "pi", &body);
+    assert_eq!(after.status, 201, "{}", after.text);
+    assert_eq!(after.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(after.json["id"], id.as_str());
+    assert_eq!(after.json["pan"]["number"], VISA);
+    assert!(after.json["pan"].get("cvc").is_none(), "{}", after.text);
+    let shown = server.call("GET", &format!("{pi_path}/{id}"), Some(&t), None);
+    assert_eq!(after.json, shown.json);
+
+    // Deleting the payment method cancels the intent: the replay shows it canceled, and no
+    // card.
+    let deleted = server.call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert_eq!(deleted.status, 204, "{}", deleted.text);
+    let gone = post(&server, &t, &pi_path, "pi", &body);
+    assert_eq!(gone.status, 201, "{}", gone.text);
+    assert_eq!(gone.json["status"], "canceled");
+    assert!(gone.json.get("pan").is_none(), "{}", gone.text);
+    assert_eq!(gone.json["id"], id.as_str());
+
+    // Every answer that showed the card is a reveal in the audit log: the first, the two
+    // replays and the GET; not the canceled one.
+    server.stop(false);
+    let (ok, log, err) = audit_cli(&server, true);
+    assert!(ok, "{err}");
+    let reveals = log
+        .lines()
+        .filter(|l| l.contains("purchaseIntent.reveal") && l.contains(&id))
+        .count();
+    assert_eq!(reveals, 4, "{log}");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {

@@ -137,7 +137,7 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
         CredentialType::NetworkToken => token = credential,
         CredentialType::Pan => pan = credential,
     }
-    Response::json(
+    let mut response = Response::json(
         status_code,
         &IntentView {
             id: &rec.id,
@@ -152,7 +152,9 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
             created_at: iso8601(from_micros(rec.created_micros)),
             expires_at: iso8601(from_micros(rec.expires_micros)),
         },
-    )
+    )?;
+    response.intent = Some(rec.id.clone());
+    Ok(response)
 }
 
 /// The intent's credential in clear (no audit here): sealed with the intent, or for `pan`
@@ -358,10 +360,22 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
 
 /// `GET /projects/:projectId/purchase-intents/:id`
 pub async fn get(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
+    show(app, principal, id, 200).await
+}
+
+/// The intent `id` as it is now, answered with `status_code`, its credential only while
+/// `active` (each reveal audited). [`get`] answers this, and so does an `Idempotency-Key`
+/// replay of a create (with 201), so that a replay never shows a credential GET would not.
+pub async fn show(
+    app: &App,
+    principal: &Principal,
+    id: &str,
+    status_code: u16,
+) -> ApiResult<Response> {
     principal.require_private()?;
     let sc = scope(&principal.project, &principal.entity);
     match app.store.get_intent(sc, id).await? {
-        Some(rec) => respond(app, 200, &rec).await,
+        Some(rec) => respond(app, status_code, &rec).await,
         None => Err(ApiError::not_found("Purchase intent")),
     }
 }

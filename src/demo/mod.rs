@@ -45,6 +45,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         status: 200,
         headers: vec![("Content-Type", content_type.to_string())],
         body: Some(Bytes::from_static(body.as_bytes())),
+        intent: None,
     }
 }
 

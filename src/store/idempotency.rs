@@ -2,8 +2,8 @@
 //!
 //! Key: `project \0 entity \0 idempotency-key` (so keys are scoped per project and entity);
 //! value: an [`IdempotentRecord`] as JSON. The response body is sealed by the vault before it
-//! gets here (a purchase-intent response carries a credential). Records past `expires_micros`
-//! are ignored on read and removed by [`sweep`].
+//! gets here; a purchase-intent answer is kept as the intent's id only, never its credential.
+//! Records past `expires_micros` are ignored on read and removed by [`sweep`].
 
 use super::{keys, Scope, StoreError, StoreResult};
 use serde::{Deserialize, Serialize};
@@ -15,8 +15,17 @@ pub struct IdempotentRecord {
     pub fingerprint: String,
     /// HTTP status of the first response.
     pub status: u16,
-    /// Its body, sealed by the vault; `None` for an empty body.
+    /// Its body, sealed by the vault; `None` for an empty body, and for an answer that showed
+    /// a purchase intent (see `intent_id`).
     pub body_sealed: Option<String>,
+    /// The purchase intent the first answer showed. A replay shows that intent as it is then,
+    /// so its credential is never kept here. `None` for other answers and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<String>,
+    /// The role of the first request's token (`private` or `public`): a request of the other
+    /// role with the same key is a different request. `None` in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
     pub created_micros: i64,
     pub expires_micros: i64,
 }

@@ -446,3 +446,19 @@ pub fn card_body(entity: &str, number: &str, cvc: &str) -> Value {
         "card": {"number": number, "expirationMonth": "12", "expirationYear": "2031", "cvc": cvc}
     })
 }
+
+/// `paycred audit -c CONFIG [--verify]` on a stopped server's store: whether it succeeded,
+/// its stdout (one JSON entry per line) and its stderr.
+pub fn audit_cli(server: &Server, verify: bool) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paycred"));
+    cmd.args(["audit", "-c"]).arg(&server.config_path);
+    if verify {
+        cmd.arg("--verify");
+    }
+    let out = cmd.env_remove("PAYCRED_MASTER_KEY").output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
