@@ -102,12 +102,32 @@ enum ClientKeyAction {
     },
 }
 
+/// Log targets whose debug and trace lines print request and response headers and bodies
+/// (card values, the target's API keys, paycred's tokens): never below info, whatever
+/// `RUST_LOG` asks.
+const CAPPED_LOG_TARGETS: &[&str] = &[
+    "pingora_core",
+    "pingora_proxy",
+    "pingora_http",
+    "pingora_cache",
+];
+
+/// Logs to stderr at `RUST_LOG`'s levels (default info), [`CAPPED_LOG_TARGETS`] at info at most.
 fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let capped = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_targets(CAPPED_LOG_TARGETS.iter().map(|t| (*t, LevelFilter::INFO)));
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter)
+                .with_filter(capped),
+        )
         .try_init();
 }
 

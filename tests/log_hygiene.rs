@@ -1,5 +1,6 @@
 //! Logs and metrics hold no secrets (issue 6, DESIGN.md §7): requests on every route, with the
-//! server logging at debug level (pingora's and sled's debug lines included), then the whole
+//! server logging at debug level (sled's debug lines included; pingora's are capped at info,
+//! since they print request headers and bodies), then the whole
 //! log is searched for every card number, cvc, cryptogram, credential number and JWT the run
 //! used or received; `/metrics` labels carry route shapes and statuses, never an id.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -143,6 +144,29 @@ fn no_secret_reaches_the_debug_log_or_a_metric_label() {
     );
     assert_eq!(r.status, 201, "{}", r.text);
 
+    // A request that pingora proxies itself (no body to substitute), with paycred's token in
+    // `Svc-Authorization` and the target's own key in `Authorization`: pingora's debug lines
+    // print the upstream request header, so paycred caps pingora's log targets at info.
+    let target_key = "sk_target_5f1c9e7a2b40";
+    secrets.push(target_key.into());
+    let r = server.raw(
+        "GET",
+        &p("/proxy"),
+        &[
+            ("Svc-Authorization", &format!("Bearer {t}")),
+            ("Authorization", &format!("Bearer {target_key}")),
+            ("Svc-Target-URL", &up.url("/charges/1")),
+        ],
+        None,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let seen = up.requests().pop().unwrap();
+    assert_eq!(seen.path, "/charges/1");
+    assert_eq!(
+        seen.header("Authorization"),
+        Some(format!("Bearer {target_key}").as_str())
+    );
+
     // Auth failures: another project's token and a broken one.
     let other = token_for(
         &KEYS.other.private_pem,
@@ -218,8 +242,8 @@ fn no_secret_reaches_the_debug_log_or_a_metric_label() {
     );
     assert!(metrics
         .text
-        .contains("paycred_target_responses_total{class=\"2xx\"} 1"));
+        .contains("paycred_target_responses_total{class=\"2xx\"} 2"));
     assert!(metrics
         .text
-        .contains("paycred_target_duration_seconds_count 1"));
+        .contains("paycred_target_duration_seconds_count 2"));
 }
