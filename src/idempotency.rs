@@ -86,7 +86,7 @@ impl InFlight {
     }
 }
 
-fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+pub(crate) fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(method.as_bytes());
     h.update([0]);
@@ -96,7 +96,22 @@ fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
-fn aad(principal: &Principal, key: &str) -> String {
+/// The intent id of a purchase-intent answer stored whole, as records were before
+/// [`IdempotentRecord::intent_id`] (and `role`) existed: such a record is replayed as the
+/// intent is now, like a new one. Only `id` and `credentialType` are read from the body.
+fn legacy_intent_id(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct IntentShape {
+        id: String,
+        #[serde(rename = "credentialType")]
+        _credential_type: serde::de::IgnoredAny,
+    }
+    serde_json::from_slice::<IntentShape>(body)
+        .ok()
+        .map(|shape| shape.id)
+}
+
+pub(crate) fn aad(principal: &Principal, key: &str) -> String {
     format!("idem/{}/{}/{key}", principal.project, principal.entity)
 }
 
@@ -140,19 +155,25 @@ where
                 "This Idempotency-Key was used with a different request.",
             ));
         }
-        if let Some(intent_id) = &rec.intent_id {
-            let shown =
-                crate::api::purchase_intents::show(app, principal, intent_id, rec.status).await?;
-            return Ok(shown.with_header("Idempotent-Replayed", "true".to_string()));
-        }
         let body = match &rec.body_sealed {
-            Some(sealed) => Some(Bytes::from(
-                app.vault
-                    .open(&principal.project, &aad(principal, key), sealed)?
-                    .to_vec(),
-            )),
+            Some(sealed) => Some(app.vault.open(
+                &principal.project,
+                &aad(principal, key),
+                sealed,
+            )?),
             None => None,
         };
+        let intent_id = match (&rec.intent_id, &rec.role, &body) {
+            (Some(id), _, _) => Some(id.clone()),
+            (None, None, Some(body)) => legacy_intent_id(body),
+            _ => None,
+        };
+        if let Some(intent_id) = intent_id {
+            let shown =
+                crate::api::purchase_intents::show(app, principal, &intent_id, rec.status).await?;
+            return Ok(shown.with_header("Idempotent-Replayed", "true".to_string()));
+        }
+        let body = body.map(|b| Bytes::from(b.to_vec()));
         return Ok(Response {
             status: rec.status,
             headers: vec![("Idempotent-Replayed", "true".to_string())],

@@ -92,18 +92,29 @@ fn bad(source: Source, message: &str) -> ApiError {
     ApiError::invalid_field(source.field(), message)
 }
 
+/// A raw card, and when its cvc was first stored (unix seconds) if that was before this
+/// request: a token's cvc keeps its retention when it moves into a payment method.
+pub struct SourcedCard {
+    pub input: CardInput,
+    pub cvc_stored_secs: Option<u64>,
+}
+
 /// The raw card of the chosen source. `tokenId` consumes the token (one use).
 pub async fn card_input(
     app: &App,
     principal: &Principal,
     source: Source,
     value: Value,
-) -> ApiResult<CardInput> {
+) -> ApiResult<SourcedCard> {
+    let fresh = |input: CardInput| SourcedCard {
+        input,
+        cvc_stored_secs: None,
+    };
     match source {
         Source::Card => match value {
-            Value::Object(_) => {
-                serde_json::from_value(value).map_err(|_| bad(source, "must be an object"))
-            }
+            Value::Object(_) => serde_json::from_value(value)
+                .map(fresh)
+                .map_err(|_| bad(source, "must be an object")),
             _ => Err(bad(source, "must be an object")),
         },
         Source::EncryptedCard => {
@@ -111,6 +122,7 @@ pub async fn card_input(
                 return Err(bad(source, "must be a compact JWE string"));
             };
             decrypt_card(app, &principal.project, compact.trim())
+                .map(fresh)
                 .map_err(|e| bad(source, &e.to_string()))
         }
         Source::TokenId => {
@@ -133,8 +145,9 @@ fn decrypt_card(app: &App, project: &str, compact: &str) -> Result<CardInput, Jw
     }
 }
 
-/// Consumes a token of the caller's project and entity; its card comes back unsealed.
-async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<CardInput> {
+/// Consumes a token of the caller's project and entity; its card comes back unsealed, with
+/// the time its cvc was stored.
+async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<SourcedCard> {
     let scope = Scope {
         project: &principal.project,
         entity: &principal.entity,
@@ -170,10 +183,13 @@ async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<Car
         })
         // The cvc key is gone (retention passed, or a restart): the token is no longer usable.
         .ok_or_else(|| bad("the token has expired"))?;
-    Ok(CardInput {
-        number: Some(Value::String(number)),
-        expiration_month: Some(Value::String(rec.expiration_month.clone())),
-        expiration_year: Some(Value::String(rec.expiration_year.clone())),
-        cvc: Some(Value::String(cvc.to_string())),
+    Ok(SourcedCard {
+        input: CardInput {
+            number: Some(Value::String(number)),
+            expiration_month: Some(Value::String(rec.expiration_month.clone())),
+            expiration_year: Some(Value::String(rec.expiration_year.clone())),
+            cvc: Some(Value::String(cvc.to_string())),
+        },
+        cvc_stored_secs: Some(u64::try_from(rec.created_micros / 1_000_000).unwrap_or(0)),
     })
 }

@@ -181,7 +181,8 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         principal,
     )?;
     let raw = obj.remove(source.field()).unwrap_or(Value::Null);
-    let input = card_input(app, principal, source, raw).await?;
+    let card = card_input(app, principal, source, raw).await?;
+    let input = card.input;
     let now = app.clock.now();
     let valid =
         card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
@@ -194,10 +195,11 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     let number_sealed =
         app.vault
             .seal(project, &number_aad(project, &id), valid.number.as_bytes())?;
-    let now_secs = app.now_secs();
+    // A token's cvc keeps the retention it started with when the token was stored.
+    let cvc_stored_secs = card.cvc_stored_secs.unwrap_or_else(|| app.now_secs());
     let cvc_sealed = app
         .vault
-        .seal_cvc(&cvc_aad(project, &id), &valid.cvc, now_secs);
+        .seal_cvc(&cvc_aad(project, &id), &valid.cvc, cvc_stored_secs);
     let token_vault = app
         .config
         .project(project)

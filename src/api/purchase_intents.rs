@@ -158,18 +158,12 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
 }
 
 /// The intent's credential in clear (no audit here): sealed with the intent, or for `pan`
-/// read from the payment method. `None` when there is none (e.g. the payment method is gone).
+/// read from the payment method while the project enables `pan`. `None` when there is none
+/// (e.g. the payment method is gone).
 async fn reveal(app: &App, rec: &IntentRecord) -> ApiResult<Option<Credential>> {
     match (&rec.credential_sealed, rec.credential_type) {
         (_, CredentialType::Pan) => {
-            let pm = app
-                .store
-                .get_payment_method(scope(&rec.project, &rec.entity), &rec.payment_method_id)
-                .await?;
-            match pm {
-                Some(pm) => Ok(Some(card_of(app, &pm)?)),
-                None => Ok(None),
-            }
+            stored_card_credential(app, &rec.project, &rec.entity, &rec.payment_method_id).await
         }
         (Some(sealed), _) => {
             let plain =

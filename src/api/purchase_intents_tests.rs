@@ -28,11 +28,9 @@ struct Env {
     _dir: tempfile::TempDir,
 }
 
-fn env() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, public) = crate::mint::generate_ed25519().unwrap();
-    let key = dir.path().join("ed.pem");
-    std::fs::write(&key, public).unwrap();
+/// The config of the tests' two projects in `dir`, with `pan` of [`PAN_PROJECT`] as given.
+fn config(dir: &std::path::Path, pan: &str) -> Config {
+    let key = dir.join("ed.pem");
     let project = |id: &str, pan: &str| {
         format!(
             "  - id: {id}\n    jwt: {{keys: [{{kid: k1, public_key_file: {}}}]}}\n    pan: {pan}\n",
@@ -41,11 +39,18 @@ fn env() -> Env {
     };
     let yaml = format!(
         "data_dir: {d}/data\nmaster_key_file: {d}/master.key\nprojects:\n{}{}",
-        project(PAN_PROJECT, "enabled"),
+        project(PAN_PROJECT, pan),
         project(NO_PAN_PROJECT, "disabled"),
-        d = dir.path().display(),
+        d = dir.display(),
     );
-    let config = Config::from_yaml(&yaml).unwrap();
+    Config::from_yaml(&yaml).unwrap()
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, public) = crate::mint::generate_ed25519().unwrap();
+    std::fs::write(dir.path().join("ed.pem"), public).unwrap();
+    let config = config(dir.path(), "enabled");
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("data")).unwrap());
     let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();
     let vault = Arc::new(Vault::new(
@@ -772,4 +777,128 @@ async fn credentials_are_sealed_at_rest() {
     let raw = serde_json::to_string(&stored).unwrap();
     assert!(!raw.contains(v["card"]["number"].as_str().unwrap()));
     assert!(stored.credential_sealed.is_some());
+}
+
+/// A create answered through `Idempotency-Key`: status, body, and whether it was a replay.
+async fn create_once(env: &Env, p: &Principal, key: &str, req: &str) -> (u16, Value, bool) {
+    let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+    let in_flight = crate::idempotency::InFlight::default();
+    let r = crate::idempotency::run(
+        &env.app,
+        &in_flight,
+        p,
+        ("POST", &path, req.as_bytes()),
+        key,
+        create(&env.app, p, req.as_bytes()),
+    )
+    .await;
+    let replayed = r
+        .as_ref()
+        .is_ok_and(|r| r.headers.iter().any(|(n, _)| *n == "Idempotent-Replayed"));
+    let (status, v) = reply(r);
+    (status, v, replayed)
+}
+
+#[tokio::test]
+async fn idempotent_replays_of_a_create_follow_the_intent_and_the_cvc_retention() {
+    let env = env();
+    let p = private("user_1");
+    let public = who(PAN_PROJECT, "user_1", Role::Public);
+    let pm = add_card(&env, &p, VISA).await;
+    let req = json!({"credentialType": "pan", "paymentMethodId": pm, "mandates": guide_usd("10")})
+        .to_string();
+    let (status, first, replayed) = create_once(&env, &p, "new", &req).await;
+    assert_eq!((status, replayed), (201, false), "{first}");
+    assert_eq!(first["pan"]["cvc"], "123");
+
+    // A record as stored before intents were kept by id: the whole answer, no role.
+    let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+    let now = micros(env.app.clock.now());
+    let legacy = crate::store::IdempotentRecord {
+        fingerprint: crate::idempotency::fingerprint("POST", &path, req.as_bytes()),
+        status: 201,
+        body_sealed: Some(
+            env.app
+                .vault
+                .seal(
+                    PAN_PROJECT,
+                    &crate::idempotency::aad(&p, "old"),
+                    first.to_string().as_bytes(),
+                )
+                .unwrap(),
+        ),
+        intent_id: None,
+        role: None,
+        created_micros: now,
+        expires_micros: now + 86_400_000_000,
+    };
+    let sc = scope(PAN_PROJECT, "user_1");
+    env.app
+        .store
+        .put_idempotent(sc, "old", &legacy)
+        .await
+        .unwrap();
+
+    for key in ["new", "old"] {
+        let (status, v, replayed) = create_once(&env, &p, key, &req).await;
+        assert_eq!((status, &v, replayed), (201, &first, true), "{key}");
+    }
+    // The entity's public token gets no card: another request for a new record, the
+    // private role's answer for an old one.
+    assert_eq!(create_once(&env, &public, "new", &req).await.0, 409);
+    assert_eq!(create_once(&env, &public, "old", &req).await.0, 403);
+
+    // Past the cvc's retention the replays carry the card without it, as GET does.
+    env.clock.advance(Duration::hours(2));
+    let (_, now_shown) = get_intent(&env, &p, first["id"].as_str().unwrap()).await;
+    assert!(now_shown["pan"].get("cvc").is_none(), "{now_shown}");
+    for key in ["new", "old"] {
+        let (status, v, _) = create_once(&env, &p, key, &req).await;
+        assert_eq!((status, &v), (201, &now_shown), "{key}");
+    }
+
+    // After the payment method is deleted: the intent, canceled, and no card.
+    let (status, _) = reply(payment_methods::delete(&env.app, &p, &pm).await);
+    assert_eq!(status, 204);
+    for key in ["new", "old"] {
+        let (status, v, _) = create_once(&env, &p, key, &req).await;
+        assert_eq!(
+            (status, v["status"].as_str()),
+            (201, Some("canceled")),
+            "{v}"
+        );
+        assert!(v.get("pan").is_none(), "{v}");
+    }
+}
+
+#[tokio::test]
+async fn a_pan_intent_shows_no_card_once_its_project_disables_pan() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "pan", guide_usd("10")).await;
+    assert_eq!(v["pan"]["number"], VISA);
+    let id = v["id"].as_str().unwrap();
+
+    // The same store and keys under a config that no longer enables `pan`.
+    let config = config(env._dir.path(), "disabled");
+    let app = App {
+        auth: Authenticator::new(config.projects.clone()),
+        config: Arc::new(config),
+        store: env.app.store.clone(),
+        vault: env.app.vault.clone(),
+        clock: env.app.clock.clone(),
+        metrics: Default::default(),
+        issuer: env.app.issuer.clone(),
+        verifying: Default::default(),
+    };
+    let (status, got) = reply(get(&app, &p, id).await);
+    assert_eq!(status, 200, "{got}");
+    assert!(got.get("pan").is_none(), "{got}");
+    assert!(
+        active_credential(&app, PAN_PROJECT, "user_1", &pm, CredentialType::Pan)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

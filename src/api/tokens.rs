@@ -55,7 +55,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     }
     let source = pick_source(&obj, &[Source::Card, Source::EncryptedCard], principal)?;
     let raw = obj.remove(source.field()).unwrap_or(Value::Null);
-    let input = card_input(app, principal, source, raw).await?;
+    let input = card_input(app, principal, source, raw).await?.input;
     let now = app.clock.now();
     let valid =
         card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
@@ -178,6 +178,30 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status, 201, "within the hour");
+
+        // The cvc moved into the payment method keeps the retention it started with when the
+        // token was stored (3 h here, in 15 min buckets), not a fresh one from its use.
+        let pm: Value = serde_json::from_slice(r.body.as_deref().unwrap()).unwrap();
+        let scope = Scope {
+            project: "p1",
+            entity: "e1",
+        };
+        let rec = app
+            .store
+            .get_payment_method(scope, pm["id"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let sealed = rec.card.cvc_sealed.as_deref().unwrap();
+        let aad = super::super::payment_methods::cvc_aad("p1", &rec.id);
+        let stored = u64::try_from(datetime!(2026-11-21 10:00 UTC).unix_timestamp()).unwrap();
+        let open = |secs: u64| app.vault.open_cvc(&aad, sealed, stored + secs).is_some();
+        assert!(open(3 * 3600 - 1), "within the token's retention");
+        assert!(
+            !open(3 * 3600 + 15 * 60),
+            "past the token's retention and its bucket"
+        );
+
         clock.advance(time::Duration::minutes(2));
         let e = super::super::payment_methods::create(&app, &who, use_token(&ids[1]).as_bytes())
             .await
