@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::upstream::{AfterAnswer, Scripted, Upstream};
+use common::upstream::{AfterAnswer, KeepAliveTls, Scripted, Upstream};
 use common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -728,44 +728,17 @@ fn tls_project(id: &str, ca_line: &str) -> String {
     )
 }
 
-/// A TLS target: `openssl s_server -www` with a certificate for `localhost` signed by a test
-/// CA made here. Trusted through the project's `ca_file`: the request goes through; a
-/// project without that root: 502 (verification fails, nothing is sent).
+/// A TLS target with a certificate for `localhost` signed by a test CA made here, keeping
+/// connections open. Trusted through the project's `ca_file`: the request goes through. A
+/// project without that root: 502 (verification fails, nothing is sent), also right after
+/// the first project's request left a verified connection in the pool (a pooled connection
+/// is only reused by a project that verifies with the same roots).
 #[test]
 fn https_targets_are_verified_against_the_ca_file() {
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     tls_files(d);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut tls_server = Command::new("openssl")
-        .args([
-            "s_server",
-            "-accept",
-            &format!("127.0.0.1:{port}"),
-            "-cert",
-            "srv.pem",
-            "-key",
-            "srv.key",
-            "-www",
-            "-quiet",
-        ])
-        .current_dir(d)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let target_server = KeepAliveTls::start(&d.join("srv.pem"), &d.join("srv.key"));
     let ca = d.join("ca.pem").display().to_string();
     let extra = format!(
         "{}{}",
@@ -776,8 +749,8 @@ fn https_targets_are_verified_against_the_ca_file() {
         extra_project_yaml: extra,
         ..Options::default()
     });
-    let target = format!("https://localhost:{port}/");
-    for (project, want) in [("proj_tls", 200), ("proj_untrusted", 502)] {
+    let target = format!("https://localhost:{}/", target_server.port);
+    let call = |project: &str| {
         let t = token_for(
             &KEYS.ed.private_pem,
             "k-ed",
@@ -786,20 +759,31 @@ fn https_targets_are_verified_against_the_ca_file() {
             "private",
             300,
         );
-        let auth = format!("Bearer {t}");
-        let r = server.raw(
+        server.raw(
             "GET",
             &format!("/projects/{project}/proxy"),
-            &[("Authorization", &auth), ("Svc-Target-URL", &target)],
+            &[
+                ("Authorization", &format!("Bearer {t}")),
+                ("Svc-Target-URL", &target),
+            ],
             None,
-        );
+        )
+    };
+    for (project, want) in [
+        ("proj_tls", 200),
+        ("proj_tls", 200),
+        ("proj_untrusted", 502),
+    ] {
+        let r = call(project);
         assert_eq!(r.status, want, "{project}: {}", r.text);
         if want == 502 {
             r.assert_error(502, "badGateway");
         }
     }
-    let _ = tls_server.kill();
-    let _ = tls_server.wait();
+    // The trusted project's second request reused its connection; the untrusted one was
+    // answered by nobody.
+    assert_eq!(target_server.answered(), 2);
+    assert_eq!(target_server.connections(), 2);
 }
 
 fn create_intent(server: &Server, t: &str, pm: &str, kind: &str, mandates: Value) -> Value {

@@ -99,7 +99,12 @@ pub fn load_ca_roots(
 }
 
 /// The upstream peer: the checked address, TLS with SNI and verification against the
-/// host name, the project's timeout.
+/// host name (and the project's extra roots), the project's timeout.
+///
+/// pingora's pool reuses a connection for any peer of the same address, SNI and
+/// verification flags, whatever roots verified it. A project with its own `ca_file` gets its
+/// own pool group, so its connections (verified with its roots) serve no other project, and
+/// no connection verified with only the system roots serves it.
 pub fn peer(ctx: &ProxyCtx, ca: Option<&Arc<Box<[X509]>>>) -> HttpPeer {
     let url = &ctx.target.url;
     let mut peer = HttpPeer::new(ctx.target.addr, url.https, url.host.clone());
@@ -114,8 +119,18 @@ pub fn peer(ctx: &ProxyCtx, ca: Option<&Arc<Box<[X509]>>>) -> HttpPeer {
     o.verify_hostname = true;
     if let Some(ca) = ca {
         o.ca = Some(ca.clone());
+        peer.group_key = pool_group(&ctx.project.id);
     }
     peer
+}
+
+/// The pool group of a project with its own CA roots: never 0, the group of every peer
+/// verified with the system roots.
+fn pool_group(project: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    project.hash(&mut h);
+    h.finish().max(1)
 }
 
 /// The request target (path and query) sent to the target: checked to be a valid URI path,

@@ -293,3 +293,73 @@ fn answer_each(conn: TcpStream, answer: &[u8], after: AfterAnswer, s: &Shared) {
         }
     }
 }
+
+/// An HTTPS target that keeps connections open: every request (head only; bodyless requests)
+/// is answered `200` with a `Content-Length`, so a proxy pools the connection.
+pub struct KeepAliveTls {
+    pub port: u16,
+    shared: Arc<Shared>,
+}
+
+impl KeepAliveTls {
+    /// Serves with the PEM certificate chain and key at these paths.
+    pub fn start(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
+        use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+        let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+        acceptor.set_certificate_chain_file(cert).unwrap();
+        acceptor
+            .set_private_key_file(key, SslFiletype::PEM)
+            .unwrap();
+        let acceptor: &'static SslAcceptor = Box::leak(Box::new(acceptor.build()));
+        let (port, shared) = listen(move |conn, s| {
+            conn.set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let Ok(tls) = acceptor.accept(conn) else {
+                return;
+            };
+            let mut reader = BufReader::new(tls);
+            loop {
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                s.requests.lock().unwrap().push(Recorded {
+                    method: head.split(' ').next().unwrap_or("").to_string(),
+                    path: head.split(' ').nth(1).unwrap_or("").to_string(),
+                    headers: Vec::new(),
+                    body: Vec::new(),
+                });
+                let answer =
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
+                if reader.get_mut().write_all(answer).is_err() {
+                    return;
+                }
+            }
+        });
+        KeepAliveTls { port, shared }
+    }
+
+    /// TCP connections accepted.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered.
+    pub fn answered(&self) -> usize {
+        self.shared.requests.lock().unwrap().len()
+    }
+}
+
+impl Drop for KeepAliveTls {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
