@@ -1,4 +1,9 @@
 # Two stages: build with the pinned Rust toolchain, run on a slim Debian as a non-root user.
+# `scripts/container-check` (run by CI) builds and runs it without a container engine.
+#
+#   docker build -t paycred .
+#   docker run -p 8080:8080 -e PAYCRED_MASTER_KEY=<64 hex> \
+#     -v paycred-data:/var/lib/paycred/data -v $PWD/conf:/var/lib/paycred/conf:ro paycred
 FROM rust:1.95.0-slim-bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends cmake pkg-config libssl-dev g++ make \
@@ -6,6 +11,10 @@ RUN apt-get update \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo .cargo
+# The manifest declares the criterion bench (cargo refuses a manifest whose targets are
+# missing), and the demo page embeds the browser SDK's source.
+COPY benches benches
+COPY sdk/js/src sdk/js/src
 COPY src src
 RUN cargo build --release --locked --bin paycred
 
@@ -13,11 +22,15 @@ FROM debian:bookworm-20251117-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /var/lib/paycred --create-home paycred
+ && useradd --system --uid 10001 --home-dir /var/lib/paycred --create-home paycred \
+ && install -d -o paycred -g paycred /var/lib/paycred/data
 COPY --from=build /src/target/release/paycred /usr/local/bin/paycred
-COPY conf /etc/paycred
-USER 10001
+# The config's relative paths (keys, data_dir, master_key_file) resolve from here.
 WORKDIR /var/lib/paycred
+COPY conf conf
+# The config listens on loopback; in a container it must take connections from outside.
+ENV PAYCRED_LISTEN=0.0.0.0:8080
+USER 10001
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/paycred"]
-CMD ["serve", "-c", "/etc/paycred/paycred.yaml"]
+CMD ["serve", "-c", "conf/paycred.yaml"]

@@ -101,27 +101,47 @@ pub struct ProxyConfig {
     pub timeout: Duration,
 }
 
+/// The YAML text as the file's shape (no checks yet).
+fn parse(text: &str) -> Result<FileConfig, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigError::Parse {
+            path: if path == "." { "config".into() } else { path },
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+/// `file` with its `listen` replaced by `listen` (the value of [`LISTEN_ENV`]), if any.
+fn with_listen(mut file: FileConfig, listen: Option<String>) -> Result<FileConfig, ConfigError> {
+    if let Some(listen) = listen {
+        listen
+            .parse::<SocketAddr>()
+            .map_err(|_| invalid(LISTEN_ENV, "must be an address like 0.0.0.0:8080"))?;
+        file.listen = listen;
+    }
+    Ok(file)
+}
+
+/// Replaces the file's `listen` when set: the container image sets it to `0.0.0.0:8080`, so
+/// one config file serves both a host (loopback) and a container (all interfaces).
+pub const LISTEN_ENV: &str = "PAYCRED_LISTEN";
+
 impl Config {
-    /// Reads and checks a configuration file.
+    /// Reads and checks a configuration file, with [`LISTEN_ENV`] applied.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_yaml(&text)
+        let file = with_listen(parse(&text)?, std::env::var(LISTEN_ENV).ok())?;
+        Self::from_file(file)
     }
 
     /// Parses and checks YAML text.
     pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let file: FileConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            ConfigError::Parse {
-                path: if path == "." { "config".into() } else { path },
-                message: e.into_inner().to_string(),
-            }
-        })?;
-        Self::from_file(file)
+        Self::from_file(parse(text)?)
     }
 
     /// Checks the parsed file.
@@ -361,6 +381,29 @@ mod tests {
         assert_eq!(c.cvc_retention, Duration::from_secs(3600));
         assert_eq!(c.rest_max_body, 1024 * 1024);
         assert!(c.projects.is_empty());
+    }
+
+    #[test]
+    fn the_listen_variable_replaces_the_files_listen() {
+        let listen = |file: &str, var: Option<&str>| {
+            let file = with_listen(parse(file)?, var.map(str::to_string))?;
+            Config::from_file(file).map(|c| c.listen.to_string())
+        };
+        assert_eq!(listen("{}", None).ok().as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(
+            listen("listen: 127.0.0.1:9000", Some("0.0.0.0:8080"))
+                .ok()
+                .as_deref(),
+            Some("0.0.0.0:8080")
+        );
+        assert_eq!(
+            listen("{}", Some("[::]:8443")).ok().as_deref(),
+            Some("[::]:8443")
+        );
+        match listen("{}", Some("8080")) {
+            Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, LISTEN_ENV),
+            other => unreachable!("{other:?}"),
+        }
     }
 
     #[test]
