@@ -2,7 +2,8 @@
 # `scripts/container-check` (run by CI) builds and runs it without a container engine.
 #
 #   docker build -t paycred .
-#   docker run -p 8080:8080 -e PAYCRED_MASTER_KEY=<64 hex> \
+#   (umask 077; echo "PAYCRED_MASTER_KEY=$(paycred master-key)" > paycred.env)   # once
+#   docker run -p 8080:8080 --env-file paycred.env \
 #     -v paycred-data:/var/lib/paycred/data -v $PWD/conf:/var/lib/paycred/conf:ro paycred
 FROM rust:1.95.0-slim-bookworm AS build
 RUN apt-get update \

@@ -10,7 +10,8 @@
 //!   its body: a replay shows the same intent as it is then, with the credential only under
 //!   GET's rules (while `active`, the cvc while retained, each reveal audited). So a replay
 //!   never outlives the cvc's retention or the payment method's deletion, and no credential
-//!   is kept for replays.
+//!   is kept for replays. It follows the intent both ways: a create answered `verify` (no
+//!   credential yet) replays with the credential once the intent is verified, as GET would.
 //! - The same key with another request: 409 `conflict`.
 //! - While the first request with a key is still running, another one with that key gets
 //!   409 `conflict` at once (it does not wait); the caller retries later and gets the replay.
@@ -165,7 +166,9 @@ where
         };
         let intent_id = match (&rec.intent_id, &rec.role, &body) {
             (Some(id), _, _) => Some(id.clone()),
-            (None, None, Some(body)) => legacy_intent_id(body),
+            (None, None, Some(body)) if path.ends_with("/purchase-intents") => {
+                legacy_intent_id(body)
+            }
             _ => None,
         };
         if let Some(intent_id) = intent_id {

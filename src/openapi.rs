@@ -78,7 +78,7 @@ fn schema_ref(name: &str) -> Value {
 
 fn idempotency_header() -> Value {
     json!({"name": "Idempotency-Key", "in": "header", "required": false,
-           "description": "Same key and request within 24 h: the first response again (Idempotent-Replayed: true). Another request with the key: 409.",
+           "description": "Same key and request (and token role) within 24 h: the first response again (Idempotent-Replayed: true); a purchase intent as it is then, its credential only while active. Another request with the key: 409.",
            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}})
 }
 

@@ -1,5 +1,5 @@
 //! Logs and metrics hold no secrets (issue 6, DESIGN.md §7): requests on every route, with the
-//! server logging at debug level (sled's debug lines included; pingora's are capped at info,
+//! server logging at trace level (sled's debug lines included; pingora's are capped at info,
 //! since they print request headers and bodies), then the whole
 //! log is searched for every card number, cvc, cryptogram, credential number and JWT the run
 //! used or received; `/metrics` labels carry route shapes and statuses, never an id.
@@ -17,7 +17,11 @@ fn tpl(pm: &str, kind: &str, path: &str) -> String {
 
 #[test]
 fn no_secret_reaches_the_debug_log_or_a_metric_label() {
-    let server = Server::start();
+    // Trace level: pingora's trace lines print whole request headers and bodies.
+    let server = Server::start_with(Options {
+        log_level: Some("trace"),
+        ..Options::default()
+    });
     let up = Upstream::start();
     let t = server.token("user_1", "private");
     let public = server.token("user_1", "public");

@@ -187,7 +187,8 @@ impl Vault {
         Ok(hex::encode(&mac.finalize().into_bytes()[..16]))
     }
 
-    /// Seals a CVC under the current short-lived key.
+    /// Seals a CVC stored at `now_secs` under the short-lived key of that time's bucket (the
+    /// time a token first stored it, when a payment method takes a token's cvc).
     pub fn seal_cvc(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<String> {
         self.cvc.seal(aad, cvc, now_secs)
     }

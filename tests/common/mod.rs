@@ -97,6 +97,8 @@ pub struct Options {
     pub rest_max_body: usize,
     pub extra_project_yaml: String,
     pub proxy_timeout: &'static str,
+    /// `RUST_LOG` of the server; default `PAYCRED_TEST_LOG`, else `debug`.
+    pub log_level: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -106,6 +108,7 @@ impl Default for Options {
             rest_max_body: 1024 * 1024,
             extra_project_yaml: String::new(),
             proxy_timeout: "5s",
+            log_level: None,
         }
     }
 }
@@ -117,6 +120,7 @@ pub struct Server {
     pub config_path: PathBuf,
     child: Option<Child>,
     agent: ureq::Agent,
+    log_level: String,
 }
 
 fn free_port() -> u16 {
@@ -156,6 +160,10 @@ impl Server {
             agent: ureq::AgentBuilder::new()
                 .timeout(Duration::from_secs(30))
                 .build(),
+            log_level: opts.log_level.map_or_else(
+                || std::env::var("PAYCRED_TEST_LOG").unwrap_or_else(|_| "debug".into()),
+                str::to_string,
+            ),
         };
         server.write_config(&opts, free_port());
         server.spawn();
@@ -224,11 +232,9 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_paycred"))
             .args(["serve", "-c"])
             .arg(&self.config_path)
-            .env(
-                "RUST_LOG",
-                std::env::var("PAYCRED_TEST_LOG").unwrap_or_else(|_| "debug".into()),
-            )
+            .env("RUST_LOG", &self.log_level)
             .env_remove("PAYCRED_MASTER_KEY")
+            .env_remove("PAYCRED_LISTEN")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
