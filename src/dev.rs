@@ -16,7 +16,9 @@ pub struct DevSetup {
     pub private_key: PathBuf,
 }
 
-fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+/// Writes a new file readable by its owner only (0600). An existing file is left alone (an
+/// error): replacing a master key would make every card sealed under it unreadable.
+pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

@@ -82,11 +82,31 @@ enum Command {
         #[arg(long, global = true)]
         project: Option<String>,
     },
-    /// Print a new random master key (64 hex characters), or write it to a file.
+    /// Data keys (they seal card numbers and credentials): list, rotate. Run with the server
+    /// stopped.
+    DataKey {
+        #[command(subcommand)]
+        action: DataKeyAction,
+        #[arg(short = 'c', long = "config", global = true)]
+        config: Option<PathBuf>,
+        /// Project id.
+        #[arg(long, global = true)]
+        project: Option<String>,
+    },
+    /// Print a new random master key (64 hex characters), or write it to a new file that only
+    /// its owner can read.
     MasterKey {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum DataKeyAction {
+    /// List the project's data keys: the current one seals, the others still open.
+    List,
+    /// Add a data key and make it current; values sealed before keep opening with theirs.
+    Rotate,
 }
 
 #[derive(Subcommand)]
@@ -128,6 +148,35 @@ fn init_logging() {
                 .with_filter(filter.and(capped)),
         )
         .try_init();
+}
+
+/// The loaded config and the project of a key command, which needs both `-c` and
+/// `--project`; or the failure to exit with.
+fn project_config(
+    command: &str,
+    config: Option<PathBuf>,
+    project: Option<String>,
+) -> Result<(Config, String), ExitCode> {
+    let (Some(path), Some(project)) = (config, project) else {
+        return Err(fail(format!("{command} needs -c FILE and --project P")));
+    };
+    match Config::load(&path) {
+        Ok(config) => Ok((config, project)),
+        Err(e) => Err(fail(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Prints a command's lines, or fails with its message.
+fn print_lines(result: Result<Vec<String>, String>) -> ExitCode {
+    match result {
+        Ok(lines) => {
+            for line in lines {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -205,12 +254,9 @@ fn main() -> ExitCode {
             config,
             project,
         } => {
-            let (Some(path), Some(project)) = (config, project) else {
-                return fail("client-key needs -c FILE and --project P");
-            };
-            let config = match Config::load(&path) {
-                Ok(c) => c,
-                Err(e) => return fail(format!("{}: {e}", path.display())),
+            let (config, project) = match project_config("client-key", config, project) {
+                Ok(found) => found,
+                Err(code) => return code,
             };
             use paycred::vault::client_keys::{run_command, Command as Ck};
             let command = match action {
@@ -218,15 +264,21 @@ fn main() -> ExitCode {
                 ClientKeyAction::Rotate => Ck::Rotate,
                 ClientKeyAction::Retire { kid } => Ck::Retire(kid),
             };
-            match run_command(&config, &project, &command) {
-                Ok(lines) => {
-                    for line in lines {
-                        println!("{line}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
-            }
+            print_lines(run_command(&config, &project, &command))
+        }
+        Command::DataKey {
+            action,
+            config,
+            project,
+        } => {
+            let (config, project) = match project_config("data-key", config, project) {
+                Ok(found) => found,
+                Err(code) => return code,
+            };
+            let rotate = matches!(action, DataKeyAction::Rotate);
+            print_lines(paycred::vault::run_data_key_command(
+                &config, &project, rotate,
+            ))
         }
         Command::Audit { config, verify } => match Config::load(&config) {
             Ok(c) => match paycred::audit::run(&c, verify, &mut std::io::stdout().lock()) {
@@ -238,7 +290,7 @@ fn main() -> ExitCode {
         Command::MasterKey { out } => {
             let key = paycred::vault::master::MasterKey::generate_hex();
             match out {
-                Some(path) => match std::fs::write(&path, key.as_bytes()) {
+                Some(path) => match paycred::dev::write_private(&path, key.as_bytes()) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => fail(format!("{}: {e}", path.display())),
                 },

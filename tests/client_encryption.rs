@@ -334,25 +334,6 @@ fn every_bad_jwe_is_a_400_naming_encrypted_card_without_the_plaintext() {
     assert!(!server.log().contains(VISA), "number in the log");
 }
 
-fn paycred(server: &Server, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(args)
-        .arg("-c")
-        .arg(&server.config_path)
-        .args(["--project", PROJECT])
-        .env_remove("PAYCRED_MASTER_KEY")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "paycred {args:?}: {}{}",
-        text,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
 #[test]
 fn rotated_keys_keep_decrypting_until_retired() {
     let mut server = Server::start();
@@ -362,10 +343,10 @@ fn rotated_keys_keep_decrypting_until_retired() {
     let made_with_old = encrypt_card(&old, &card_json(VISA));
 
     server.stop(false);
-    let rotated = paycred(&server, &["client-key", "rotate"]);
+    let rotated = project_cli(&server, &["client-key", "rotate"]);
     let new_kid = rotated.split_whitespace().next().unwrap().to_string();
     assert_ne!(new_kid, old_kid);
-    let listed = paycred(&server, &["client-key", "list"]);
+    let listed = project_cli(&server, &["client-key", "list"]);
     assert!(listed.contains(&format!("{old_kid}\tdecrypts")), "{listed}");
     assert!(listed.contains(&format!("{new_kid}\tcurrent")), "{listed}");
     server.restart();
@@ -396,8 +377,8 @@ fn rotated_keys_keep_decrypting_until_retired() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "the current key cannot be retired");
-    paycred(&server, &["client-key", "retire", "--kid", &old_kid]);
-    let listed = paycred(&server, &["client-key", "list"]);
+    project_cli(&server, &["client-key", "retire", "--kid", &old_kid]);
+    let listed = project_cli(&server, &["client-key", "list"]);
     assert!(listed.contains(&format!("{old_kid}\tretired")), "{listed}");
     server.restart();
     let r = create_pm(

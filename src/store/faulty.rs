@@ -238,6 +238,11 @@ impl Store for FaultyStore {
         self.inner.create_keyring(project, keyring)
     }
 
+    fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.swap_keyring(project, expected, keyring)
+    }
+
     fn stats(&self) -> StoreStats {
         self.inner.stats()
     }

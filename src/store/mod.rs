@@ -339,6 +339,10 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a keyring unless one exists; returns the one that is stored.
     fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>>;
 
+    /// Replaces the keyring if it still is `expected` (durable when it returns); `false` when
+    /// it changed meanwhile.
+    fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool>;
+
     /// Counters.
     fn stats(&self) -> StoreStats;
 

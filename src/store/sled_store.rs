@@ -673,6 +673,13 @@ impl Store for SledStore {
         }
     }
 
+    fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool> {
+        let swapped = super::card_tokens::swap(&self.keyrings, project, Some(expected), keyring)?;
+        // Durable now: values sealed from here on name the new key.
+        self.db.flush().map_err(unavailable)?;
+        Ok(swapped)
+    }
+
     fn stats(&self) -> StoreStats {
         StoreStats {
             durable_writes: self.commit.waits(),

@@ -413,18 +413,7 @@ pub fn run_command(
     project: &str,
     command: &Command,
 ) -> Result<Vec<String>, String> {
-    if config.project(project).is_none() {
-        return Err(format!("project {project:?} is not in the config"));
-    }
-    let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
-    let store: Arc<dyn Store> = Arc::new(crate::store::SledStore::open(&config.data_dir).map_err(
-        |e| {
-            format!(
-                "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
-                config.data_dir.display()
-            )
-        },
-    )?);
+    let (master, store) = super::open_offline(config, project)?;
     let keys = ClientKeys::new(store);
     match command {
         Command::List => {

@@ -73,6 +73,48 @@ impl std::fmt::Debug for Vault {
     }
 }
 
+/// The master key and the store of `config`, for a command run with the server stopped
+/// (sled opens the data directory exclusively), about a project the config names.
+pub fn open_offline(
+    config: &crate::config::Config,
+    project: &str,
+) -> Result<(MasterKey, Arc<dyn Store>), String> {
+    if config.project(project).is_none() {
+        return Err(format!("project {project:?} is not in the config"));
+    }
+    let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
+    let store = crate::store::SledStore::open(&config.data_dir).map_err(|e| {
+        format!(
+            "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
+            config.data_dir.display()
+        )
+    })?;
+    Ok((master, Arc::new(store)))
+}
+
+/// `paycred data-key list|rotate`: the project's data keys (the current one marked), or a new
+/// current one. Returns the lines to print.
+pub fn run_data_key_command(
+    config: &crate::config::Config,
+    project: &str,
+    rotate: bool,
+) -> Result<Vec<String>, String> {
+    let (master, store) = open_offline(config, project)?;
+    let vault = Vault::new(master, store, config.cvc_retention);
+    if rotate {
+        let id = vault.rotate_data_key(project).map_err(|e| e.to_string())?;
+        return Ok(vec![format!("{id}\tcurrent")]);
+    }
+    let (ids, current) = vault.data_key_ids(project).map_err(|e| e.to_string())?;
+    Ok(ids
+        .into_iter()
+        .map(|id| {
+            let state = if id == current { "current" } else { "opens" };
+            format!("{id}\t{state}")
+        })
+        .collect())
+}
+
 impl Vault {
     pub fn new(master: MasterKey, store: Arc<dyn Store>, cvc_retention: Duration) -> Self {
         Self {
@@ -123,22 +165,76 @@ impl Vault {
 
     fn new_keyring_file(&self, project: &str) -> Result<Vec<u8>, VaultError> {
         let mut fp = Zeroizing::new([0u8; 32]);
-        let mut dk = Zeroizing::new([0u8; 32]);
         rand::rngs::OsRng.fill_bytes(fp.as_mut_slice());
-        rand::rngs::OsRng.fill_bytes(dk.as_mut_slice());
-        let dk_id = format!("dk{}", hex::encode(&uuid::Uuid::new_v4().as_bytes()[..4]));
+        let (dk_id, dk_wrapped) = self.new_data_key(project, &[])?;
         let file = KeyringFile {
             fingerprint_key: self
                 .master
                 .wrap(&format!("paycred/{project}/fingerprint"), &fp)?,
-            data_keys: vec![(
-                dk_id.clone(),
-                self.master
-                    .wrap(&format!("paycred/{project}/data/{dk_id}"), &dk)?,
-            )],
+            data_keys: vec![(dk_id.clone(), dk_wrapped)],
             current: dk_id,
         };
         serde_json::to_vec(&file).map_err(|_| VaultError::Corrupt("keyring"))
+    }
+
+    /// A fresh data key for `project`, wrapped by the master key, with an id none of `taken`
+    /// has.
+    fn new_data_key(
+        &self,
+        project: &str,
+        taken: &[(String, String)],
+    ) -> Result<(String, String), VaultError> {
+        let mut dk = Zeroizing::new([0u8; 32]);
+        rand::rngs::OsRng.fill_bytes(dk.as_mut_slice());
+        let id = loop {
+            let id = format!("dk{}", hex::encode(&uuid::Uuid::new_v4().as_bytes()[..4]));
+            if !taken.iter().any(|(t, _)| *t == id) {
+                break id;
+            }
+        };
+        let wrapped = self
+            .master
+            .wrap(&format!("paycred/{project}/data/{id}"), &dk)?;
+        Ok((id, wrapped))
+    }
+
+    /// Adds a data key to the project's keyring and makes it current: values sealed from now
+    /// on use it; older values keep opening with the key whose id they carry. The keyring is
+    /// opened first, so a wrong master key is refused rather than adding a key it wrapped.
+    /// Returns the new key's id.
+    pub fn rotate_data_key(&self, project: &str) -> Result<String, VaultError> {
+        loop {
+            self.keyring(project)?;
+            let old = self
+                .store
+                .load_keyring(project)?
+                .ok_or(VaultError::Corrupt("keyring"))?;
+            let mut file: KeyringFile =
+                serde_json::from_slice(&old).map_err(|_| VaultError::Corrupt("keyring"))?;
+            let (id, wrapped) = self.new_data_key(project, &file.data_keys)?;
+            file.data_keys.push((id.clone(), wrapped));
+            file.current = id.clone();
+            let new = serde_json::to_vec(&file).map_err(|_| VaultError::Corrupt("keyring"))?;
+            self.keyrings.write().remove(project);
+            if self.store.swap_keyring(project, &old, &new)? {
+                return Ok(id);
+            }
+        }
+    }
+
+    /// The ids of the project's data keys, oldest first, and the current one's.
+    pub fn data_key_ids(&self, project: &str) -> Result<(Vec<String>, String), VaultError> {
+        self.keyring(project)?;
+        let bytes = self
+            .store
+            .load_keyring(project)?
+            .ok_or(VaultError::Corrupt("keyring"))?;
+        let file: KeyringFile =
+            serde_json::from_slice(&bytes).map_err(|_| VaultError::Corrupt("keyring"))?;
+        Ok((
+            file.data_keys.into_iter().map(|(id, _)| id).collect(),
+            file.current,
+        ))
     }
 
     /// Seals `plaintext` for `project`, bound to `aad`: `key_id.base64(nonce||ct)`.
@@ -234,5 +330,57 @@ impl Vault {
     /// The project's client-encryption keys.
     pub fn client_keys(&self, project: &str) -> Result<Vec<client_keys::KeyInfo>, VaultError> {
         self.client.list(project)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::store::SledStore;
+
+    fn vault(store: &Arc<dyn Store>, master: &str) -> Vault {
+        let master = MasterKey::from_hex(&master.repeat(32)).unwrap();
+        Vault::new(master, store.clone(), Duration::from_secs(3600))
+    }
+
+    #[test]
+    fn a_rotated_data_key_seals_new_values_and_the_old_ones_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let v = vault(&store, "42");
+        let old = v.seal("p1", "a", b"4242424242424242").unwrap();
+        let (ids, first) = v.data_key_ids("p1").unwrap();
+        assert_eq!(ids, vec![first.clone()]);
+
+        // Another master key cannot open the keyring, so it adds nothing to it.
+        let before = store.load_keyring("p1").unwrap();
+        assert!(vault(&store, "43").rotate_data_key("p1").is_err());
+        assert_eq!(store.load_keyring("p1").unwrap(), before);
+
+        let second = v.rotate_data_key("p1").unwrap();
+        assert_ne!(second, first);
+        assert_eq!(
+            v.data_key_ids("p1").unwrap(),
+            (vec![first.clone(), second.clone()], second.clone())
+        );
+        let new = v.seal("p1", "b", b"5555555555554444").unwrap();
+        assert!(old.starts_with(&format!("{first}.")));
+        assert!(new.starts_with(&format!("{second}.")));
+        // A fresh vault (a restart) reads the rotated keyring from the store.
+        let restarted = vault(&store, "42");
+        assert_eq!(
+            &*restarted.open("p1", "a", &old).unwrap(),
+            b"4242424242424242"
+        );
+        assert_eq!(
+            &*restarted.open("p1", "b", &new).unwrap(),
+            b"5555555555554444"
+        );
+        // The fingerprint key does not rotate: fingerprints stay comparable.
+        assert_eq!(
+            v.fingerprint("p1", "4242424242424242").unwrap(),
+            restarted.fingerprint("p1", "4242424242424242").unwrap()
+        );
     }
 }

@@ -468,3 +468,24 @@ pub fn audit_cli(server: &Server, verify: bool) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `paycred ARGS -c CONFIG --project PROJECT` on a stopped server's store; its stdout, after
+/// asserting that it succeeded.
+pub fn project_cli(server: &Server, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(args)
+        .arg("-c")
+        .arg(&server.config_path)
+        .args(["--project", PROJECT])
+        .env_remove("PAYCRED_MASTER_KEY")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "paycred {args:?}: {}{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}

@@ -1,0 +1,113 @@
+//! Key management from the command line, with the server stopped: `paycred data-key rotate`
+//! makes a new data key current while every stored card keeps opening, and `paycred
+//! master-key --out` writes a key file only its owner can read, never over an existing one.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::process::Command;
+
+fn pan_intent(server: &Server, t: &str, pm: &str) -> serde_json::Value {
+    let r = server.call(
+        "POST",
+        &format!("/projects/{PROJECT}/purchase-intents"),
+        Some(t),
+        Some(
+            &json!({"entityId": "user_1", "credentialType": "pan", "paymentMethodId": pm,
+            "mandates": [{"type": "maxAmount", "value": "10", "details": {"currency": "USD"}}]}),
+        ),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json
+}
+
+#[test]
+fn a_rotated_data_key_seals_new_cards_and_the_old_ones_still_open() {
+    let mut server = Server::start();
+    let t = server.token("user_1", "private");
+    let add = |server: &Server, number: &str| {
+        let r = server.call(
+            "POST",
+            &format!("/projects/{PROJECT}/payment-methods"),
+            Some(&t),
+            Some(&card_body("user_1", number, CVC)),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+        r.json["id"].as_str().unwrap().to_string()
+    };
+    let old_pm = add(&server, VISA);
+    server.stop(false);
+
+    let lines = |args: &[&str]| -> Vec<String> {
+        project_cli(&server, args)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let before = lines(&["data-key", "list"]);
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(before[0].ends_with("\tcurrent"), "{before:?}");
+    let rotated = lines(&["data-key", "rotate"]);
+    let new_id = rotated[0].strip_suffix("\tcurrent").unwrap().to_string();
+    let after = lines(&["data-key", "list"]);
+    let old_id = before[0].strip_suffix("\tcurrent").unwrap();
+    assert_eq!(
+        after,
+        vec![format!("{old_id}\topens"), format!("{new_id}\tcurrent")]
+    );
+
+    server.restart();
+    let t = server.token("user_1", "private");
+    let new_pm = add(&server, MASTERCARD);
+    assert_eq!(pan_intent(&server, &t, &old_pm)["pan"]["number"], VISA);
+    assert_eq!(
+        pan_intent(&server, &t, &new_pm)["pan"]["number"],
+        MASTERCARD
+    );
+    server.stop(false);
+
+    // The new card was sealed with the new key: its sealed number names it.
+    let db = sled::open(server.dir.path().join("data")).unwrap();
+    let pms = db.open_tree("pm").unwrap();
+    let sealed_with = |pm: &str| {
+        let record = pms
+            .iter()
+            .values()
+            .map(|v| serde_json::from_slice::<serde_json::Value>(&v.unwrap()).unwrap())
+            .find(|r| r["id"] == pm)
+            .unwrap();
+        let sealed = record["card"]["number_sealed"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        sealed.split('.').next().unwrap().to_string()
+    };
+    assert_eq!(sealed_with(&old_pm), old_id);
+    assert_eq!(sealed_with(&new_pm), new_id);
+}
+
+#[test]
+fn the_master_key_file_is_private_and_never_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("master.key");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_paycred"))
+            .args(["master-key", "--out"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    assert!(run().status.success());
+    let key = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(key.len(), 64);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = run();
+    assert!(!again.status.success());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), key);
+}
