@@ -16,8 +16,9 @@ pub struct DevSetup {
     pub private_key: PathBuf,
 }
 
-/// Writes a new file readable by its owner only (0600). An existing file is left alone (an
-/// error): replacing a master key would make every card sealed under it unreadable.
+/// Writes a new file readable by its owner only (0600), on disk when it returns. An existing
+/// file is left alone (an error): replacing a master key would make every card sealed under it
+/// unreadable. A write that fails removes what it created, so that a retry can succeed.
 pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
@@ -26,7 +27,12 @@ pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    options.open(path)?.write_all(contents)
+    let mut file = options.open(path)?;
+    let written = file.write_all(contents).and_then(|()| file.sync_all());
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
 }
 
 /// Creates what is missing of the development setup in `dir`.

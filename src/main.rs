@@ -275,10 +275,12 @@ fn main() -> ExitCode {
                 Ok(found) => found,
                 Err(code) => return code,
             };
-            let rotate = matches!(action, DataKeyAction::Rotate);
-            print_lines(paycred::vault::run_data_key_command(
-                &config, &project, rotate,
-            ))
+            use paycred::vault::{run_data_key_command, DataKeyCommand};
+            let command = match action {
+                DataKeyAction::List => DataKeyCommand::List,
+                DataKeyAction::Rotate => DataKeyCommand::Rotate,
+            };
+            print_lines(run_data_key_command(&config, &project, command))
         }
         Command::Audit { config, verify } => match Config::load(&config) {
             Ok(c) => match paycred::audit::run(&c, verify, &mut std::io::stdout().lock()) {

@@ -111,3 +111,53 @@ fn the_master_key_file_is_private_and_never_replaced() {
     assert!(!again.status.success());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), key);
 }
+
+#[test]
+fn data_key_commands_refuse_a_store_that_is_not_the_servers() {
+    let server = Server::start();
+    let t = server.token("user_1", "private");
+    let r = server.call(
+        "GET",
+        &format!("/projects/{PROJECT}/payment-methods"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.status, 200);
+    let mut server = server;
+    server.stop(false);
+    // No card was ever sealed: the project has no keys, and rotate must not make them.
+    for action in ["list", "rotate"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
+            .args(["data-key", action, "-c"])
+            .arg(&server.config_path)
+            .args(["--project", PROJECT])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{action}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no keys in this store"), "{err}");
+    }
+    // A data_dir that does not exist is not created.
+    let missing = server.dir.path().join("missing");
+    let config = std::fs::read_to_string(&server.config_path)
+        .unwrap()
+        .replace(
+            &format!("data_dir: {}", server.dir.path().join("data").display()),
+            &format!("data_dir: {}", missing.display()),
+        );
+    let elsewhere = server.dir.path().join("elsewhere.yaml");
+    std::fs::write(&elsewhere, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["data-key", "list", "-c"])
+        .arg(&elsewhere)
+        .args(["--project", PROJECT])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not exist"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!missing.exists());
+}

@@ -37,8 +37,15 @@ pub enum VaultError {
     Crypto,
     #[error("unknown data key {0}")]
     UnknownKey(String),
+    #[error("the project has no keys in this store yet (they are made on first use)")]
+    NoKeyring,
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+}
+
+/// A stored keyring's JSON.
+fn parse_keyring(bytes: &[u8]) -> Result<KeyringFile, VaultError> {
+    serde_json::from_slice(bytes).map_err(|_| VaultError::Corrupt("keyring"))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -82,6 +89,13 @@ pub fn open_offline(
     if config.project(project).is_none() {
         return Err(format!("project {project:?} is not in the config"));
     }
+    // Opening a missing directory would make an empty store there and act on it.
+    if !config.data_dir.is_dir() {
+        return Err(format!(
+            "data_dir {} does not exist (relative paths start from the current directory)",
+            config.data_dir.display()
+        ));
+    }
     let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
     let store = crate::store::SledStore::open(&config.data_dir).map_err(|e| {
         format!(
@@ -92,16 +106,24 @@ pub fn open_offline(
     Ok((master, Arc::new(store)))
 }
 
-/// `paycred data-key list|rotate`: the project's data keys (the current one marked), or a new
-/// current one. Returns the lines to print.
+/// What `paycred data-key` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataKeyCommand {
+    /// Print the project's data keys, the current one marked.
+    List,
+    /// Add a data key and make it current.
+    Rotate,
+}
+
+/// Runs `paycred data-key` on the store of `config` (server stopped); the lines to print.
 pub fn run_data_key_command(
     config: &crate::config::Config,
     project: &str,
-    rotate: bool,
+    command: DataKeyCommand,
 ) -> Result<Vec<String>, String> {
     let (master, store) = open_offline(config, project)?;
     let vault = Vault::new(master, store, config.cvc_retention);
-    if rotate {
+    if command == DataKeyCommand::Rotate {
         let id = vault.rotate_data_key(project).map_err(|e| e.to_string())?;
         return Ok(vec![format!("{id}\tcurrent")]);
     }
@@ -126,8 +148,15 @@ impl Vault {
         }
     }
 
+    /// The project's keyring: cached, else loaded (made on first use) and cached. A miss loads
+    /// under the cache's write lock, so a ring loaded before a rotation can never be cached
+    /// after it.
     fn keyring(&self, project: &str) -> Result<Arc<Keyring>, VaultError> {
         if let Some(k) = self.keyrings.read().get(project) {
+            return Ok(k.clone());
+        }
+        let mut rings = self.keyrings.write();
+        if let Some(k) = rings.get(project) {
             return Ok(k.clone());
         }
         let bytes = match self.store.load_keyring(project)? {
@@ -136,8 +165,14 @@ impl Vault {
                 .store
                 .create_keyring(project, &self.new_keyring_file(project)?)?,
         };
-        let file: KeyringFile =
-            serde_json::from_slice(&bytes).map_err(|_| VaultError::Corrupt("keyring"))?;
+        let ring = Arc::new(self.open_keyring(project, &bytes)?);
+        rings.insert(project.to_string(), ring.clone());
+        Ok(ring)
+    }
+
+    /// A stored keyring's keys, unwrapped by the master key (which fails for another master).
+    fn open_keyring(&self, project: &str, bytes: &[u8]) -> Result<Keyring, VaultError> {
+        let file = parse_keyring(bytes)?;
         let fingerprint_key = self.master.unwrap_key(
             &format!("paycred/{project}/fingerprint"),
             &file.fingerprint_key,
@@ -152,15 +187,11 @@ impl Vault {
         if !data_keys.contains_key(&file.current) {
             return Err(VaultError::Corrupt("keyring current key"));
         }
-        let ring = Arc::new(Keyring {
+        Ok(Keyring {
             fingerprint_key,
             data_keys,
             current: file.current,
-        });
-        self.keyrings
-            .write()
-            .insert(project.to_string(), ring.clone());
-        Ok(ring)
+        })
     }
 
     fn new_keyring_file(&self, project: &str) -> Result<Vec<u8>, VaultError> {
@@ -198,39 +229,42 @@ impl Vault {
         Ok((id, wrapped))
     }
 
-    /// Adds a data key to the project's keyring and makes it current: values sealed from now
-    /// on use it; older values keep opening with the key whose id they carry. The keyring is
-    /// opened first, so a wrong master key is refused rather than adding a key it wrapped.
-    /// Returns the new key's id.
+    /// Adds a data key to the project's existing keyring and makes it current: values sealed
+    /// from now on use it; older values keep opening with the key whose id they carry. The
+    /// stored keyring is opened first, so a wrong master key is refused rather than adding a
+    /// key it wrapped. The new ring replaces the cached one under the cache's lock. Returns
+    /// the new key's id.
     pub fn rotate_data_key(&self, project: &str) -> Result<String, VaultError> {
-        loop {
-            self.keyring(project)?;
-            let old = self
-                .store
-                .load_keyring(project)?
-                .ok_or(VaultError::Corrupt("keyring"))?;
-            let mut file: KeyringFile =
-                serde_json::from_slice(&old).map_err(|_| VaultError::Corrupt("keyring"))?;
-            let (id, wrapped) = self.new_data_key(project, &file.data_keys)?;
-            file.data_keys.push((id.clone(), wrapped));
-            file.current = id.clone();
-            let new = serde_json::to_vec(&file).map_err(|_| VaultError::Corrupt("keyring"))?;
-            self.keyrings.write().remove(project);
-            if self.store.swap_keyring(project, &old, &new)? {
-                return Ok(id);
-            }
+        let mut rings = self.keyrings.write();
+        let old = self
+            .store
+            .load_keyring(project)?
+            .ok_or(VaultError::NoKeyring)?;
+        self.open_keyring(project, &old)?;
+        let mut file = parse_keyring(&old)?;
+        let (id, wrapped) = self.new_data_key(project, &file.data_keys)?;
+        file.data_keys.push((id.clone(), wrapped));
+        file.current = id.clone();
+        let new = serde_json::to_vec(&file).map_err(|_| VaultError::Corrupt("keyring"))?;
+        let ring = Arc::new(self.open_keyring(project, &new)?);
+        if !self.store.swap_keyring(project, &old, &new)? {
+            // Nothing else writes keyrings while the lock is held in this process; another
+            // process cannot open the store while this one has it.
+            return Err(VaultError::Corrupt("keyring changed during rotation"));
         }
+        rings.insert(project.to_string(), ring);
+        Ok(id)
     }
 
-    /// The ids of the project's data keys, oldest first, and the current one's.
+    /// The ids of the project's data keys in the store, oldest first, and the current one's;
+    /// [`VaultError::NoKeyring`] before the project's first sealed value.
     pub fn data_key_ids(&self, project: &str) -> Result<(Vec<String>, String), VaultError> {
-        self.keyring(project)?;
         let bytes = self
             .store
             .load_keyring(project)?
-            .ok_or(VaultError::Corrupt("keyring"))?;
-        let file: KeyringFile =
-            serde_json::from_slice(&bytes).map_err(|_| VaultError::Corrupt("keyring"))?;
+            .ok_or(VaultError::NoKeyring)?;
+        self.open_keyring(project, &bytes)?;
+        let file = parse_keyring(&bytes)?;
         Ok((
             file.data_keys.into_iter().map(|(id, _)| id).collect(),
             file.current,
