@@ -114,7 +114,7 @@ fn the_master_key_file_is_private_and_never_replaced() {
 
 #[test]
 fn data_key_commands_refuse_a_store_that_is_not_the_servers() {
-    let server = Server::start();
+    let mut server = Server::start();
     let t = server.token("user_1", "private");
     let r = server.call(
         "GET",
@@ -123,16 +123,10 @@ fn data_key_commands_refuse_a_store_that_is_not_the_servers() {
         None,
     );
     assert_eq!(r.status, 200);
-    let mut server = server;
     server.stop(false);
     // No card was ever sealed: the project has no keys, and rotate must not make them.
     for action in ["list", "rotate"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
-            .args(["data-key", action, "-c"])
-            .arg(&server.config_path)
-            .args(["--project", PROJECT])
-            .output()
-            .unwrap();
+        let out = project_cli_output(&server.config_path, &["data-key", action]);
         assert!(!out.status.success(), "{action}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("no keys in this store"), "{err}");
@@ -147,12 +141,7 @@ fn data_key_commands_refuse_a_store_that_is_not_the_servers() {
         );
     let elsewhere = server.dir.path().join("elsewhere.yaml");
     std::fs::write(&elsewhere, config).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["data-key", "list", "-c"])
-        .arg(&elsewhere)
-        .args(["--project", PROJECT])
-        .output()
-        .unwrap();
+    let out = project_cli_output(&elsewhere, &["data-key", "list"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("does not exist"),

@@ -165,14 +165,13 @@ impl Vault {
                 .store
                 .create_keyring(project, &self.new_keyring_file(project)?)?,
         };
-        let ring = Arc::new(self.open_keyring(project, &bytes)?);
+        let ring = Arc::new(self.open_keyring(project, &parse_keyring(&bytes)?)?);
         rings.insert(project.to_string(), ring.clone());
         Ok(ring)
     }
 
-    /// A stored keyring's keys, unwrapped by the master key (which fails for another master).
-    fn open_keyring(&self, project: &str, bytes: &[u8]) -> Result<Keyring, VaultError> {
-        let file = parse_keyring(bytes)?;
+    /// A keyring's keys, unwrapped by the master key (which fails for another master).
+    fn open_keyring(&self, project: &str, file: &KeyringFile) -> Result<Keyring, VaultError> {
         let fingerprint_key = self.master.unwrap_key(
             &format!("paycred/{project}/fingerprint"),
             &file.fingerprint_key,
@@ -190,7 +189,7 @@ impl Vault {
         Ok(Keyring {
             fingerprint_key,
             data_keys,
-            current: file.current,
+            current: file.current.clone(),
         })
     }
 
@@ -231,22 +230,21 @@ impl Vault {
 
     /// Adds a data key to the project's existing keyring and makes it current: values sealed
     /// from now on use it; older values keep opening with the key whose id they carry. The
-    /// stored keyring is opened first, so a wrong master key is refused rather than adding a
-    /// key it wrapped. The new ring replaces the cached one under the cache's lock. Returns
-    /// the new key's id.
+    /// new ring, old keys included, is opened before it is stored, so a wrong master key is
+    /// refused rather than adding a key it wrapped. It replaces the cached ring under the
+    /// cache's lock. Returns the new key's id.
     pub fn rotate_data_key(&self, project: &str) -> Result<String, VaultError> {
         let mut rings = self.keyrings.write();
         let old = self
             .store
             .load_keyring(project)?
             .ok_or(VaultError::NoKeyring)?;
-        self.open_keyring(project, &old)?;
         let mut file = parse_keyring(&old)?;
         let (id, wrapped) = self.new_data_key(project, &file.data_keys)?;
         file.data_keys.push((id.clone(), wrapped));
         file.current = id.clone();
+        let ring = Arc::new(self.open_keyring(project, &file)?);
         let new = serde_json::to_vec(&file).map_err(|_| VaultError::Corrupt("keyring"))?;
-        let ring = Arc::new(self.open_keyring(project, &new)?);
         if !self.store.swap_keyring(project, &old, &new)? {
             // Nothing else writes keyrings while the lock is held in this process; another
             // process cannot open the store while this one has it.
@@ -263,8 +261,8 @@ impl Vault {
             .store
             .load_keyring(project)?
             .ok_or(VaultError::NoKeyring)?;
-        self.open_keyring(project, &bytes)?;
         let file = parse_keyring(&bytes)?;
+        self.open_keyring(project, &file)?;
         Ok((
             file.data_keys.into_iter().map(|(id, _)| id).collect(),
             file.current,

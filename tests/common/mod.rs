@@ -469,17 +469,22 @@ pub fn audit_cli(server: &Server, verify: bool) -> (bool, String, String) {
     )
 }
 
-/// `paycred ARGS -c CONFIG --project PROJECT` on a stopped server's store; its stdout, after
-/// asserting that it succeeded.
-pub fn project_cli(server: &Server, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
+/// `paycred ARGS -c CONFIG --project PROJECT`, whatever its outcome.
+pub fn project_cli_output(config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_paycred"))
         .args(args)
         .arg("-c")
-        .arg(&server.config_path)
+        .arg(config)
         .args(["--project", PROJECT])
         .env_remove("PAYCRED_MASTER_KEY")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// [`project_cli_output`] on a stopped server's store; its stdout, after asserting that it
+/// succeeded.
+pub fn project_cli(server: &Server, args: &[&str]) -> String {
+    let out = project_cli_output(&server.config_path, args);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
