@@ -8,7 +8,11 @@
 //! intents whose credential the request's templates revealed; written when the request ends,
 //! whatever its outcome) and
 //! `auth.failure` (resource `route=<route shape> status=<401|403>`; entity empty, since an
-//! unverified token names nobody). Entries carry ids, hosts and outcomes, never a secret.
+//! unverified token names nobody). Anyone can fail authentication as fast as they can send,
+//! so failures are counted, not each written: the first of a quiet spell is an entry, and
+//! its repeats within a second (same project, route and status) become one entry a second,
+//! `route=… status=… count=<n>`, n being the failures since the previous entry
+//! (`store::audit_tally`). Entries carry ids, hosts and outcomes, never a secret.
 //!
 //! `paycred audit -c FILE [--verify]` prints the log (one JSON entry per line) and, with
 //! `--verify`, proves the chain: sequence numbers contiguous from 1, each `prev_hash` the

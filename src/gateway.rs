@@ -621,12 +621,14 @@ impl Gateway {
         Ok(())
     }
 
-    /// Writes an `auth.failure` audit entry for a configured project (in the background).
+    /// Records an authentication failure for a configured project in the audit log, in the
+    /// background: the first of a quiet spell as an entry, repeats counted (anyone can fail
+    /// authentication as fast as they can send, and must not fill the disk doing it).
     fn audit_auth_failure(&self, project: &str, route: &str, e: &ApiError) {
         if self.app.config.project(project).is_some() {
             let resource = format!("route={route} status={}", e.status());
             let event = crate::audit::event(project, "", "auth.failure", resource);
-            crate::audit::append_later(self.app.store.clone(), event);
+            self.app.store.count_audit(event);
         }
     }
 

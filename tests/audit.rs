@@ -9,18 +9,29 @@ use common::upstream::Upstream;
 use common::*;
 use serde_json::{json, Value};
 
+/// Sends the card number of `pm_id` to the recording target through the proxy.
+fn proxy_pan(server: &Server, up: &Upstream, token: &str, pm_id: &str) {
+    let body =
+        json!({"n": format!("{{{{ paymentMethod: {pm_id} | type: 'pan' | json: '$.number' }}}}")});
+    let r = server.raw(
+        "POST",
+        &format!("/projects/{PROJECT}/proxy"),
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Svc-Target-URL", &up.url("/charge")),
+            ("Content-Type", "application/json"),
+        ],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
 #[test]
 fn events_are_recorded_and_tampering_is_found() {
     let mut server = Server::start();
     let up = Upstream::start();
     let t = server.token("user_1", "private");
-    let pm = server.call(
-        "POST",
-        &format!("/projects/{PROJECT}/payment-methods"),
-        Some(&t),
-        Some(&card_body("user_1", VISA, CVC)),
-    );
-    let pm_id = pm.json["id"].as_str().unwrap().to_string();
+    let pm_id = server.add_card(&t, "user_1", VISA);
     let pi = server.call(
         "POST",
         &format!("/projects/{PROJECT}/purchase-intents"),
@@ -30,19 +41,7 @@ fn events_are_recorded_and_tampering_is_found() {
     );
     assert_eq!(pi.status, 201, "{}", pi.text);
     // A proxy use with a pan template.
-    let body =
-        json!({"n": format!("{{{{ paymentMethod: {pm_id} | type: 'pan' | json: '$.number' }}}}")});
-    let r = server.raw(
-        "POST",
-        &format!("/projects/{PROJECT}/proxy"),
-        &[
-            ("Authorization", &format!("Bearer {t}")),
-            ("Svc-Target-URL", &up.url("/charge")),
-            ("Content-Type", "application/json"),
-        ],
-        Some(body.to_string().as_bytes()),
-    );
-    assert_eq!(r.status, 201, "{}", r.text);
+    proxy_pan(&server, &up, &t, &pm_id);
     // Auth failures: no token, a forged one, another project's token.
     server
         .call(
@@ -101,13 +100,10 @@ fn events_are_recorded_and_tampering_is_found() {
         format!("host=127.0.0.1 status=201 templates=1 revealed={pm_id}")
     );
     assert!(!actions.contains(&"paymentMethod.reveal"), "{actions:?}");
-    assert_eq!(
-        entries
-            .iter()
-            .filter(|e| e["event"]["action"] == "auth.failure")
-            .count(),
-        2
-    );
+    // Two failures of one route and status within a second: the first is an entry, the
+    // second is counted and written as `count=1` when the server stops.
+    assert_eq!(auth_failures(&out), (2, 2));
+    assert!(out.contains("status=401 count=1"), "{out}");
     assert!(out.contains("audit log verified"), "{out}");
     let card = pi.json["card"]["number"].as_str().unwrap();
     for secret in [VISA, card, t.as_str(), "\"123\""] {
@@ -172,5 +168,70 @@ fn events_are_recorded_and_tampering_is_found() {
     assert!(!ok, "a log cut short passed --verify");
     assert!(err.contains("entries cut off"), "{err}");
     // Keep the server object alive until here (its dir holds the data).
+    server.stop(true);
+}
+
+/// The `auth.failure` entries of `out` (printed by `paycred audit`), and the failures they
+/// stand for: 1 for an entry of its own, n for one that ends in ` count=n`.
+fn auth_failures(out: &str) -> (usize, u64) {
+    let resources: Vec<String> = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"]["action"] == "auth.failure")
+        .map(|e| e["event"]["resource"].as_str().unwrap().to_string())
+        .collect();
+    let failures = resources
+        .iter()
+        .map(|r| match r.rsplit_once(" count=") {
+            Some((_, n)) => n.parse::<u64>().unwrap(),
+            None => 1,
+        })
+        .sum();
+    (resources.len(), failures)
+}
+
+/// Anyone can fail authentication as fast as they can send: the failures are counted, a few
+/// entries stand for all of them, and a graceful stop right after the last request still
+/// writes every count and every proxy use.
+#[test]
+fn repeated_auth_failures_are_counted_and_a_graceful_stop_loses_no_entry() {
+    const FAILURES: u64 = 300;
+    const USES: usize = 20;
+    let mut server = Server::start();
+    let up = Upstream::start();
+    let t = server.token("user_1", "private");
+    let pm_id = server.add_card(&t, "user_1", VISA);
+    let started = std::time::Instant::now();
+    for i in 0..FAILURES {
+        let token = (i % 2 == 0).then_some("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.");
+        server
+            .call(
+                "GET",
+                &format!("/projects/{PROJECT}/payment-methods"),
+                token,
+                None,
+            )
+            .assert_error(401, "unauthorized");
+    }
+    let seconds = started.elapsed().as_secs();
+    for _ in 0..USES {
+        proxy_pan(&server, &up, &t, &pm_id);
+    }
+    // No pause: the last entries are still queued or counted when the stop begins.
+    server.stop(false);
+
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{err}");
+    let (entries, failures) = auth_failures(&out);
+    assert_eq!(failures, FAILURES, "every failure is counted");
+    // One route and status: the first entry at once, then at most one a second (the
+    // sends took `seconds`, and the last count is written at the stop).
+    assert!(
+        (2..=3 + usize::try_from(seconds).unwrap()).contains(&entries),
+        "{entries} entries for {FAILURES} failures in {seconds}s"
+    );
+    assert_eq!(out.matches("\"proxy.use\"").count(), USES, "{out}");
+    assert!(out.contains("audit log verified"), "{out}");
     server.stop(true);
 }

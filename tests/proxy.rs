@@ -21,14 +21,7 @@ fn proxy_path() -> String {
 fn setup() -> (Server, Upstream, String, String) {
     let server = Server::start();
     let t = server.token("user_1", "private");
-    let pm = server.call(
-        "POST",
-        &format!("/projects/{PROJECT}/payment-methods"),
-        Some(&t),
-        Some(&card_body("user_1", VISA, CVC)),
-    );
-    assert_eq!(pm.status, 201, "{}", pm.text);
-    let id = pm.json["id"].as_str().unwrap().to_string();
+    let id = server.add_card(&t, "user_1", VISA);
     (server, Upstream::start(), t, id)
 }
 

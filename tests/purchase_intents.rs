@@ -8,17 +8,6 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 
-fn add_card(server: &Server, token: &str, entity: &str, number: &str) -> String {
-    let r = server.call(
-        "POST",
-        &format!("/projects/{PROJECT}/payment-methods"),
-        Some(token),
-        Some(&card_body(entity, number, CVC)),
-    );
-    assert_eq!(r.status, 201, "{}", r.text);
-    r.json["id"].as_str().unwrap().to_string()
-}
-
 fn mandates() -> Value {
     json!([
         {"type": "maxAmount", "value": "100.00", "details": {"currency": "840"}},
@@ -30,7 +19,7 @@ fn mandates() -> Value {
 fn create_and_get_on_both_path_forms() {
     let server = Server::start();
     let t = server.token("user_1", "private");
-    let pm = add_card(&server, &t, "user_1", VISA);
+    let pm = server.add_card(&t, "user_1", VISA);
 
     let r = server.call(
         "POST",
@@ -96,7 +85,7 @@ fn create_and_get_on_both_path_forms() {
 fn invalid_requests_and_other_entities() {
     let server = Server::start();
     let t = server.token("user_1", "private");
-    let pm = add_card(&server, &t, "user_1", VISA);
+    let pm = server.add_card(&t, "user_1", VISA);
     let path = format!("/projects/{PROJECT}/purchase-intents");
     let r = server.call(
         "POST",
@@ -138,7 +127,7 @@ fn verification_then_authorization_over_http() {
     let server = Server::start();
     let t = server.token("user_1", "private");
     let public = server.token("user_1", "public");
-    let pm = add_card(&server, &t, "user_1", VISA);
+    let pm = server.add_card(&t, "user_1", VISA);
     let r = server.call(
         "POST",
         &format!("/tenants/{PROJECT}/purchase-intent"),
@@ -203,7 +192,7 @@ fn verification_then_authorization_over_http() {
 fn sandbox_credentials_survive_a_restart() {
     let mut server = Server::start();
     let t = server.token("user_1", "private");
-    let pm = add_card(&server, &t, "user_1", VISA);
+    let pm = server.add_card(&t, "user_1", VISA);
     let r = server.call(
         "POST",
         &format!("/projects/{PROJECT}/purchase-intents"),

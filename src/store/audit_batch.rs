@@ -8,12 +8,20 @@
 //! at most [`GATHER`] later, together with whatever else queued meanwhile (so a busy proxy
 //! pays one transaction per few milliseconds, not one per request, and wakes the writer once
 //! per batch), and flushed with the next durable write or at the latest [`FLUSH_EVERY`] after
-//! it was written. A crash can lose the entries of that last window (at most 25 ms).
+//! it was written. [`AuditBatcher::count`] is for events anyone can repeat at will
+//! (authentication failures): the writer counts their repeats ([`Tally`]) instead of writing
+//! each.
+//!
+//! Dropping the handle (the store closing, at the end of a graceful shutdown) waits until
+//! everything queued, open counts included, is written and flushed. A crash can lose the
+//! entries of the last window (at most 25 ms) and counts not yet written (at most 1 s).
 
+use super::audit_tally::Tally;
 use super::group_commit::GroupCommit;
 use super::AuditEvent;
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -31,10 +39,20 @@ pub const GATHER: Duration = Duration::from_millis(5);
 
 type Waiter = Option<oneshot::Sender<Result<(), String>>>;
 
-/// Handle to the writer thread.
+/// What the writer is sent.
+enum Item {
+    /// An entry to append; with a waiter, someone waits for it to be durable.
+    Append(AuditEvent, Waiter),
+    /// An event to count ([`Tally`]).
+    Count(AuditEvent),
+}
+
+/// Handle to the writer thread. Dropping it stops the writer once it has written and
+/// flushed everything queued, counts included, and waits for that.
 #[derive(Debug)]
 pub struct AuditBatcher {
-    queue: mpsc::Sender<(AuditEvent, Waiter)>,
+    queue: Option<mpsc::Sender<Item>>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl AuditBatcher {
@@ -43,74 +61,163 @@ impl AuditBatcher {
     where
         W: Fn(&[AuditEvent]) -> Result<(), String> + Send + 'static,
     {
-        let (queue, rx) = mpsc::channel::<(AuditEvent, Waiter)>();
-        std::thread::Builder::new()
+        let (queue, rx) = mpsc::channel::<Item>();
+        let writer = std::thread::Builder::new()
             .name("paycred-audit".into())
-            .spawn(move || {
-                // Written but not yet flushed entries of `append_nowait`, since when.
-                let mut unflushed_since: Option<Instant> = None;
-                loop {
-                    let first = match unflushed_since {
-                        Some(since) => match rx.recv_timeout(FLUSH_EVERY.saturating_sub(since.elapsed())) {
-                            Ok(item) => Some(item),
-                            Err(mpsc::RecvTimeoutError::Timeout) => None,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                                let _ = commit.durable_blocking();
-                                return;
-                            }
-                        },
-                        None => match rx.recv() {
-                            Ok(item) => Some(item),
-                            Err(_) => return,
-                        },
-                    };
-                    if let Some(first) = first {
-                        if first.1.is_none() {
-                            std::thread::sleep(GATHER);
-                        }
-                        let mut batch = vec![first];
-                        batch.extend(rx.try_iter().take(MAX_BATCH - 1));
-                        let (events, waiters): (Vec<AuditEvent>, Vec<Waiter>) = batch.into_iter().unzip();
-                        let waiters: Vec<_> = waiters.into_iter().flatten().collect();
-                        let mut result = write(&events);
-                        if result.is_ok() && !waiters.is_empty() {
-                            // Someone waits for durability: flush now (everything written so far).
-                            result = commit.durable_blocking();
-                            unflushed_since = None;
-                        } else if result.is_ok() {
-                            unflushed_since.get_or_insert_with(Instant::now);
-                        }
-                        if let Err(e) = &result {
-                            tracing::error!(error = %e, lost = events.len(), "audit batch not written");
-                        }
-                        for waiter in waiters {
-                            let _ = waiter.send(result.clone());
-                        }
-                    }
-                    if unflushed_since.is_some_and(|since| since.elapsed() >= FLUSH_EVERY) {
-                        if let Err(e) = commit.durable_blocking() {
-                            tracing::error!(error = %e, "audit flush failed");
-                        }
-                        unflushed_since = None;
-                    }
-                }
-            })?;
-        Ok(Self { queue })
+            .spawn(move || Writer::new(commit, write).run(&rx))?;
+        Ok(Self {
+            queue: Some(queue),
+            writer: Some(writer),
+        })
+    }
+
+    fn send(&self, item: Item) -> Result<(), String> {
+        self.queue
+            .as_ref()
+            .and_then(|queue| queue.send(item).ok())
+            .ok_or_else(|| "audit writer stopped".to_string())
     }
 
     /// Appends and waits until the entry is durable.
     pub async fn append(&self, event: AuditEvent) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
-        self.queue
-            .send((event, Some(tx)))
-            .map_err(|_| "audit writer stopped".to_string())?;
+        self.send(Item::Append(event, Some(tx)))?;
         rx.await.map_err(|_| "audit writer stopped".to_string())?
     }
 
     /// Queues the entry; it is written and flushed right behind the caller.
     pub fn append_nowait(&self, event: AuditEvent) {
-        if self.queue.send((event, None)).is_err() {
+        if self.send(Item::Append(event, None)).is_err() {
             tracing::error!("audit writer stopped: an entry was not written");
+        }
+    }
+
+    /// Queues an event that anyone can repeat at will: the first of a quiet spell is
+    /// written as [`AuditBatcher::append_nowait`] writes it, its repeats are counted and
+    /// written as one entry a [`WINDOW`](super::audit_tally::WINDOW) (see [`Tally`]).
+    pub fn count(&self, event: AuditEvent) {
+        if self.send(Item::Count(event)).is_err() {
+            tracing::error!("audit writer stopped: an entry was not counted");
+        }
+    }
+}
+
+impl Drop for AuditBatcher {
+    fn drop(&mut self) {
+        // The writer sees the queue closed once it has taken everything in it.
+        self.queue.take();
+        if let Some(writer) = self.writer.take() {
+            if writer.join().is_err() {
+                tracing::error!("audit writer panicked");
+            }
+        }
+    }
+}
+
+/// The writer thread's state.
+struct Writer<W> {
+    commit: Arc<GroupCommit>,
+    write: W,
+    tally: Tally,
+    /// Since when entries of `append_nowait` are written but not flushed.
+    unflushed_since: Option<Instant>,
+}
+
+impl<W> Writer<W>
+where
+    W: Fn(&[AuditEvent]) -> Result<(), String>,
+{
+    fn new(commit: Arc<GroupCommit>, write: W) -> Self {
+        Self {
+            commit,
+            write,
+            tally: Tally::default(),
+            unflushed_since: None,
+        }
+    }
+
+    fn run(mut self, rx: &mpsc::Receiver<Item>) {
+        loop {
+            let wake = [
+                self.unflushed_since.map(|since| since + FLUSH_EVERY),
+                self.tally.next_due(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let first = match wake {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(item) => Some(item),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(item) => Some(item),
+                    Err(_) => break,
+                },
+            };
+            let mut events = Vec::new();
+            let mut waiters = Vec::new();
+            if let Some(first) = first {
+                if !matches!(first, Item::Append(_, Some(_))) {
+                    std::thread::sleep(GATHER);
+                }
+                let now = Instant::now();
+                for item in std::iter::once(first).chain(rx.try_iter().take(MAX_BATCH - 1)) {
+                    match item {
+                        Item::Append(event, waiter) => {
+                            events.push(event);
+                            waiters.extend(waiter);
+                        }
+                        Item::Count(event) => events.extend(self.tally.note(event, now)),
+                    }
+                }
+            }
+            events.extend(self.tally.due(Instant::now()));
+            self.write_batch(&events, waiters);
+            if self
+                .unflushed_since
+                .is_some_and(|since| since.elapsed() >= FLUSH_EVERY)
+            {
+                self.flush();
+            }
+        }
+        // Stopping: the counts still open, then everything to disk.
+        let events = self.tally.drain();
+        self.write_batch(&events, Vec::new());
+        self.flush();
+    }
+
+    /// Writes `events` in one transaction and answers `waiters` once it is durable.
+    fn write_batch(
+        &mut self,
+        events: &[AuditEvent],
+        waiters: Vec<oneshot::Sender<Result<(), String>>>,
+    ) {
+        if events.is_empty() {
+            return;
+        }
+        let mut result = (self.write)(events);
+        if result.is_ok() && !waiters.is_empty() {
+            // Someone waits for durability: flush now (everything written so far).
+            result = self.commit.durable_blocking();
+            self.unflushed_since = None;
+        } else if result.is_ok() {
+            self.unflushed_since.get_or_insert_with(Instant::now);
+        }
+        if let Err(e) = &result {
+            tracing::error!(error = %e, lost = events.len(), "audit batch not written");
+        }
+        for waiter in waiters {
+            let _ = waiter.send(result.clone());
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.unflushed_since.take().is_some() {
+            if let Err(e) = self.commit.durable_blocking() {
+                tracing::error!(error = %e, "audit flush failed");
+            }
         }
     }
 }

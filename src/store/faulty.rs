@@ -193,6 +193,12 @@ impl Store for FaultyStore {
         }
     }
 
+    fn count_audit(&self, audit: AuditEvent) {
+        if self.write().is_ok() {
+            self.inner.count_audit(audit);
+        }
+    }
+
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
         self.read()?;
         self.inner.audit_log()

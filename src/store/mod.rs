@@ -5,6 +5,7 @@
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
 pub mod audit_batch;
+pub mod audit_tally;
 pub mod card_tokens;
 pub mod faulty;
 pub mod group_commit;
@@ -305,6 +306,12 @@ pub trait Store: Send + Sync + 'static {
     /// within 5 ms, batched with others (the proxy's hot path), and flushed at most 20 ms
     /// later. A crash may lose the entries of that window.
     fn append_audit_nowait(&self, audit: AuditEvent);
+
+    /// Counts an event that anyone can repeat at will (an authentication failure): the
+    /// first of a quiet spell is appended as [`Store::append_audit_nowait`] appends it, and
+    /// its repeats (same project, action and resource) within a second become one entry
+    /// with ` count=<n>` added to the resource ([`audit_tally`]).
+    fn count_audit(&self, audit: AuditEvent);
 
     /// The whole audit log, oldest first.
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>>;

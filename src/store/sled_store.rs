@@ -609,6 +609,10 @@ impl Store for SledStore {
         self.audit_writer.append_nowait(audit);
     }
 
+    fn count_audit(&self, audit: AuditEvent) {
+        self.audit_writer.count(audit);
+    }
+
     async fn get_idempotent(
         &self,
         scope: Scope<'_>,

@@ -290,6 +290,18 @@ impl Server {
         token_for(&KEYS.ed.private_pem, "k-ed", PROJECT, sub, role, 300)
     }
 
+    /// Stores card `number` (cvc [`CVC`]) for `entity` with `token`; its payment method id.
+    pub fn add_card(&self, token: &str, entity: &str, number: &str) -> String {
+        let pm = self.call(
+            "POST",
+            &format!("/projects/{PROJECT}/payment-methods"),
+            Some(token),
+            Some(&card_body(entity, number, CVC)),
+        );
+        assert_eq!(pm.status, 201, "{}", pm.text);
+        pm.json["id"].as_str().unwrap_or_default().to_string()
+    }
+
     /// Sends a request; returns status, headers and body (JSON when it parses).
     pub fn call(
         &self,
