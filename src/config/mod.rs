@@ -197,6 +197,13 @@ impl Config {
             projects.insert(project.id.clone(), Arc::new(project));
         }
         if let Some(demo) = &file.demo {
+            // `/demo/session` mints private tokens for whoever asks.
+            if !listen.ip().is_loopback() {
+                return Err(invalid(
+                    "demo",
+                    "hands out tokens to anyone who asks: development only, with `listen` on a loopback address",
+                ));
+            }
             if !projects.contains_key(&demo.project) {
                 return Err(invalid("demo.project", "is not one of the projects"));
             }
@@ -425,6 +432,10 @@ mod tests {
                 "projects[0].jwt.keys[0].public_key_file",
             ),
             ("projects: [{id: p, jwt: {keys: [], extra: 1}}]", "extra"),
+            (
+                "listen: 0.0.0.0:8080\ndemo: {project: p, kid: k, private_key_file: /k.pem}",
+                "demo",
+            ),
         ];
         for (yaml, key) in cases {
             let e = err(yaml);

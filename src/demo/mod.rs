@@ -7,7 +7,8 @@
 //! page needs a private-role call (creating the purchase intent, reading the credential), which
 //! a real deployment makes from its own backend; here `GET /demo/session` stands in for that
 //! backend and mints both a public and a private token for a fresh entity with the dev
-//! project's private key. Development only: never configure `demo:` in production.
+//! project's private key. Development only: never configure `demo:` in production. A config
+//! with `demo:` and a `listen` address that is not loopback is refused.
 //!
 //! The static files are embedded with `include_str!`, the SDK straight from `sdk/js/src`.
 
