@@ -1,7 +1,8 @@
 //! The audit log: append-only and hash-chained (`hash = sha256(prev_hash || event JSON)`,
 //! written by the store in the same transaction as the change it records).
 //!
-//! Actions: `paymentMethod.create`, `paymentMethod.delete`, `purchaseIntent.create`,
+//! Actions: `paymentMethod.create`, `paymentMethod.update` (a second create of the same card
+//! took its expiry and cvc), `paymentMethod.delete`, `purchaseIntent.create`,
 //! `purchaseIntent.verify`, `purchaseIntent.reveal` (a credential answered by the REST API),
 //! `proxy.use` (one per proxied request, resource `host=<target host> status=<status>
 //! templates=<n>[ revealed=<id>,…]`: the payment methods whose stored card and the purchase

@@ -143,7 +143,7 @@ fn paths() -> Map<String, Value> {
                         &[]),
                     "post": op("Create a payment method from exactly one of card, encryptedCard or tokenId.", &format!("createPaymentMethod{suffix}"),
                         vec![p(), idempotency_header()], Some(json_body("CreatePaymentMethod")),
-                        (201, ok("Created (200: the entity already had this card)", schema_ref("PaymentMethodCreated"))), &[200, 409]),
+                        (201, ok("Created (200: the entity already had this card, which takes this expiry and cvc)", schema_ref("PaymentMethodCreated"))), &[200, 409]),
                 }),
             );
             paths.insert(

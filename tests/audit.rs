@@ -13,16 +13,7 @@ use serde_json::{json, Value};
 fn proxy_pan(server: &Server, up: &Upstream, token: &str, pm_id: &str) {
     let body =
         json!({"n": format!("{{{{ paymentMethod: {pm_id} | type: 'pan' | json: '$.number' }}}}")});
-    let r = server.raw(
-        "POST",
-        &format!("/projects/{PROJECT}/proxy"),
-        &[
-            ("Authorization", &format!("Bearer {token}")),
-            ("Svc-Target-URL", &up.url("/charge")),
-            ("Content-Type", "application/json"),
-        ],
-        Some(body.to_string().as_bytes()),
-    );
+    let r = server.proxy_json(token, &up.url("/charge"), &body);
     assert_eq!(r.status, 201, "{}", r.text);
 }
 

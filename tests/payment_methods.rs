@@ -107,6 +107,41 @@ fn the_same_card_again_returns_the_existing_payment_method() {
     assert_eq!(list.json.as_array().unwrap().len(), 1);
 }
 
+/// A restart erases every cvc (their keys live in memory only). Creating the same card again
+/// is how a caller gives it one again: the payment method keeps its id and takes the new
+/// cvc and expiry (a reissued card), and the change is audited.
+#[test]
+fn the_same_card_again_takes_the_new_cvc_and_expiry() {
+    let mut server = Server::start();
+    let up = common::upstream::Upstream::start();
+    let t = server.token("user_1", "private");
+    let id = server.add_card(&t, "user_1", VISA);
+    server.restart();
+    let reissued = json!({"entityId": "user_1", "card":
+        {"number": VISA, "expirationMonth": "11", "expirationYear": "2033", "cvc": "987"}});
+    let again = create(&server, &t, &reissued);
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["id"], id.as_str());
+    let shown = server.call("GET", &format!("{}/{id}", pm_path()), Some(&t), None);
+    assert_eq!(shown.json["card"]["details"]["expirationMonth"], "11");
+    assert_eq!(shown.json["card"]["details"]["expirationYear"], "2033");
+
+    let field = |f: &str| format!("{{{{ paymentMethod: {id} | type: 'pan' | json: '$.{f}' }}}}");
+    let body =
+        json!({"m": field("expirationMonth"), "y": field("expirationYear"), "c": field("cvc")});
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests().last().unwrap().body).unwrap();
+    assert_eq!(sent, json!({"m": "11", "y": "2033", "c": "987"}));
+
+    server.stop(false);
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("\"paymentMethod.update\",\"project\":\"{PROJECT}\",\"entity\":\"user_1\",\"resource\":\"{id}\"")), "{out}");
+    // (Quoted: the digits alone turn up in hashes and times.)
+    assert!(!out.contains("\"987\""), "the cvc is in the audit log");
+}
+
 #[test]
 fn list_pages_newest_first_with_a_total() {
     let server = Server::start();

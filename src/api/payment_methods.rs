@@ -234,9 +234,28 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
             masked_data: card::mask(&valid.number),
         }),
     };
-    drop(valid);
     let audit = audit_event(app, principal, "paymentMethod.create", &id);
-    match app.store.insert_payment_method(&rec, audit).await? {
+    // The entity already has this card: it keeps its id, and takes this request's expiry
+    // (a reissued card) and cvc (the way to give a card its cvc again once it is erased).
+    let refresh = |existing: &PaymentMethodRecord| {
+        let mut refreshed = existing.clone();
+        refreshed
+            .card
+            .expiration_month
+            .clone_from(&valid.expiration_month);
+        refreshed
+            .card
+            .expiration_year
+            .clone_from(&valid.expiration_year);
+        refreshed.card.cvc_sealed =
+            app.vault
+                .seal_cvc(&cvc_aad(project, &existing.id), &valid.cvc, cvc_stored_secs);
+        let audit = audit_event(app, principal, "paymentMethod.update", &existing.id);
+        (refreshed, audit)
+    };
+    let inserted = app.store.insert_payment_method(&rec, audit, &refresh).await;
+    drop(valid);
+    match inserted? {
         Inserted::Created => Response::json(201, &created_view(app, &rec)),
         Inserted::Existing(existing) => Response::json(200, &created_view(app, &existing)),
     }

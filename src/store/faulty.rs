@@ -6,8 +6,8 @@
 
 use super::{
     AuditEntry, AuditEvent, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord,
-    IntentStatus, Page, PaymentMethodRecord, Scope, Store, StoreError, StoreResult, StoreStats,
-    TokenTake, UseOutcome, VerificationAttempt,
+    IntentStatus, Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult,
+    StoreStats, TokenTake, UseOutcome, VerificationAttempt,
 };
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -82,9 +82,10 @@ impl Store for FaultyStore {
         &self,
         pm: &PaymentMethodRecord,
         audit: AuditEvent,
+        refresh: Refresh<'_>,
     ) -> StoreResult<Inserted> {
         self.write()?;
-        self.inner.insert_payment_method(pm, audit).await
+        self.inner.insert_payment_method(pm, audit, refresh).await
     }
 
     async fn get_payment_method(

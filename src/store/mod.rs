@@ -177,9 +177,17 @@ pub enum VerificationAttempt {
 pub enum Inserted {
     /// The record was stored.
     Created,
-    /// The entity already has this card (same fingerprint): the existing record.
+    /// The entity already has this card (same fingerprint): the existing record, as
+    /// [`Refresh`] changed it.
     Existing(Box<PaymentMethodRecord>),
 }
+
+/// What a second create of a card the entity already has makes of the stored record, and
+/// the audit event of that change: given the stored record, the record to store in its place.
+/// (The payment-method API takes the new expiry and cvc, the cvc sealed for the stored
+/// record's id.)
+pub type Refresh<'a> =
+    &'a (dyn Fn(&PaymentMethodRecord) -> (PaymentMethodRecord, AuditEvent) + Send + Sync);
 
 /// One page of a list.
 #[derive(Debug, Clone)]
@@ -218,11 +226,13 @@ pub struct StoreStats {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Stores a payment method, unless the entity already has one with the same
-    /// fingerprint. Durable when it returns.
+    /// fingerprint: then stores what `refresh` makes of that one instead, with its audit
+    /// event. Durable when it returns.
     async fn insert_payment_method(
         &self,
         pm: &PaymentMethodRecord,
         audit: AuditEvent,
+        refresh: Refresh<'_>,
     ) -> StoreResult<Inserted>;
 
     /// One payment method of this scope.

@@ -1,11 +1,11 @@
 //! Decoded payment-method records by store key, so the proxy does not read and decode the
 //! same record for every request that names it.
 //!
-//! A record never changes once written; a delete is the only thing that ends it. A delete
-//! bumps the generation and removes the key before it answers. A reader that raced with a
-//! delete (read the record before the delete committed) puts it in and then sees the
-//! generation moved, and takes it out again, so a deleted record is never served after its
-//! delete returned. Records hold card data only sealed, as on disk. They are shared, not
+//! A record changes only when a second create of the same card refreshes it (expiry and
+//! cvc), and ends when it is deleted. Either bumps the generation and removes the key before
+//! it answers. A reader that raced with one (read the record before it committed) puts it in
+//! and then sees the generation moved, and takes it out again, so a replaced or deleted
+//! record is never served after the change returned. Records hold card data only sealed, as on disk. They are shared, not
 //! copied, with the readers: a record is a dozen strings, and cloning them was about half the
 //! cost of a cached read.
 
@@ -50,7 +50,7 @@ impl RecordCache {
         }
     }
 
-    /// A delete of `key` committed.
+    /// A change (refresh or delete) of `key` committed.
     pub fn invalidate(&self, key: &[u8]) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.records.remove(key);

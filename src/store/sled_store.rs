@@ -7,8 +7,8 @@ use super::group_commit::GroupCommit;
 use super::keys;
 use super::pm_cache::RecordCache;
 use super::{
-    AuditEntry, AuditEvent, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Scope,
-    Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
+    AuditEntry, AuditEvent, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord,
+    Refresh, Scope, Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
 };
 use crate::issuer::CredentialType;
 use async_trait::async_trait;
@@ -277,6 +277,7 @@ impl Store for SledStore {
         &self,
         pm: &PaymentMethodRecord,
         audit: AuditEvent,
+        refresh: Refresh<'_>,
     ) -> StoreResult<Inserted> {
         let scope = Scope {
             project: &pm.project,
@@ -298,9 +299,15 @@ impl Store for SledStore {
                     let existing_id = std::str::from_utf8(&existing_id)
                         .map_err(|e| abort(corrupt(e)))?
                         .to_string();
-                    if let Some(bytes) = t_pm.get(keys::pm(scope, &existing_id))? {
-                        let rec = Self::decode_pm(&bytes).map_err(abort)?;
-                        return Ok(Inserted::Existing(Box::new(rec)));
+                    let existing_key = keys::pm(scope, &existing_id);
+                    if let Some(bytes) = t_pm.get(&existing_key)? {
+                        let existing = Self::decode_pm(&bytes).map_err(abort)?;
+                        let (refreshed, audit) = refresh(&existing);
+                        let value =
+                            serde_json::to_vec(&refreshed).map_err(|e| abort(corrupt(e)))?;
+                        t_pm.insert(existing_key, value)?;
+                        append_audit_tx(t_audit, t_meta, std::slice::from_ref(&audit))?;
+                        return Ok(Inserted::Existing(Box::new(refreshed)));
                     }
                 }
                 t_pm.insert(pm_key.as_slice(), value.as_slice())?;
@@ -310,9 +317,10 @@ impl Store for SledStore {
                 Ok(Inserted::Created)
             })
             .map_err(tx_error)?;
-        if outcome == Inserted::Created {
-            self.durable().await?;
+        if let Inserted::Existing(refreshed) = &outcome {
+            self.pm_cache.invalidate(&keys::pm(scope, &refreshed.id));
         }
+        self.durable().await?;
         Ok(outcome)
     }
 

@@ -302,6 +302,20 @@ impl Server {
         pm.json["id"].as_str().unwrap_or_default().to_string()
     }
 
+    /// Sends `body` through the proxy to `target` with `token`.
+    pub fn proxy_json(&self, token: &str, target: &str, body: &Value) -> Reply {
+        self.raw(
+            "POST",
+            &format!("/projects/{PROJECT}/proxy"),
+            &[
+                ("Authorization", &format!("Bearer {token}")),
+                ("Svc-Target-URL", target),
+                ("Content-Type", "application/json"),
+            ],
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
     /// Sends a request; returns status, headers and body (JSON when it parses).
     pub fn call(
         &self,
