@@ -33,7 +33,8 @@ enum Command {
         /// Directory of the --dev setup.
         #[arg(long, default_value = "./paycred-dev", requires = "dev")]
         dev_dir: PathBuf,
-        /// Listen address for --dev.
+        /// Listen address for --dev: loopback only, since the dev setup serves the demo,
+        /// whose session route hands out tokens.
         #[arg(long, default_value = "127.0.0.1:8080", requires = "dev")]
         listen: SocketAddr,
     },

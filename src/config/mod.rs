@@ -434,7 +434,7 @@ mod tests {
             ("projects: [{id: p, jwt: {keys: [], extra: 1}}]", "extra"),
             (
                 "listen: 0.0.0.0:8080\ndemo: {project: p, kid: k, private_key_file: /k.pem}",
-                "demo",
+                "demo: hands out tokens to anyone who asks: development only, with `listen` on a loopback address",
             ),
         ];
         for (yaml, key) in cases {

@@ -8,17 +8,24 @@
 //! at most [`GATHER`] later, together with whatever else queued meanwhile (so a busy proxy
 //! pays one transaction per few milliseconds, not one per request, and wakes the writer once
 //! per batch), and flushed with the next durable write or at the latest [`FLUSH_EVERY`] after
-//! it was written. [`AuditBatcher::count`] is for events anyone can repeat at will
-//! (authentication failures): the writer counts their repeats ([`Tally`]) instead of writing
-//! each.
+//! it was written.
 //!
-//! Dropping the handle (the store closing, at the end of a graceful shutdown) waits until
-//! everything queued, open counts included, is written and flushed. A crash can lose the
-//! entries of the last window (at most 25 ms) and counts not yet written (at most 1 s).
+//! [`AuditBatcher::count`] is for events anyone can repeat at will (authentication failures).
+//! The caller's thread counts the repeats in a [`Tally`] shared with the writer, so a flood
+//! of them never reaches the queue. The writer writes each count when its window ends, with
+//! the time of the last repeat; that time can be earlier than an entry's just before it.
+//!
+//! Dropping the handle closes the queue and waits until the writer has written everything
+//! queued, open counts included, and flushed it. The store is dropped when pingora stops its
+//! runtimes at the end of a graceful shutdown, before the process exits, unless something
+//! else holds it at that moment (a sweeper mid-sweep) or the runtimes outlast
+//! `graceful_shutdown_timeout`. A crash can lose the entries of the last window (at most
+//! 25 ms) and counts not yet written (at most 1 s).
 
 use super::audit_tally::Tally;
 use super::group_commit::GroupCommit;
 use super::AuditEvent;
+use parking_lot::Mutex;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -39,13 +46,9 @@ pub const GATHER: Duration = Duration::from_millis(5);
 
 type Waiter = Option<oneshot::Sender<Result<(), String>>>;
 
-/// What the writer is sent.
-enum Item {
-    /// An entry to append; with a waiter, someone waits for it to be durable.
-    Append(AuditEvent, Waiter),
-    /// An event to count ([`Tally`]).
-    Count(AuditEvent),
-}
+/// What the writer is sent: an entry to append; with a waiter, someone waits for it to be
+/// durable.
+type Item = (AuditEvent, Waiter);
 
 /// Handle to the writer thread. Dropping it stops the writer once it has written and
 /// flushed everything queued, counts included, and waits for that.
@@ -53,6 +56,9 @@ enum Item {
 pub struct AuditBatcher {
     queue: Option<mpsc::Sender<Item>>,
     writer: Option<JoinHandle<()>>,
+    /// Counted events, shared with the writer: counting happens on the caller's thread, so
+    /// a flood of repeats never reaches the queue.
+    tally: Arc<Mutex<Tally>>,
 }
 
 impl AuditBatcher {
@@ -62,12 +68,15 @@ impl AuditBatcher {
         W: Fn(&[AuditEvent]) -> Result<(), String> + Send + 'static,
     {
         let (queue, rx) = mpsc::channel::<Item>();
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let writer = Writer::new(commit, write, Arc::clone(&tally));
         let writer = std::thread::Builder::new()
             .name("paycred-audit".into())
-            .spawn(move || Writer::new(commit, write).run(&rx))?;
+            .spawn(move || writer.run(&rx))?;
         Ok(Self {
             queue: Some(queue),
             writer: Some(writer),
+            tally,
         })
     }
 
@@ -81,23 +90,25 @@ impl AuditBatcher {
     /// Appends and waits until the entry is durable.
     pub async fn append(&self, event: AuditEvent) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
-        self.send(Item::Append(event, Some(tx)))?;
+        self.send((event, Some(tx)))?;
         rx.await.map_err(|_| "audit writer stopped".to_string())?
     }
 
     /// Queues the entry; it is written and flushed right behind the caller.
     pub fn append_nowait(&self, event: AuditEvent) {
-        if self.send(Item::Append(event, None)).is_err() {
+        if self.send((event, None)).is_err() {
             tracing::error!("audit writer stopped: an entry was not written");
         }
     }
 
-    /// Queues an event that anyone can repeat at will: the first of a quiet spell is
-    /// written as [`AuditBatcher::append_nowait`] writes it, its repeats are counted and
-    /// written as one entry a [`WINDOW`](super::audit_tally::WINDOW) (see [`Tally`]).
+    /// Counts an event that anyone can repeat at will: the first of a quiet spell is
+    /// queued as [`AuditBatcher::append_nowait`] queues it; its repeats are only counted,
+    /// here, and the writer writes the count as one entry a
+    /// [`WINDOW`](super::audit_tally::WINDOW) (see [`Tally`]).
     pub fn count(&self, event: AuditEvent) {
-        if self.send(Item::Count(event)).is_err() {
-            tracing::error!("audit writer stopped: an entry was not counted");
+        let first = self.tally.lock().note(event, Instant::now());
+        if let Some(first) = first {
+            self.append_nowait(first);
         }
     }
 }
@@ -118,7 +129,7 @@ impl Drop for AuditBatcher {
 struct Writer<W> {
     commit: Arc<GroupCommit>,
     write: W,
-    tally: Tally,
+    tally: Arc<Mutex<Tally>>,
     /// Since when entries of `append_nowait` are written but not flushed.
     unflushed_since: Option<Instant>,
 }
@@ -127,11 +138,11 @@ impl<W> Writer<W>
 where
     W: Fn(&[AuditEvent]) -> Result<(), String>,
 {
-    fn new(commit: Arc<GroupCommit>, write: W) -> Self {
+    fn new(commit: Arc<GroupCommit>, write: W, tally: Arc<Mutex<Tally>>) -> Self {
         Self {
             commit,
             write,
-            tally: Tally::default(),
+            tally,
             unflushed_since: None,
         }
     }
@@ -140,7 +151,8 @@ where
         loop {
             let wake = [
                 self.unflushed_since.map(|since| since + FLUSH_EVERY),
-                self.tally.next_due(),
+                // A window opened since is noticed: its first event comes through the queue.
+                self.tally.lock().next_due(),
             ]
             .into_iter()
             .flatten()
@@ -159,21 +171,18 @@ where
             let mut events = Vec::new();
             let mut waiters = Vec::new();
             if let Some(first) = first {
-                if !matches!(first, Item::Append(_, Some(_))) {
+                if first.1.is_none() {
                     std::thread::sleep(GATHER);
                 }
-                let now = Instant::now();
-                for item in std::iter::once(first).chain(rx.try_iter().take(MAX_BATCH - 1)) {
-                    match item {
-                        Item::Append(event, waiter) => {
-                            events.push(event);
-                            waiters.extend(waiter);
-                        }
-                        Item::Count(event) => events.extend(self.tally.note(event, now)),
-                    }
+                for (event, waiter) in
+                    std::iter::once(first).chain(rx.try_iter().take(MAX_BATCH - 1))
+                {
+                    events.push(event);
+                    waiters.extend(waiter);
                 }
             }
-            events.extend(self.tally.due(Instant::now()));
+            let due = self.tally.lock().due(Instant::now());
+            events.extend(due);
             self.write_batch(&events, waiters);
             if self
                 .unflushed_since
@@ -183,7 +192,7 @@ where
             }
         }
         // Stopping: the counts still open, then everything to disk.
-        let events = self.tally.drain();
+        let events = self.tally.lock().drain();
         self.write_batch(&events, Vec::new());
         self.flush();
     }

@@ -2,7 +2,8 @@
 //!
 //! A caller with no valid token can fail authentication as fast as it can send requests.
 //! Writing each failure as its own hash-chained entry would let it fill the disk and keep
-//! the audit writer busy. [`Tally`] lets through, at once, the first event of a quiet spell
+//! the audit writer busy. [`Tally`] (kept by [`super::audit_batch::AuditBatcher`] and counted
+//! on the caller's thread) lets through, at once, the first event of a quiet spell
 //! (same project, action and resource) and counts its repeats for [`WINDOW`]. When the window
 //! ends, a count becomes one entry, the last repeat with ` count=<n>` added to its resource,
 //! and the next window opens. A window that ends with nothing counted closes. However fast an
@@ -20,6 +21,7 @@ pub const WINDOW: Duration = Duration::from_secs(1);
 type Key = (String, String, String);
 
 /// An open window.
+#[derive(Debug)]
 struct Window {
     ends: Instant,
     /// Repeats counted in it.
@@ -29,7 +31,7 @@ struct Window {
 }
 
 /// The open windows, one per distinct event.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Tally {
     open: HashMap<Key, Window>,
 }

@@ -19,7 +19,7 @@ const CAPACITY: usize = 4096;
 #[derive(Debug)]
 pub struct RecordCache {
     records: quick_cache::sync::Cache<Vec<u8>, Arc<PaymentMethodRecord>>,
-    /// Deletes so far.
+    /// Changes (refreshes and deletes) so far.
     generation: AtomicU64,
 }
 
@@ -42,7 +42,7 @@ impl RecordCache {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Keeps a record read from the store when no delete happened since `read_at`.
+    /// Keeps a record read from the store when no change (refresh or delete) happened since `read_at`.
     pub fn fill(&self, key: &[u8], record: &Arc<PaymentMethodRecord>, read_at: u64) {
         self.records.insert(key.to_vec(), Arc::clone(record));
         if self.generation() != read_at {
