@@ -2,7 +2,8 @@
 # Deterministic cost per request: user-space instructions (valgrind cachegrind) and
 # syscalls (strace -c) of paycred's substitution proxy and of the pingora pass-through,
 # each for the same fixed number of 1 KiB POSTs (4 templates) over keep-alive connections.
-# Instruction counts do not depend on what else the machine is doing.
+# The request path's count does not depend on what else the machine is doing; paycred's
+# total does a little, through how many requests share an audit batch (docs/performance.md).
 #
 #   benches/load/instructions.sh [REQUESTS]     (default 2000)
 #   PROFILE=DIR benches/load/instructions.sh N  (instead: callgrind profiles of both programs,
