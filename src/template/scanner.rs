@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 /// Templates parsed so far, by their text as written. Parsing is a pure function of the text,
 /// and a service's bodies carry the same few templates again and again: a lookup costs about
-/// a fifth of decoding and parsing one. Only templates that parse are kept, and at most
-/// [`PARSED_CAPACITY`] of them (ids and paths, no card data).
+/// a fifth of decoding and parsing one. Only templates that parsed and resolved are kept
+/// (their text names a credential that exists: ids and a path), at most [`PARSED_CAPACITY`].
 static PARSED: Lazy<quick_cache::sync::Cache<Vec<u8>, Arc<TemplateRef>>> =
     Lazy::new(|| quick_cache::sync::Cache::new(PARSED_CAPACITY));
 
@@ -1050,18 +1050,23 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<(), TemplateError> {
-        let reference = match PARSED.get(self.held.as_slice()) {
-            Some(reference) => reference,
+        let (reference, cached) = match PARSED.get(self.held.as_slice()) {
+            Some(reference) => (reference, true),
             None => {
-                let reference = Arc::new(self.parse_held().map_err(|m| self.error(chunk, &m))?);
-                PARSED.insert(self.held.clone(), Arc::clone(&reference));
-                reference
+                let reference = self.parse_held().map_err(|m| self.error(chunk, &m))?;
+                (Arc::new(reference), false)
             }
         };
         let value = match r.resolve(&reference) {
             Ok(value) => value,
             Err(err) => return Err(self.error(chunk, &err.message)),
         };
+        // Kept once it named a credential that exists: the text holds an id then, and
+        // whatever else a caller wrote into a template (a card number as the id, say)
+        // is never kept.
+        if !cached {
+            PARSED.insert(self.held.clone(), reference);
+        }
         json_escape_into(out, value.as_bytes());
         wipe(value);
         Ok(())
@@ -1376,6 +1381,31 @@ mod tests {
                 None => Err(ResolveError::new("unknown payment method")),
             },
         }
+    }
+
+    #[test]
+    fn templates_are_kept_once_parsed_and_resolved() {
+        // Ids of their own, so that no other test has parsed these texts.
+        let ok = "{{ paymentMethod: pm_kept | type: 'pan' | json: '$.cvc' }}";
+        let escaped = r#"{{ paymentMethod: pm_kept | type: \"pan\" | json: '$.cvc' }}"#;
+        let unknown = "{{ paymentMethod: 4111111111111111 | type: 'pan' | json: '$.number' }}";
+        let body = format!(r#"{{"a":"{ok}","b":"{escaped}"}}"#);
+        // Twice: the second time every template comes from the cache.
+        for _ in 0..2 {
+            assert_eq!(
+                run(&body),
+                Ok(r#"{"a":"kept:pan:cvc","b":"kept:pan:cvc"}"#.to_string())
+            );
+        }
+        assert!(PARSED.get(ok.as_bytes()).is_some());
+        assert!(PARSED.get(escaped.as_bytes()).is_some());
+        // A template that names nothing is an error each time, and its text is not kept.
+        for _ in 0..2 {
+            let e = run(&format!(r#"{{"n":"{unknown}"}}"#)).unwrap_err();
+            assert_eq!(e.message, "unknown payment method");
+            assert_eq!(e.field, "n");
+        }
+        assert!(PARSED.get(unknown.as_bytes()).is_none());
     }
 
     /// Runs `chunks` through a scanner, the last one with `feed_last` when `last`, else with
