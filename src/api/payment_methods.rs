@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
+use zeroize::Zeroizing;
 
 /// Default and largest `limit` of a list.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -184,7 +185,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     let card = card_input(app, principal, source, raw).await?;
     let input = card.input;
     let now = app.clock.now();
-    let valid =
+    let mut valid =
         card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
     drop(input);
 
@@ -234,27 +235,30 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
             masked_data: card::mask(&valid.number),
         }),
     };
-    let audit = audit_event(app, principal, "paymentMethod.create", &id);
     // The entity already has this card: it keeps its id, and takes this request's expiry
     // (a reissued card) and cvc (the way to give a card its cvc again once it is erased).
+    // Only the cvc is kept for that, to seal for the stored id; the number goes now.
+    let cvc = Zeroizing::new(std::mem::take(&mut valid.cvc));
+    drop(valid);
     let refresh = |existing: &PaymentMethodRecord| {
         let mut refreshed = existing.clone();
         refreshed
             .card
             .expiration_month
-            .clone_from(&valid.expiration_month);
+            .clone_from(&rec.card.expiration_month);
         refreshed
             .card
             .expiration_year
-            .clone_from(&valid.expiration_year);
+            .clone_from(&rec.card.expiration_year);
         refreshed.card.cvc_sealed =
             app.vault
-                .seal_cvc(&cvc_aad(project, &existing.id), &valid.cvc, cvc_stored_secs);
+                .seal_cvc(&cvc_aad(project, &existing.id), &cvc, cvc_stored_secs);
         let audit = audit_event(app, principal, "paymentMethod.update", &existing.id);
         (refreshed, audit)
     };
+    let audit = audit_event(app, principal, "paymentMethod.create", &id);
     let inserted = app.store.insert_payment_method(&rec, audit, &refresh).await;
-    drop(valid);
+    drop(cvc);
     match inserted? {
         Inserted::Created => Response::json(201, &created_view(app, &rec)),
         Inserted::Existing(existing) => Response::json(200, &created_view(app, &existing)),
