@@ -2,8 +2,8 @@
 //! [PAUSE_MS]` opens a new store in DIR (an old one adds its own work) and queues BATCHES ×
 //! PER proxy entries (`Store::append_audit_nowait`), PER at a time with PAUSE_MS between
 //! (default 600 × 100 every 5 ms: the 1 KiB load bench's rate, 20k entries a second), then
-//! prints the process's CPU time per entry: all threads, so the writer, its flushes and
-//! sled's IO threads, and also the main thread building each event and queueing it (which in
+//! prints the process's CPU time per entry: all threads, so the writer, its file writes and
+//! syncs (and the sled flush that records the chain head at each), and also the main thread building each event and queueing it (which in
 //! the proxy is the serving thread's work: a few hundred ns of the total).
 //! Run it pinned to one core (`taskset -c 0`), several times: the machine's noise shows.
 

@@ -1,5 +1,7 @@
-//! The audit log: append-only and hash-chained (`hash = sha256(prev_hash || event JSON)`,
-//! written by the store in the same transaction as the change it records).
+//! The audit log: append-only and hash-chained (`hash = sha256(prev_hash || event JSON)`),
+//! a file of JSON lines in the data dir (`store::audit_file`). The event of a change the
+//! store commits is recorded in the change's own transaction and moved into the log right
+//! after (`store::audit_log`).
 //!
 //! Actions: `paymentMethod.create`, `paymentMethod.update` (a second create of the same card
 //! took its expiry and cvc), `paymentMethod.delete`, `purchaseIntent.create`,
@@ -17,14 +19,14 @@
 //!
 //! `paycred audit -c FILE [--verify]` prints the log (one JSON entry per line) and, with
 //! `--verify`, proves the chain: sequence numbers contiguous from 1, each `prev_hash` the
-//! previous entry's `hash`, each `hash` recomputed from its event, and the last entry the
-//! head the store recorded apart from the log (so entries cut off the end are noticed). The
-//! first entry that fails is named by its `seq`. The store is opened directly, so the server
-//! must be stopped. Whoever can rewrite the whole store can also rewrite the head: compare
+//! previous entry's `hash`, each `hash` recomputed from its event, and the head the store
+//! recorded apart from the log (at every sync) among them (so entries cut off the end are
+//! noticed). The first entry that fails is named by its `seq`. The store is opened
+//! directly, so the server must be stopped. Whoever can rewrite the whole store can also rewrite the head: compare
 //! the printed head with one kept elsewhere to rule that out.
 
-use crate::store::sled_store::audit_hash;
-use crate::store::{AuditEntry, AuditEvent, Store};
+use crate::store::audit_file::audit_hash;
+use crate::store::{AuditEntry, AuditEvent, AuditHead, Store};
 use std::io::Write;
 use std::sync::Arc;
 
@@ -64,18 +66,26 @@ pub fn verify(entries: &[AuditEntry]) -> Result<usize, Broken> {
     Ok(entries.len())
 }
 
-/// Proves that the log ends at `head`, the newest entry the store recorded.
-pub fn verify_head(entries: &[AuditEntry], head: Option<&AuditEntry>) -> Result<(), Broken> {
-    match (entries.last(), head) {
-        (None, None) => Ok(()),
-        (Some(last), Some(head)) if last.seq == head.seq && last.hash == head.hash => Ok(()),
-        (last, head) => Err(Broken {
-            seq: match (last, head) {
-                (Some(last), Some(head)) => last.seq.min(head.seq).saturating_add(1),
-                (Some(last), None) => last.seq,
-                (None, _) => 1,
-            },
-            reason: "the log does not end at the head the store recorded (entries cut off)",
+/// Proves that the log reaches `head`, the chain head the store recorded apart from it, and
+/// that its entry there is the head. Entries after it were written after it was recorded.
+pub fn verify_head(entries: &[AuditEntry], head: Option<&AuditHead>) -> Result<(), Broken> {
+    let Some(head) = head.filter(|h| h.seq > 0) else {
+        return Ok(());
+    };
+    let at_head = usize::try_from(head.seq - 1)
+        .ok()
+        .and_then(|i| entries.get(i));
+    match at_head {
+        Some(e) if e.seq == head.seq && e.hash == head.hash => Ok(()),
+        Some(_) => Err(Broken {
+            seq: head.seq,
+            reason: "the entry at the head the store recorded is another one",
+        }),
+        None => Err(Broken {
+            seq: u64::try_from(entries.len())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1),
+            reason: "the log ends before the head the store recorded (entries cut off)",
         }),
     }
 }
@@ -98,33 +108,37 @@ pub fn append_later(store: Arc<dyn Store>, event: AuditEvent) {
 }
 
 /// `paycred audit`: prints every entry as a JSON line to `out`; with `verify`, proves the
-/// chain and prints a summary line.
-pub fn print(store: &dyn Store, verify_chain: bool, out: &mut impl Write) -> Result<(), String> {
-    let entries = store.audit_log().map_err(|e| e.to_string())?;
-    for e in &entries {
+/// chain and that it reaches `head`, and prints a summary line.
+pub fn print(
+    entries: &[AuditEntry],
+    head: Option<&AuditHead>,
+    verify_chain: bool,
+    out: &mut impl Write,
+) -> Result<(), String> {
+    for e in entries {
         let line = serde_json::to_string(e).map_err(|e| e.to_string())?;
         writeln!(out, "{line}").map_err(|e| e.to_string())?;
     }
     if verify_chain {
-        let n = verify(&entries).map_err(|b| b.to_string())?;
-        let head = store.audit_head().map_err(|e| e.to_string())?;
-        verify_head(&entries, head.as_ref()).map_err(|b| b.to_string())?;
-        let head = entries.last().map(|e| e.hash.as_str()).unwrap_or("");
-        writeln!(out, "audit log verified: {n} entries, head {head}").map_err(|e| e.to_string())?;
+        let n = verify(entries).map_err(|b| b.to_string())?;
+        verify_head(entries, head).map_err(|b| b.to_string())?;
+        let last = entries.last().map(|e| e.hash.as_str()).unwrap_or("");
+        writeln!(out, "audit log verified: {n} entries, head {last}").map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-/// `paycred audit -c FILE [--verify]`: opens the store of `config` (read-only use; the
-/// server must be stopped, sled holds a lock on the directory) and [`print`]s it.
+/// `paycred audit -c FILE [--verify]`: reads the log of `config`'s data dir and the head
+/// recorded apart from it (the server must be stopped: sled locks the directory) and
+/// [`print`]s them.
 pub fn run(
     config: &crate::config::Config,
     verify_chain: bool,
     out: &mut impl Write,
 ) -> Result<(), String> {
-    let store = crate::store::SledStore::open(&config.data_dir)
+    let (entries, head) = crate::store::SledStore::read_audit(&config.data_dir)
         .map_err(|e| format!("data_dir {}: {e}", config.data_dir.display()))?;
-    print(&store, verify_chain, out)
+    print(&entries, head.as_ref(), verify_chain, out)
 }
 
 #[cfg(test)]
@@ -163,16 +177,30 @@ mod tests {
 
     #[test]
     fn a_log_cut_short_of_its_head_fails() {
+        let head = |e: &AuditEntry| AuditHead {
+            seq: e.seq,
+            hash: e.hash.clone(),
+            len: 0,
+        };
         let c = chain(5);
-        assert_eq!(verify_head(&c, c.last()), Ok(()));
+        let last = head(&c[4]);
+        assert_eq!(verify_head(&c, Some(&last)), Ok(()));
         assert_eq!(verify_head(&[], None), Ok(()));
+        // Entries written after the head was recorded.
+        assert_eq!(verify_head(&c, Some(&head(&c[2]))), Ok(()));
         // The last two entries are gone: the chain itself still verifies.
         assert_eq!(verify(&c[..3]), Ok(3));
-        assert_eq!(verify_head(&c[..3], c.last()).map_err(|b| b.seq), Err(4));
-        assert_eq!(verify_head(&[], c.last()).map_err(|b| b.seq), Err(1));
-        // A head that disagrees with the last entry.
+        assert_eq!(verify_head(&c[..3], Some(&last)).map_err(|b| b.seq), Err(4));
+        assert_eq!(verify_head(&[], Some(&last)).map_err(|b| b.seq), Err(1));
+        // A head that is not the entry at its seq.
         let other = chain(6);
-        assert_eq!(verify_head(&c, other.last()).map_err(|b| b.seq), Err(6));
+        assert_eq!(
+            verify_head(&c, Some(&head(&other[5]))).map_err(|b| b.seq),
+            Err(6)
+        );
+        let mut changed = head(&c[3]);
+        changed.hash = last.hash.clone();
+        assert_eq!(verify_head(&c, Some(&changed)).map_err(|b| b.seq), Err(4));
     }
 
     #[test]

@@ -102,32 +102,20 @@ fn events_are_recorded_and_tampering_is_found() {
     }
 
     // Change one entry on disk: --verify names its seq.
-    let db_path = server.dir.path().join("data");
-    let (key3, original3) = {
-        let db = sled::open(&db_path).unwrap();
-        let tree = db.open_tree("audit").unwrap();
-        // A value holds one or more entries, one JSON a line, keyed by its first seq.
-        let (key, value) = tree
-            .range(..=3u64.to_be_bytes())
-            .next_back()
-            .unwrap()
-            .unwrap();
-        let lines: Vec<String> = std::str::from_utf8(&value)
-            .unwrap()
-            .lines()
-            .map(|line| {
-                let mut entry: Value = serde_json::from_str(line).unwrap();
-                if entry["seq"] == 3 {
-                    entry["event"]["entity"] = json!("mallory");
-                }
-                entry.to_string()
-            })
-            .collect();
-        assert!(lines.iter().any(|l| l.contains("mallory")));
-        tree.insert(&key, lines.join("\n").as_bytes()).unwrap();
-        db.flush().unwrap();
-        (key, value)
-    };
+    let log_path = server.dir.path().join("data").join("audit.log");
+    let original = std::fs::read_to_string(&log_path).unwrap();
+    let changed: Vec<String> = original
+        .lines()
+        .map(|line| {
+            let mut entry: Value = serde_json::from_str(line).unwrap();
+            if entry["seq"] == 3 {
+                entry["event"]["entity"] = json!("mallory");
+            }
+            entry.to_string()
+        })
+        .collect();
+    assert!(changed.iter().any(|l| l.contains("mallory")));
+    std::fs::write(&log_path, changed.join("\n") + "\n").unwrap();
     let (ok, _, err) = audit_cli(&server, true);
     assert!(!ok, "a changed entry passed --verify");
     assert!(err.contains("seq 3"), "{err}");
@@ -135,26 +123,14 @@ fn events_are_recorded_and_tampering_is_found() {
     let (ok, out, _) = audit_cli(&server, false);
     assert!(ok && out.contains("mallory"));
 
-    // Put the entry back, then cut the newest value off the end: every link left is
-    // intact, but the log no longer ends at the head the store recorded.
-    {
-        let db = sled::open(&db_path).unwrap();
-        db.open_tree("audit")
-            .unwrap()
-            .insert(&key3, original3)
-            .unwrap();
-        db.flush().unwrap();
-    }
+    // Put the entry back, then cut the newest entry off the end: every link left is
+    // intact, but the log no longer reaches the head the store recorded.
+    std::fs::write(&log_path, &original).unwrap();
     let (ok, out, err) = audit_cli(&server, true);
     assert!(ok, "the restored log verifies: {err}");
     assert!(out.contains("audit log verified"));
-    {
-        let db = sled::open(&db_path).unwrap();
-        let tree = db.open_tree("audit").unwrap();
-        let (last, _) = tree.last().unwrap().unwrap();
-        tree.remove(last).unwrap();
-        db.flush().unwrap();
-    }
+    let without_last = original.trim_end().rsplit_once('\n').unwrap().0.to_string() + "\n";
+    std::fs::write(&log_path, without_last).unwrap();
     let (ok, _, err) = audit_cli(&server, true);
     assert!(!ok, "a log cut short passed --verify");
     assert!(err.contains("entries cut off"), "{err}");

@@ -1,14 +1,18 @@
 //! Batched audit appends. Events queue for one writer thread, which appends everything queued
-//! so far in a single sled transaction (the hash chain stays in queue order), makes it durable
-//! with one group commit, and then answers the waiters. Under load, a whole batch of reveals
-//! shares one transaction and one fsync instead of paying one each.
+//! so far to the log in one write (the hash chain stays in queue order), makes it durable with
+//! one sync, and then answers the waiters. Under load, a whole batch of reveals shares one
+//! write and one sync instead of paying one each.
 //!
 //! [`AuditBatcher::append`] waits for durability; [`AuditBatcher::append_nowait`] (the proxy's
 //! hot path) only queues: the request does not wait for the disk. A queued entry is written
 //! at most [`GATHER`] later, together with whatever else queued meanwhile (so a busy proxy
-//! pays one transaction per few milliseconds, not one per request, and wakes the writer once
-//! per batch), and flushed with the next durable write or at the latest [`FLUSH_EVERY`] after
+//! pays one write per few milliseconds, not one per request, and wakes the writer once
+//! per batch), and synced with the next durable append or at the latest [`FLUSH_EVERY`] after
 //! it was written.
+//!
+//! Changes the store commits write their event into the store's outbox in the same
+//! transaction ([`Sink::pending`]); [`AuditBatcher::wake`] tells the writer to move them into
+//! the log.
 //!
 //! [`AuditBatcher::count`] is for events anyone can repeat at will (authentication failures).
 //! The caller's thread counts the repeats in a [`Tally`] shared with the writer, so a flood
@@ -16,14 +20,13 @@
 //! the time of the last repeat; that time can be earlier than an entry's just before it.
 //!
 //! Dropping the handle closes the queue and waits until the writer has written everything
-//! queued, open counts included, and flushed it. The store is dropped when pingora stops its
-//! runtimes at the end of a graceful shutdown, before the process exits, unless something
-//! else holds it at that moment (a sweeper mid-sweep) or the runtimes outlast
-//! `graceful_shutdown_timeout`. A crash can lose the entries of the last window (at most
-//! 25 ms) and counts not yet written (at most 1 s).
+//! queued, open counts and the outbox included, and synced it. The store is dropped when
+//! pingora stops its runtimes at the end of a graceful shutdown, before the process exits,
+//! unless something else holds it at that moment (a sweeper mid-sweep) or the runtimes
+//! outlast `graceful_shutdown_timeout`. A crash can lose the entries of the last window (at
+//! most 25 ms) and counts not yet written (at most 1 s); the outbox loses nothing.
 
 use super::audit_tally::Tally;
-use super::group_commit::GroupCommit;
 use super::AuditEvent;
 use parking_lot::Mutex;
 use std::sync::mpsc;
@@ -32,26 +35,55 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Most events written in one transaction.
+/// Most events written in one append.
 const MAX_BATCH: usize = 1024;
 
-/// Longest time a written entry of [`AuditBatcher::append_nowait`] stays unflushed.
+/// Longest time a written entry of [`AuditBatcher::append_nowait`] stays unsynced.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 
 /// How long the writer gathers entries of [`AuditBatcher::append_nowait`] before writing them
-/// in one transaction. It sleeps instead of waking for every entry, so an entry someone waits
+/// in one append. It sleeps instead of waking for every entry, so an entry someone waits
 /// for ([`AuditBatcher::append`]) that arrives meanwhile waits this long too; one that finds
 /// the writer idle is written at once.
 pub const GATHER: Duration = Duration::from_millis(5);
 
-type Waiter = Option<oneshot::Sender<Result<(), String>>>;
+/// Where the writer writes: the log, and the outbox of events that changes committed.
+pub trait Sink: Send + 'static {
+    /// Events committed to the outbox since the last call and not yet in the log, oldest
+    /// first. The changes they record are durable before they are returned.
+    fn pending(&mut self) -> Result<Vec<AuditEvent>, String>;
+    /// Appends `events` (the last [`Sink::pending`] ones first, when it returned any) as
+    /// chained entries; not yet durable. On failure nothing counts as appended, and the
+    /// pending events are returned again.
+    fn append(&mut self, events: &[AuditEvent]) -> Result<(), String>;
+    /// Makes everything appended durable (and then takes the appended outbox events out).
+    fn sync(&mut self) -> Result<(), String>;
+}
 
-/// What the writer is sent: an entry to append; with a waiter, someone waits for it to be
-/// durable.
-type Item = (AuditEvent, Waiter);
+/// Someone waiting for an entry to be durable.
+#[derive(Debug)]
+enum Waiter {
+    /// A task on a runtime.
+    Task(oneshot::Sender<Result<(), String>>),
+    /// A plain thread.
+    Thread(mpsc::Sender<Result<(), String>>),
+}
+
+impl Waiter {
+    fn answer(self, result: Result<(), String>) {
+        let _ = match self {
+            Self::Task(tx) => tx.send(result).map_err(drop),
+            Self::Thread(tx) => tx.send(result).map_err(drop),
+        };
+    }
+}
+
+/// What the writer is sent: an entry to append (none: only a wake-up); with a waiter,
+/// someone waits for it, and everything before it, to be durable.
+type Item = (Option<AuditEvent>, Option<Waiter>);
 
 /// Handle to the writer thread. Dropping it stops the writer once it has written and
-/// flushed everything queued, counts included, and waits for that.
+/// synced everything queued, counts included, and waits for that.
 #[derive(Debug)]
 pub struct AuditBatcher {
     queue: Option<mpsc::Sender<Item>>,
@@ -62,14 +94,11 @@ pub struct AuditBatcher {
 }
 
 impl AuditBatcher {
-    /// Starts the writer. `write` appends a batch in one transaction.
-    pub fn start<W>(commit: Arc<GroupCommit>, write: W) -> std::io::Result<Self>
-    where
-        W: Fn(&[AuditEvent]) -> Result<(), String> + Send + 'static,
-    {
+    /// Starts the writer on `sink`.
+    pub fn start(sink: impl Sink) -> std::io::Result<Self> {
         let (queue, rx) = mpsc::channel::<Item>();
         let tally = Arc::new(Mutex::new(Tally::default()));
-        let writer = Writer::new(commit, write, Arc::clone(&tally));
+        let writer = Writer::new(sink, Arc::clone(&tally));
         let writer = std::thread::Builder::new()
             .name("paycred-audit".into())
             .spawn(move || writer.run(&rx))?;
@@ -90,15 +119,30 @@ impl AuditBatcher {
     /// Appends and waits until the entry is durable.
     pub async fn append(&self, event: AuditEvent) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
-        self.send((event, Some(tx)))?;
+        self.send((Some(event), Some(Waiter::Task(tx))))?;
         rx.await.map_err(|_| "audit writer stopped".to_string())?
     }
 
-    /// Queues the entry; it is written and flushed right behind the caller.
+    /// Queues the entry; it is written and synced right behind the caller.
     pub fn append_nowait(&self, event: AuditEvent) {
-        if self.send((event, None)).is_err() {
+        if self.send((Some(event), None)).is_err() {
             tracing::error!("audit writer stopped: an entry was not written");
         }
+    }
+
+    /// Tells the writer that the outbox has events.
+    pub fn wake(&self) {
+        if self.send((None, None)).is_err() {
+            tracing::error!("audit writer stopped: the outbox is moved at the next start");
+        }
+    }
+
+    /// Waits (on a plain thread, or briefly on a runtime's) until everything queued and
+    /// committed so far is in the log and durable.
+    pub fn settle(&self) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel();
+        self.send((None, Some(Waiter::Thread(tx))))?;
+        rx.recv().map_err(|_| "audit writer stopped".to_string())?
     }
 
     /// Counts an event that anyone can repeat at will: the first of a quiet spell is
@@ -126,31 +170,28 @@ impl Drop for AuditBatcher {
 }
 
 /// The writer thread's state.
-struct Writer<W> {
-    commit: Arc<GroupCommit>,
-    write: W,
+struct Writer<S> {
+    sink: S,
     tally: Arc<Mutex<Tally>>,
-    /// Since when entries of `append_nowait` are written but not flushed.
-    unflushed_since: Option<Instant>,
+    /// Since when entries are written but not synced.
+    unsynced_since: Option<Instant>,
 }
 
-impl<W> Writer<W>
-where
-    W: Fn(&[AuditEvent]) -> Result<(), String>,
-{
-    fn new(commit: Arc<GroupCommit>, write: W, tally: Arc<Mutex<Tally>>) -> Self {
+impl<S: Sink> Writer<S> {
+    fn new(sink: S, tally: Arc<Mutex<Tally>>) -> Self {
         Self {
-            commit,
-            write,
+            sink,
             tally,
-            unflushed_since: None,
+            unsynced_since: None,
         }
     }
 
     fn run(mut self, rx: &mpsc::Receiver<Item>) {
+        // Whatever the outbox kept from before a stop goes first.
+        self.write_batch(Vec::new(), Vec::new());
         loop {
             let wake = [
-                self.unflushed_since.map(|since| since + FLUSH_EVERY),
+                self.unsynced_since.map(|since| since + FLUSH_EVERY),
                 // A window opened since is noticed: its first event comes through the queue.
                 self.tally.lock().next_due(),
             ]
@@ -171,62 +212,78 @@ where
             let mut events = Vec::new();
             let mut waiters = Vec::new();
             if let Some(first) = first {
-                if first.1.is_none() {
+                if first.0.is_some() && first.1.is_none() {
                     std::thread::sleep(GATHER);
                 }
                 for (event, waiter) in
                     std::iter::once(first).chain(rx.try_iter().take(MAX_BATCH - 1))
                 {
-                    events.push(event);
+                    events.extend(event);
                     waiters.extend(waiter);
                 }
             }
-            let due = self.tally.lock().due(Instant::now());
-            events.extend(due);
-            self.write_batch(&events, waiters);
+            events.extend(self.tally.lock().due(Instant::now()));
+            self.write_batch(events, waiters);
             if self
-                .unflushed_since
+                .unsynced_since
                 .is_some_and(|since| since.elapsed() >= FLUSH_EVERY)
             {
-                self.flush();
+                self.sync();
             }
         }
         // Stopping: the counts still open, then everything to disk.
         let events = self.tally.lock().drain();
-        self.write_batch(&events, Vec::new());
-        self.flush();
+        self.write_batch(events, Vec::new());
+        self.sync();
     }
 
-    /// Writes `events` in one transaction and answers `waiters` once it is durable.
-    fn write_batch(
-        &mut self,
-        events: &[AuditEvent],
-        waiters: Vec<oneshot::Sender<Result<(), String>>>,
-    ) {
-        if events.is_empty() {
-            return;
+    /// Writes the outbox's pending events and then `events` in one append, and answers
+    /// `waiters` once that is durable.
+    fn write_batch(&mut self, events: Vec<AuditEvent>, waiters: Vec<Waiter>) {
+        let mut batch = match self.sink.pending() {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::error!(error = %e, "audit outbox not read");
+                Vec::new()
+            }
+        };
+        let pending = batch.len();
+        batch.extend(events);
+        let mut result = Ok(());
+        if !batch.is_empty() {
+            result = self.sink.append(&batch);
+            match &result {
+                Ok(()) => {
+                    self.unsynced_since.get_or_insert_with(Instant::now);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, lost = batch.len() - pending, "audit batch not written");
+                }
+            }
         }
-        let mut result = (self.write)(events);
-        if result.is_ok() && !waiters.is_empty() {
-            // Someone waits for durability: flush now (everything written so far).
-            result = self.commit.durable_blocking();
-            self.unflushed_since = None;
-        } else if result.is_ok() {
-            self.unflushed_since.get_or_insert_with(Instant::now);
-        }
-        if let Err(e) = &result {
-            tracing::error!(error = %e, lost = events.len(), "audit batch not written");
+        // Someone waits, or the outbox is to be emptied: sync now (everything so far).
+        if result.is_ok() && (!waiters.is_empty() || pending > 0) {
+            result = self.sync_now();
         }
         for waiter in waiters {
-            let _ = waiter.send(result.clone());
+            waiter.answer(result.clone());
         }
     }
 
-    fn flush(&mut self) {
-        if self.unflushed_since.take().is_some() {
-            if let Err(e) = self.commit.durable_blocking() {
-                tracing::error!(error = %e, "audit flush failed");
-            }
+    fn sync_now(&mut self) -> Result<(), String> {
+        self.unsynced_since = None;
+        let result = self.sink.sync();
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "audit sync failed");
+            // Tried again with the next window.
+            self.unsynced_since = Some(Instant::now());
+        }
+        result
+    }
+
+    fn sync(&mut self) {
+        if self.unsynced_since.is_some() {
+            let _ = self.sync_now();
         }
     }
 }

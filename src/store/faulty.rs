@@ -205,7 +205,7 @@ impl Store for FaultyStore {
         self.inner.audit_log()
     }
 
-    fn audit_head(&self) -> StoreResult<Option<AuditEntry>> {
+    fn audit_head(&self) -> StoreResult<Option<super::AuditHead>> {
         self.read()?;
         self.inner.audit_head()
     }

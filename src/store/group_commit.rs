@@ -12,10 +12,12 @@ use tokio::sync::oneshot;
 
 type Waiter = oneshot::Sender<Result<(), String>>;
 
-/// Handle to the flusher thread.
+/// Handle to the flusher thread. Dropping it stops the thread and waits for it, so the
+/// database (and its directory lock) is let go of once the handle is.
 #[derive(Debug)]
 pub struct GroupCommit {
-    queue: mpsc::Sender<Waiter>,
+    queue: Option<mpsc::Sender<Waiter>>,
+    flusher: Option<std::thread::JoinHandle<()>>,
     flushes: Arc<AtomicU64>,
     waits: AtomicU64,
 }
@@ -26,7 +28,7 @@ impl GroupCommit {
         let (queue, rx) = mpsc::channel::<Waiter>();
         let flushes = Arc::new(AtomicU64::new(0));
         let counter = flushes.clone();
-        std::thread::Builder::new()
+        let flusher = std::thread::Builder::new()
             .name("paycred-flush".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
@@ -40,7 +42,8 @@ impl GroupCommit {
                 }
             })?;
         Ok(Self {
-            queue,
+            queue: Some(queue),
+            flusher: Some(flusher),
             flushes,
             waits: AtomicU64::new(0),
         })
@@ -51,8 +54,9 @@ impl GroupCommit {
         self.waits.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.queue
-            .send(tx)
-            .map_err(|_| "flusher stopped".to_string())?;
+            .as_ref()
+            .and_then(|queue| queue.send(tx).ok())
+            .ok_or_else(|| "flusher stopped".to_string())?;
         rx.await.map_err(|_| "flusher stopped".to_string())?
     }
 
@@ -61,8 +65,9 @@ impl GroupCommit {
         self.waits.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.queue
-            .send(tx)
-            .map_err(|_| "flusher stopped".to_string())?;
+            .as_ref()
+            .and_then(|queue| queue.send(tx).ok())
+            .ok_or_else(|| "flusher stopped".to_string())?;
         rx.blocking_recv()
             .map_err(|_| "flusher stopped".to_string())?
     }
@@ -75,5 +80,14 @@ impl GroupCommit {
     /// Durable writes requested so far.
     pub fn waits(&self) -> u64 {
         self.waits.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.queue.take();
+        if let Some(flusher) = self.flusher.take() {
+            let _ = flusher.join();
+        }
     }
 }

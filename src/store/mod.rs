@@ -5,6 +5,8 @@
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
 pub mod audit_batch;
+pub mod audit_file;
+pub mod audit_log;
 pub mod audit_tally;
 pub mod card_tokens;
 pub mod faulty;
@@ -18,6 +20,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+pub use audit_file::AuditHead;
 pub use card_tokens::{CardTokenRecord, TokenTake};
 pub use idempotency::IdempotentRecord;
 pub use sled_store::SledStore;
@@ -323,12 +326,13 @@ pub trait Store: Send + Sync + 'static {
     /// with ` count=<n>` added to the resource ([`audit_tally`]).
     fn count_audit(&self, audit: AuditEvent);
 
-    /// The whole audit log, oldest first.
+    /// The whole audit log, oldest first, once everything appended or committed before the
+    /// call is in it. Blocks the calling thread until then.
     fn audit_log(&self) -> StoreResult<Vec<AuditEntry>>;
 
-    /// The newest audit entry as the store recorded it when appending (kept apart from the
-    /// log), so that `audit --verify` notices entries cut off the end of the log.
-    fn audit_head(&self) -> StoreResult<Option<AuditEntry>>;
+    /// The chain head as the store last recorded it apart from the log, so that `audit
+    /// --verify` notices entries cut off the log before it.
+    fn audit_head(&self) -> StoreResult<Option<AuditHead>>;
 
     /// The stored first response of an `Idempotency-Key` of this scope, unless expired at
     /// `now_micros` ([`idempotency`]).

@@ -1,0 +1,381 @@
+//! The audit log's file, `audit.log` in the data dir: one JSON [`AuditEntry`] a line,
+//! hash-chained (`hash = sha256(prev_hash || event JSON)`), appended only by the audit writer
+//! and made durable with `fdatasync`.
+//!
+//! Each time the file is synced the store records the chain head apart from it
+//! ([`AuditHead`]: the seq and hash of the last entry and the file's length there). Opening
+//! checks the file against it: a file shorter than the head, or whose line at the head is not
+//! the head, was changed or cut, and the server does not start on it (`paycred audit
+//! --verify` names where). What follows the head was written after it was recorded (at most
+//! one sync window before a crash): its entries are kept while each chains from the one
+//! before, and an unfinished line at the end, which was never reported durable, is cut off.
+
+use super::{AuditEntry, AuditEvent};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+/// The log's file name inside the data dir.
+pub const FILE_NAME: &str = "audit.log";
+
+/// About the size of a proxy entry line, to size a batch's buffer once.
+const ENTRY_BYTES: usize = 512;
+
+/// Longest line looked for at the recorded head (entries are a few hundred bytes).
+const MAX_LINE: u64 = 64 * 1024;
+
+/// The chain head as the store records it apart from the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditHead {
+    /// Seq of the last entry (0: none).
+    pub seq: u64,
+    /// Hash of the last entry (empty: none).
+    pub hash: String,
+    /// Length of the file up to and including the last entry's line.
+    pub len: u64,
+}
+
+/// The open log, positioned after its last entry.
+#[derive(Debug)]
+pub struct AuditFile {
+    file: File,
+    head: AuditHead,
+    /// The lines of one append, reused.
+    buf: Vec<u8>,
+}
+
+impl AuditFile {
+    /// Opens (or creates) the log at `path` and checks it against `recorded`, the head the
+    /// store recorded. Returns the log and the events found after the recorded head (written
+    /// after it was recorded), oldest first.
+    pub fn open(path: &Path, recorded: &AuditHead) -> Result<(Self, Vec<AuditEvent>), String> {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| format!("audit log {}: {e}", path.display()))?;
+        let file_len = file.metadata().map_err(|e| e.to_string())?.len();
+        let damaged = |what: &str| {
+            format!(
+                "the audit log {} {what}: run `paycred audit --verify` to see where",
+                path.display()
+            )
+        };
+        if file_len < recorded.len {
+            return Err(damaged(
+                "is shorter than the head the store recorded (entries cut off)",
+            ));
+        }
+        let at_head = |e: AuditEntry| {
+            e.seq == recorded.seq
+                && e.hash == recorded.hash
+                && audit_hash(&e.prev_hash, &e.event).as_deref() == Some(e.hash.as_str())
+        };
+        if recorded.len > 0 && !line_ending_at(&file, recorded.len).is_some_and(at_head) {
+            return Err(damaged("does not match the head the store recorded"));
+        }
+        let mut tail =
+            vec![0; usize::try_from(file_len - recorded.len).map_err(|e| e.to_string())?];
+        file.read_exact_at(&mut tail, recorded.len)
+            .map_err(|e| e.to_string())?;
+        let mut head = recorded.clone();
+        let mut events = Vec::new();
+        let mut rest = tail.as_slice();
+        while let Some(end) = memchr::memchr(b'\n', rest) {
+            let (line, next) = rest.split_at(end + 1);
+            let Some(entry) = chained_after(&head, &line[..end]) else {
+                break;
+            };
+            head.seq = entry.seq;
+            head.hash = entry.hash;
+            head.len += line.len() as u64;
+            events.push(entry.event);
+            rest = next;
+        }
+        if head.len < file_len {
+            // Never reported durable: an append cut short, or what a crash left after it.
+            tracing::warn!(
+                bytes = file_len - head.len,
+                "audit log: an unfinished write at its end was cut off"
+            );
+            file.set_len(head.len).map_err(|e| e.to_string())?;
+            file.sync_data().map_err(|e| e.to_string())?;
+        }
+        Ok((
+            Self {
+                file,
+                head,
+                buf: Vec::new(),
+            },
+            events,
+        ))
+    }
+
+    /// The last entry written (not necessarily durable yet).
+    pub fn head(&self) -> &AuditHead {
+        &self.head
+    }
+
+    /// Appends `events` as chained entries, in order, with one write. On failure nothing
+    /// counts as written and the file is cut back to where it was.
+    pub fn append(&mut self, events: &[AuditEvent]) -> Result<(), String> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.reserve(events.len() * ENTRY_BYTES);
+        let (mut seq, mut hash) = (self.head.seq, self.head.hash.clone());
+        for event in events {
+            seq += 1;
+            hash = push_entry(&mut buf, seq, event, &hash).map_err(|e| e.to_string())?;
+            buf.push(b'\n');
+        }
+        let written = self.file.write_all_at(&buf, self.head.len);
+        let result = match written {
+            Ok(()) => {
+                self.head.seq = seq;
+                self.head.hash = hash;
+                self.head.len += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.head.len);
+                Err(e.to_string())
+            }
+        };
+        self.buf = buf;
+        result
+    }
+
+    /// Makes everything appended durable.
+    pub fn sync(&self) -> Result<(), String> {
+        self.file.sync_data().map_err(|e| e.to_string())
+    }
+}
+
+/// Creates a new file for the log's lines at `path` (replacing one there), readable by its
+/// owner only, like the log itself.
+pub fn create(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Every whole entry of the log at `path`, oldest first (an unfinished line at the end is
+/// not an entry). No file: no entries.
+pub fn read_entries(path: &Path) -> Result<Vec<AuditEntry>, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("audit log {}: {e}", path.display())),
+    };
+    let whole = match memchr::memrchr(b'\n', &bytes) {
+        Some(end) => &bytes[..end],
+        None => return Ok(Vec::new()),
+    };
+    whole
+        .split(|&b| b == b'\n')
+        .map(|line| serde_json::from_slice(line).map_err(|e| format!("audit log entry: {e}")))
+        .collect()
+}
+
+/// The entry whose line ends (with its newline) at `end`.
+fn line_ending_at(file: &File, end: u64) -> Option<AuditEntry> {
+    let start = end.saturating_sub(MAX_LINE);
+    let mut window = vec![0; usize::try_from(end - start).ok()?];
+    file.read_exact_at(&mut window, start).ok()?;
+    let line = window.strip_suffix(b"\n")?;
+    let line = match memchr::memrchr(b'\n', line) {
+        Some(i) => &line[i + 1..],
+        None if start == 0 => line,
+        None => return None,
+    };
+    serde_json::from_slice(line).ok()
+}
+
+/// `line` as the entry that follows `head`, if it is one.
+fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry> {
+    let entry: AuditEntry = serde_json::from_slice(line).ok()?;
+    let follows = entry.seq == head.seq + 1
+        && entry.prev_hash == head.hash
+        && audit_hash(&entry.prev_hash, &entry.event).as_deref() == Some(entry.hash.as_str());
+    follows.then_some(entry)
+}
+
+fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(prev_hash.as_bytes());
+    h.update(event_json);
+    // `hex::encode` goes char by char through an iterator (about 2k instructions a hash);
+    // its slice form is a table lookup a byte. 32 bytes always fit in 64 digits.
+    let mut digits = [0u8; 64];
+    match hex::encode_to_slice(h.finalize(), &mut digits) {
+        Ok(()) => String::from_utf8(digits.to_vec()).unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Appends the stored JSON of the [`AuditEntry`] with `seq`, `event` and `prev_hash` to
+/// `out`, and returns the entry's hash. The event is serialized once, in place, and hashed
+/// from there. Byte for byte what serde writes for the entry
+/// (`tests::push_entry_is_what_serde_writes`); the hashes are hex, so nothing needs escaping.
+pub(super) fn push_entry(
+    out: &mut Vec<u8>,
+    seq: u64,
+    event: &AuditEvent,
+    prev_hash: &str,
+) -> serde_json::Result<String> {
+    out.extend_from_slice(b"{\"seq\":");
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    out.extend_from_slice(b",\"event\":");
+    let event_start = out.len();
+    serde_json::to_writer(&mut *out, event)?;
+    let hash = chain_hash(prev_hash, out.get(event_start..).unwrap_or_default());
+    out.extend_from_slice(b",\"prev_hash\":\"");
+    out.extend_from_slice(prev_hash.as_bytes());
+    out.extend_from_slice(b"\",\"hash\":\"");
+    out.extend_from_slice(hash.as_bytes());
+    out.extend_from_slice(b"\"}");
+    Ok(hash)
+}
+
+/// The hash an audit entry must carry.
+pub fn audit_hash(prev_hash: &str, event: &AuditEvent) -> Option<String> {
+    let event_json = serde_json::to_vec(event).ok()?;
+    Some(chain_hash(prev_hash, &event_json))
+}
+
+#[cfg(test)]
+pub mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The `i`th of a run of events (at `i` µs, resource `n=<i>`).
+    pub fn event(i: usize) -> AuditEvent {
+        AuditEvent {
+            at_micros: i as i64,
+            action: "proxy.use".into(),
+            project: "p".into(),
+            entity: "e".into(),
+            resource: format!("n={i}"),
+        }
+    }
+
+    fn events(range: std::ops::Range<usize>) -> Vec<AuditEvent> {
+        range.map(event).collect()
+    }
+
+    #[test]
+    fn appends_chain_and_read_back_across_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut log, found) = AuditFile::open(&path, &AuditHead::default()).unwrap();
+        assert!(found.is_empty());
+        log.append(&events(0..3)).unwrap();
+        log.append(&events(3..10)).unwrap();
+        log.sync().unwrap();
+        let recorded = log.head().clone();
+        assert_eq!(recorded.seq, 10);
+        assert_eq!(recorded.len, std::fs::metadata(&path).unwrap().len());
+        log.append(&events(10..12)).unwrap();
+        drop(log);
+        // Reopened at the recorded head: the two written after it are found and kept.
+        let (mut log, found) = AuditFile::open(&path, &recorded).unwrap();
+        assert_eq!(found, events(10..12));
+        log.append(&events(12..13)).unwrap();
+        let entries = read_entries(&path).unwrap();
+        assert_eq!(crate::audit::verify(&entries), Ok(13));
+        assert_eq!(entries[12].event, event(12));
+    }
+
+    #[test]
+    fn an_unfinished_line_after_the_head_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
+        log.append(&events(0..4)).unwrap();
+        let recorded = log.head().clone();
+        log.append(&events(4..6)).unwrap();
+        drop(log);
+        let full = std::fs::read(&path).unwrap();
+        // Half of the last line, then garbage that is not a chained entry.
+        for cut in [full.len() - 40, full.len() - 1] {
+            std::fs::write(&path, &full[..cut]).unwrap();
+            let (log, found) = AuditFile::open(&path, &recorded).unwrap();
+            assert_eq!(found, events(4..5));
+            assert_eq!(log.head().seq, 5);
+            assert_eq!(read_entries(&path).unwrap().len(), 5);
+        }
+        let mut bad = full.clone();
+        bad.extend_from_slice(b"{\"seq\":7}\n");
+        std::fs::write(&path, &bad).unwrap();
+        let (log, found) = AuditFile::open(&path, &recorded).unwrap();
+        assert_eq!((found.len(), log.head().seq), (2, 6));
+        assert_eq!(std::fs::read(&path).unwrap(), full);
+    }
+
+    #[test]
+    fn a_log_changed_or_cut_before_its_head_does_not_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
+        log.append(&events(0..5)).unwrap();
+        let recorded = log.head().clone();
+        drop(log);
+        let full = std::fs::read(&path).unwrap();
+        let last_line = full[..full.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .unwrap();
+        std::fs::write(&path, &full[..=last_line]).unwrap();
+        let err = AuditFile::open(&path, &recorded).unwrap_err();
+        assert!(err.contains("entries cut off"), "{err}");
+        // The same length, another last entry.
+        let text = String::from_utf8(full).unwrap().replace("n=4", "n=5");
+        std::fs::write(&path, text).unwrap();
+        let err = AuditFile::open(&path, &recorded).unwrap_err();
+        assert!(err.contains("does not match"), "{err}");
+    }
+
+    #[test]
+    fn chain_hash_is_lowercase_hex_sha256_of_prev_then_event() {
+        // sha256("abc"), cut between the previous hash and the event at every place.
+        let want = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        for cut in 0..=3 {
+            let (prev, event) = "abc".split_at(cut);
+            assert_eq!(chain_hash(prev, event.as_bytes()), want);
+        }
+    }
+
+    #[test]
+    fn push_entry_is_what_serde_writes() {
+        let event = AuditEvent {
+            at_micros: 1_700_000_000_000_000,
+            action: "proxy.use".into(),
+            project: "p\"1".into(),
+            entity: "user_\\1".into(),
+            resource: "host=example.com status=200 templates=4".into(),
+        };
+        let event_json = serde_json::to_vec(&event).unwrap();
+        let prev = chain_hash("", b"{}");
+        let mut out = b"...".to_vec();
+        let hash = push_entry(&mut out, 42, &event, &prev).unwrap();
+        assert_eq!(hash, chain_hash(&prev, &event_json));
+        let entry = AuditEntry {
+            seq: 42,
+            event,
+            prev_hash: prev.clone(),
+            hash,
+        };
+        assert_eq!(
+            out,
+            [b"...".to_vec(), serde_json::to_vec(&entry).unwrap()].concat()
+        );
+    }
+}

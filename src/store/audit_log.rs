@@ -1,0 +1,345 @@
+//! The sled store's side of the audit log ([`super::audit_file`]): the outbox, the recorded
+//! head, and the [`Sink`] the audit writer writes through.
+//!
+//! A change the store commits (a payment method created, an intent verified, ...) writes its
+//! event into the `audit_outbox` tree in the same sled transaction, so the change and its
+//! event are durable together or not at all. The writer then moves outbox events into the
+//! log: it makes them durable in sled first (so no entry names a change a crash undid),
+//! appends them, syncs the file, and only then takes them out of the outbox, in the sled
+//! transaction that records the new head. A crash in between leaves an event both in the
+//! log (after the recorded head) and in the outbox: opening finds it there and does not
+//! append it twice.
+//!
+//! Data dirs from before the log was a file kept it in the `audit` tree: opening moves it
+//! into the file once, chain unchanged.
+
+use super::audit_batch::Sink;
+use super::audit_file::{self, AuditFile, AuditHead};
+use super::group_commit::GroupCommit;
+use super::{AuditEntry, AuditEvent, StoreError, StoreResult};
+use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use sled::Transactional;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+/// `meta` key of the recorded [`AuditHead`].
+const HEAD_KEY: &[u8] = b"audit_file_head";
+
+/// `meta` key of the head when the log was the `audit` tree.
+const TREE_HEAD_KEY: &[u8] = b"audit_head";
+
+/// The tree that held the log before it was a file.
+const TREE_NAME: &str = "audit";
+
+/// Name of the outbox tree.
+pub const OUTBOX: &str = "audit_outbox";
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+/// Writes `event` into the outbox, inside the transaction of the change it records.
+pub fn to_outbox(
+    outbox: &TransactionalTree,
+    event: &AuditEvent,
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    let id = outbox.generate_id()?;
+    let value =
+        serde_json::to_vec(event).map_err(|e| ConflictableTransactionError::Abort(corrupt(e)))?;
+    outbox.insert(&id.to_be_bytes(), value)?;
+    Ok(())
+}
+
+/// The head recorded in `meta` (none: nothing synced yet).
+pub fn recorded_head(meta: &sled::Tree) -> StoreResult<Option<AuditHead>> {
+    meta.get(HEAD_KEY)
+        .map_err(unavailable)?
+        .map(|v| serde_json::from_slice(&v).map_err(corrupt))
+        .transpose()
+}
+
+/// The log file of the store in `dir`.
+pub fn path(dir: &Path) -> std::path::PathBuf {
+    dir.join(audit_file::FILE_NAME)
+}
+
+/// Moves a log kept in the `audit` tree (data dirs from before the log was a file) into the
+/// file, once: the file is written beside and renamed into place, then the head is recorded,
+/// then the tree dropped. A crash before the head is recorded does it again from the start.
+pub fn move_tree_into_file(db: &sled::Db, dir: &Path, meta: &sled::Tree) -> StoreResult<()> {
+    if !db
+        .tree_names()
+        .iter()
+        .any(|n| n.as_ref() == TREE_NAME.as_bytes())
+    {
+        return Ok(());
+    }
+    let tree = db.open_tree(TREE_NAME).map_err(unavailable)?;
+    if meta.contains_key(HEAD_KEY).map_err(unavailable)? || tree.is_empty() {
+        // Moved before (or never used): only the tree is left to drop.
+        db.drop_tree(TREE_NAME).map_err(unavailable)?;
+        return db.flush().map(drop).map_err(unavailable);
+    }
+    let tmp = dir.join(format!("{}.tmp", audit_file::FILE_NAME));
+    let mut file = std::io::BufWriter::new(audit_file::create(&tmp).map_err(unavailable)?);
+    let mut head = AuditHead::default();
+    for value in tree.iter().values() {
+        let value = value.map_err(unavailable)?;
+        // One or more entries, one JSON a line.
+        let last = value.rsplit(|&b| b == b'\n').next().unwrap_or_default();
+        let entry: AuditEntry = serde_json::from_slice(last).map_err(corrupt)?;
+        file.write_all(&value).map_err(unavailable)?;
+        file.write_all(b"\n").map_err(unavailable)?;
+        head.seq = entry.seq;
+        head.hash = entry.hash;
+        head.len += value.len() as u64 + 1;
+    }
+    let file = file.into_inner().map_err(unavailable)?;
+    file.sync_all().map_err(unavailable)?;
+    std::fs::rename(&tmp, path(dir)).map_err(unavailable)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(unavailable)?;
+    let head = serde_json::to_vec(&head).map_err(corrupt)?;
+    meta.insert(HEAD_KEY, head).map_err(unavailable)?;
+    meta.remove(TREE_HEAD_KEY).map_err(unavailable)?;
+    db.flush().map_err(unavailable)?;
+    db.drop_tree(TREE_NAME).map_err(unavailable)?;
+    db.flush().map(drop).map_err(unavailable)
+}
+
+/// The writer's [`Sink`]: the log file, and the outbox and head in sled.
+pub struct LogSink {
+    file: AuditFile,
+    meta: sled::Tree,
+    outbox: sled::Tree,
+    commit: Arc<GroupCommit>,
+    /// The head last recorded in `meta`.
+    recorded: AuditHead,
+    /// Outbox keys returned by the last [`Sink::pending`], not yet appended.
+    taken: Vec<sled::IVec>,
+    /// Outbox keys whose events are in the log, to take out at the next sync.
+    moved: Vec<sled::IVec>,
+}
+
+impl LogSink {
+    /// Opens the log of the store in `dir` against the head recorded in `meta`. Outbox
+    /// events already in the log (a crash came before they were taken out) are not
+    /// appended again.
+    pub fn open(
+        dir: &Path,
+        meta: sled::Tree,
+        outbox: sled::Tree,
+        commit: Arc<GroupCommit>,
+    ) -> StoreResult<Self> {
+        let recorded = recorded_head(&meta)?.unwrap_or_default();
+        let (file, after_head) =
+            AuditFile::open(&path(dir), &recorded).map_err(StoreError::Corrupt)?;
+        let mut moved = Vec::new();
+        for kv in outbox.iter() {
+            let (key, value) = kv.map_err(unavailable)?;
+            let event: AuditEvent = serde_json::from_slice(&value).map_err(corrupt)?;
+            if after_head.contains(&event) {
+                moved.push(key);
+            }
+        }
+        Ok(Self {
+            file,
+            meta,
+            outbox,
+            commit,
+            recorded,
+            taken: Vec::new(),
+            moved,
+        })
+    }
+}
+
+impl LogSink {
+    /// Moves what the outbox holds into the log and syncs it (as the writer does first when
+    /// it starts).
+    pub fn drain(&mut self) -> Result<(), String> {
+        let events = self.pending()?;
+        if !events.is_empty() {
+            self.append(&events)?;
+        }
+        self.sync()
+    }
+}
+
+impl Sink for LogSink {
+    fn pending(&mut self) -> Result<Vec<AuditEvent>, String> {
+        self.taken.clear();
+        let mut events = Vec::new();
+        for kv in self.outbox.iter() {
+            let (key, value) = kv.map_err(|e| e.to_string())?;
+            if self.moved.contains(&key) {
+                continue;
+            }
+            events.push(serde_json::from_slice(&value).map_err(|e| e.to_string())?);
+            self.taken.push(key);
+        }
+        if !events.is_empty() {
+            // The changes these events record are durable before their entries are.
+            self.commit.durable_blocking()?;
+        }
+        Ok(events)
+    }
+
+    fn append(&mut self, events: &[AuditEvent]) -> Result<(), String> {
+        let result = self.file.append(events);
+        if result.is_ok() {
+            self.moved.append(&mut self.taken);
+        }
+        self.taken.clear();
+        result
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        self.file.sync()?;
+        let head = self.file.head();
+        if *head == self.recorded && self.moved.is_empty() {
+            return Ok(());
+        }
+        let value = serde_json::to_vec(head).map_err(|e| e.to_string())?;
+        (&self.meta, &self.outbox)
+            .transaction(|(meta, outbox)| {
+                meta.insert(HEAD_KEY, value.as_slice())?;
+                for key in &self.moved {
+                    outbox.remove(key)?;
+                }
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| format!("audit head not recorded: {e:?}"))?;
+        self.commit.durable_blocking()?;
+        self.recorded = head.clone();
+        self.moved.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::store::audit_file::tests::event;
+    use crate::store::{SledStore, Store};
+    use sled::transaction::TransactionError;
+
+    fn commit_to_outbox(outbox: &sled::Tree, e: &AuditEvent) {
+        outbox
+            .transaction(|t| to_outbox(t, e))
+            .map_err(|e: TransactionError<StoreError>| e.to_string())
+            .unwrap();
+    }
+
+    fn sink(dir: &Path, db: &sled::Db) -> LogSink {
+        let commit = Arc::new(GroupCommit::start(db.clone()).unwrap());
+        let (meta, outbox) = (db.open_tree("meta").unwrap(), db.open_tree(OUTBOX).unwrap());
+        LogSink::open(dir, meta, outbox, commit).unwrap()
+    }
+
+    #[test]
+    fn an_outbox_event_in_the_log_before_a_crash_is_not_appended_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let outbox = db.open_tree(OUTBOX).unwrap();
+            let mut log = sink(dir.path(), &db);
+            commit_to_outbox(&outbox, &event(1));
+            log.drain().unwrap();
+            commit_to_outbox(&outbox, &event(2));
+            commit_to_outbox(&outbox, &event(3));
+            // Appended and synced, then a crash before the outbox lost them.
+            let events = log.pending().unwrap();
+            assert_eq!(events, [event(2), event(3)]);
+            log.append(&events).unwrap();
+            log.file.sync().unwrap();
+            db.flush().unwrap();
+        }
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = db.open_tree(OUTBOX).unwrap();
+        assert_eq!(outbox.len(), 2);
+        commit_to_outbox(&outbox, &event(4));
+        let mut log = sink(dir.path(), &db);
+        log.drain().unwrap();
+        assert!(outbox.is_empty());
+        let entries = audit_file::read_entries(&path(dir.path())).unwrap();
+        let got: Vec<_> = entries.iter().map(|e| e.event.clone()).collect();
+        assert_eq!(got, [event(1), event(2), event(3), event(4)]);
+        assert_eq!(crate::audit::verify(&entries), Ok(4));
+        let head = recorded_head(&db.open_tree("meta").unwrap()).unwrap();
+        assert_eq!(head.map(|h| h.seq), Some(4));
+    }
+
+    #[tokio::test]
+    async fn a_log_kept_in_the_audit_tree_moves_into_the_file_chain_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = Vec::new();
+        {
+            // How the log was kept before: values of entry lines keyed by their first seq,
+            // and the last entry as the head.
+            let db = sled::open(dir.path()).unwrap();
+            let tree = db.open_tree(TREE_NAME).unwrap();
+            let mut prev = String::new();
+            let mut value = Vec::new();
+            for seq in 1..=5u64 {
+                if !value.is_empty() {
+                    value.push(b'\n');
+                }
+                let start = value.len();
+                prev =
+                    audit_file::push_entry(&mut value, seq, &event(seq as usize), &prev).unwrap();
+                old.push(serde_json::from_slice::<AuditEntry>(&value[start..]).unwrap());
+                if seq == 3 || seq == 5 {
+                    let first = if seq == 3 { 1u64 } else { 4 };
+                    tree.insert(first.to_be_bytes(), std::mem::take(&mut value))
+                        .unwrap();
+                }
+            }
+            let meta = db.open_tree("meta").unwrap();
+            meta.insert(TREE_HEAD_KEY, serde_json::to_vec(&old[4]).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(store.audit_log().unwrap(), old);
+        store.append_audit(event(6)).await.unwrap();
+        let log = store.audit_log().unwrap();
+        assert_eq!(crate::audit::verify(&log), Ok(6));
+        let head = store.audit_head().unwrap();
+        assert_eq!(crate::audit::verify_head(&log, head.as_ref()), Ok(()));
+        assert_eq!(head.map(|h| h.seq), Some(6));
+        drop(store);
+        let db = sled::open(dir.path()).unwrap();
+        assert!(!db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == TREE_NAME.as_bytes()));
+    }
+
+    #[tokio::test]
+    async fn a_store_does_not_open_on_a_damaged_log_but_it_can_still_be_read() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            for i in 0..3 {
+                store.append_audit(event(i)).await.unwrap();
+            }
+        }
+        let log_path = path(dir.path());
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        std::fs::write(&log_path, text.replace("n=2", "n=9")).unwrap();
+        let err = SledStore::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("does not match the head"), "{err}");
+        let (entries, head) = SledStore::read_audit(dir.path()).unwrap();
+        assert_eq!(entries.len(), 3);
+        assert!(crate::audit::verify(&entries).is_err());
+        assert_eq!(head.map(|h| h.seq), Some(3));
+    }
+}
