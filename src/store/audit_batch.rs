@@ -24,7 +24,8 @@
 //! pingora stops its runtimes at the end of a graceful shutdown, before the process exits,
 //! unless something else holds it at that moment (a sweeper mid-sweep) or the runtimes
 //! outlast `graceful_shutdown_timeout`. A crash can lose the entries of the last window (at
-//! most 25 ms) and counts not yet written (at most 1 s); the outbox loses nothing.
+//! most 25 ms) and counts not yet written (at most 1 s); events in the outbox stay there
+//! until the log holds them durably.
 
 use super::audit_tally::Tally;
 use super::AuditEvent;
@@ -240,30 +241,30 @@ impl<S: Sink> Writer<S> {
     /// Writes the outbox's pending events and then `events` in one append, and answers
     /// `waiters` once that is durable.
     fn write_batch(&mut self, events: Vec<AuditEvent>, waiters: Vec<Waiter>) {
-        let mut batch = match self.sink.pending() {
-            Ok(pending) => pending,
+        let (mut batch, mut result) = match self.sink.pending() {
+            Ok(pending) => (pending, Ok(())),
             Err(e) => {
                 tracing::error!(error = %e, "audit outbox not read");
-                Vec::new()
+                (Vec::new(), Err(e))
             }
         };
         let pending = batch.len();
         batch.extend(events);
-        let mut result = Ok(());
         if !batch.is_empty() {
-            result = self.sink.append(&batch);
-            match &result {
-                Ok(()) => {
-                    self.unsynced_since.get_or_insert_with(Instant::now);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, lost = batch.len() - pending, "audit batch not written");
-                }
+            if let Err(e) = self.sink.append(&batch) {
+                tracing::error!(error = %e, lost = batch.len() - pending, "audit batch not written");
+                result = Err(e);
             }
+            self.unsynced_since.get_or_insert_with(Instant::now);
         }
         // Someone waits, or the outbox is to be emptied: sync now (everything so far).
-        if result.is_ok() && (!waiters.is_empty() || pending > 0) {
-            result = self.sync_now();
+        if !waiters.is_empty() || pending > 0 {
+            let synced = self.sync_now();
+            result = result.and(synced);
+        }
+        if result.is_err() {
+            // Tried again within the window: the outbox is read again then.
+            self.unsynced_since.get_or_insert_with(Instant::now);
         }
         for waiter in waiters {
             waiter.answer(result.clone());

@@ -7,8 +7,9 @@
 //! checks the file against it: a file shorter than the head, or whose line at the head is not
 //! the head, was changed or cut, and the server does not start on it (`paycred audit
 //! --verify` names where). What follows the head was written after it was recorded (at most
-//! one sync window before a crash): its entries are kept while each chains from the one
-//! before, and an unfinished line at the end, which was never reported durable, is cut off.
+//! one sync window before a crash): its entries are kept, and must each chain from the one
+//! before (else the file was changed, as above); an unfinished line at the end, which was
+//! never reported durable, is cut off.
 
 use super::{AuditEntry, AuditEvent};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,7 @@ pub struct AuditHead {
     /// Hash of the last entry (empty: none).
     pub hash: String,
     /// Length of the file up to and including the last entry's line.
+    #[serde(default)]
     pub len: u64,
 }
 
@@ -51,6 +53,7 @@ impl AuditFile {
     /// store recorded. Returns the log and the events found after the recorded head (written
     /// after it was recorded), oldest first.
     pub fn open(path: &Path, recorded: &AuditHead) -> Result<(Self, Vec<AuditEvent>), String> {
+        let new = !path.exists();
         let file = File::options()
             .read(true)
             .write(true)
@@ -59,6 +62,14 @@ impl AuditFile {
             .mode(0o600)
             .open(path)
             .map_err(|e| format!("audit log {}: {e}", path.display()))?;
+        if new {
+            // The file's name is durable too, before any entry in it is reported durable.
+            if let Some(dir) = path.parent() {
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| format!("audit log {}: {e}", path.display()))?;
+            }
+        }
         let file_len = file.metadata().map_err(|e| e.to_string())?.len();
         let damaged = |what: &str| {
             format!(
@@ -76,7 +87,11 @@ impl AuditFile {
                 && e.hash == recorded.hash
                 && audit_hash(&e.prev_hash, &e.event).as_deref() == Some(e.hash.as_str())
         };
-        if recorded.len > 0 && !line_ending_at(&file, recorded.len).is_some_and(at_head) {
+        let head_found = match recorded.len {
+            0 => recorded.seq == 0,
+            len => line_ending_at(&file, len).is_some_and(at_head),
+        };
+        if !head_found {
             return Err(damaged("does not match the head the store recorded"));
         }
         let mut tail =
@@ -89,7 +104,10 @@ impl AuditFile {
         while let Some(end) = memchr::memchr(b'\n', rest) {
             let (line, next) = rest.split_at(end + 1);
             let Some(entry) = chained_after(&head, &line[..end]) else {
-                break;
+                return Err(damaged(&format!(
+                    "has an entry after the head the store recorded that does not follow it (seq {})",
+                    head.seq + 1
+                )));
             };
             head.seq = entry.seq;
             head.hash = entry.hash;
@@ -98,7 +116,8 @@ impl AuditFile {
             rest = next;
         }
         if head.len < file_len {
-            // Never reported durable: an append cut short, or what a crash left after it.
+            // Never reported durable: an append cut short by a crash (or what the file
+            // system left of it, such as zeros).
             tracing::warn!(
                 bytes = file_len - head.len,
                 "audit log: an unfinished write at its end was cut off"
@@ -148,6 +167,15 @@ impl AuditFile {
         };
         self.buf = buf;
         result
+    }
+
+    /// Goes back to `head`, an earlier head of this file (the recorded one), dropping what
+    /// was appended after it.
+    pub fn rewind(&mut self, head: &AuditHead) -> Result<(), String> {
+        self.file.set_len(head.len).map_err(|e| e.to_string())?;
+        self.file.sync_data().map_err(|e| e.to_string())?;
+        self.head = head.clone();
+        Ok(())
     }
 
     /// Makes everything appended durable.
@@ -312,12 +340,32 @@ pub mod tests {
             assert_eq!(log.head().seq, 5);
             assert_eq!(read_entries(&path).unwrap().len(), 5);
         }
-        let mut bad = full.clone();
-        bad.extend_from_slice(b"{\"seq\":7}\n");
-        std::fs::write(&path, &bad).unwrap();
+        // Zeros a file system left after the last whole line.
+        let zeros = [full.clone(), vec![0; 300]].concat();
+        std::fs::write(&path, zeros).unwrap();
         let (log, found) = AuditFile::open(&path, &recorded).unwrap();
         assert_eq!((found.len(), log.head().seq), (2, 6));
         assert_eq!(std::fs::read(&path).unwrap(), full);
+        // A whole line that does not follow is not cut off: the file was changed.
+        let bad = [full.clone(), b"{\"seq\":7}\n".to_vec()].concat();
+        std::fs::write(&path, bad).unwrap();
+        let err = AuditFile::open(&path, &recorded).unwrap_err();
+        assert!(err.contains("does not follow it (seq 7)"), "{err}");
+    }
+
+    #[test]
+    fn a_rewind_drops_what_was_appended_after_the_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
+        log.append(&events(0..3)).unwrap();
+        let recorded = log.head().clone();
+        log.append(&events(3..5)).unwrap();
+        log.rewind(&recorded).unwrap();
+        log.append(&events(7..8)).unwrap();
+        let entries = read_entries(&path).unwrap();
+        assert_eq!(crate::audit::verify(&entries), Ok(4));
+        assert_eq!(entries[3].event, event(7));
     }
 
     #[test]
@@ -340,6 +388,10 @@ pub mod tests {
         let text = String::from_utf8(full).unwrap().replace("n=4", "n=5");
         std::fs::write(&path, text).unwrap();
         let err = AuditFile::open(&path, &recorded).unwrap_err();
+        assert!(err.contains("does not match"), "{err}");
+        // A head with entries but no length.
+        let no_len = AuditHead { len: 0, ..recorded };
+        let err = AuditFile::open(&path, &no_len).unwrap_err();
         assert!(err.contains("does not match"), "{err}");
     }
 

@@ -80,7 +80,14 @@ pub fn move_tree_into_file(db: &sled::Db, dir: &Path, meta: &sled::Tree) -> Stor
         return Ok(());
     }
     let tree = db.open_tree(TREE_NAME).map_err(unavailable)?;
-    if meta.contains_key(HEAD_KEY).map_err(unavailable)? || tree.is_empty() {
+    // The head the tree's log was kept with (the whole last entry); its seq and hash.
+    let tree_head = meta
+        .get(TREE_HEAD_KEY)
+        .map_err(unavailable)?
+        .map(|v| serde_json::from_slice::<AuditHead>(&v).map_err(corrupt))
+        .transpose()?;
+    let moved = meta.contains_key(HEAD_KEY).map_err(unavailable)?;
+    if moved || (tree.is_empty() && tree_head.is_none()) {
         // Moved before (or never used): only the tree is left to drop.
         db.drop_tree(TREE_NAME).map_err(unavailable)?;
         return db.flush().map(drop).map_err(unavailable);
@@ -100,6 +107,16 @@ pub fn move_tree_into_file(db: &sled::Db, dir: &Path, meta: &sled::Tree) -> Stor
         head.len += value.len() as u64 + 1;
     }
     let file = file.into_inner().map_err(unavailable)?;
+    let at_head = |h: &AuditHead| h.seq == head.seq && h.hash == head.hash;
+    if !tree_head.as_ref().is_some_and(at_head) {
+        drop(file);
+        let _ = std::fs::remove_file(&tmp);
+        return Err(corrupt(
+            "the audit log kept in sled's `audit` tree does not end at the head recorded with \
+             it (entries cut off or changed), so it was not moved into audit.log: check it with \
+             the paycred release that wrote it (`paycred audit --verify`)",
+        ));
+    }
     file.sync_all().map_err(unavailable)?;
     std::fs::rename(&tmp, path(dir)).map_err(unavailable)?;
     std::fs::File::open(dir)
@@ -140,11 +157,14 @@ impl LogSink {
         let recorded = recorded_head(&meta)?.unwrap_or_default();
         let (file, after_head) =
             AuditFile::open(&path(dir), &recorded).map_err(StoreError::Corrupt)?;
+        // Each event found after the head stands for one outbox event equal to it.
+        let mut after_head = after_head;
         let mut moved = Vec::new();
         for kv in outbox.iter() {
             let (key, value) = kv.map_err(unavailable)?;
             let event: AuditEvent = serde_json::from_slice(&value).map_err(corrupt)?;
-            if after_head.contains(&event) {
+            if let Some(i) = after_head.iter().position(|e| *e == event) {
+                after_head.swap_remove(i);
                 moved.push(key);
             }
         }
@@ -175,6 +195,7 @@ impl LogSink {
 impl Sink for LogSink {
     fn pending(&mut self) -> Result<Vec<AuditEvent>, String> {
         self.taken.clear();
+        let mut keys = Vec::new();
         let mut events = Vec::new();
         for kv in self.outbox.iter() {
             let (key, value) = kv.map_err(|e| e.to_string())?;
@@ -182,12 +203,14 @@ impl Sink for LogSink {
                 continue;
             }
             events.push(serde_json::from_slice(&value).map_err(|e| e.to_string())?);
-            self.taken.push(key);
+            keys.push(key);
         }
         if !events.is_empty() {
             // The changes these events record are durable before their entries are.
             self.commit.durable_blocking()?;
         }
+        // Only now: keys taken on a failed read would count as appended with the next batch.
+        self.taken = keys;
         Ok(events)
     }
 
@@ -201,7 +224,16 @@ impl Sink for LogSink {
     }
 
     fn sync(&mut self) -> Result<(), String> {
-        self.file.sync()?;
+        if let Err(e) = self.file.sync() {
+            // What the failed sync covered may be lost, and a later sync could still report
+            // success (the kernel reports a writeback error once): the file goes back to the
+            // recorded head, and the outbox's events are appended again.
+            self.moved.clear();
+            self.file
+                .rewind(&self.recorded)
+                .map_err(|r| format!("{e}; going back to the recorded head: {r}"))?;
+            return Err(e);
+        }
         let head = self.file.head();
         if *head == self.recorded && self.moved.is_empty() {
             return Ok(());
@@ -277,36 +309,59 @@ mod tests {
         assert_eq!(head.map(|h| h.seq), Some(4));
     }
 
+    #[test]
+    fn two_equal_outbox_events_of_which_one_reached_the_log_are_both_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let outbox = db.open_tree(OUTBOX).unwrap();
+            let mut log = sink(dir.path(), &db);
+            commit_to_outbox(&outbox, &event(9));
+            commit_to_outbox(&outbox, &event(9));
+            // Only one reached the file before a crash.
+            log.file.append(&[event(9)]).unwrap();
+            log.file.sync().unwrap();
+            db.flush().unwrap();
+        }
+        let db = sled::open(dir.path()).unwrap();
+        sink(dir.path(), &db).drain().unwrap();
+        let entries = audit_file::read_entries(&path(dir.path())).unwrap();
+        let got: Vec<_> = entries.into_iter().map(|e| e.event).collect();
+        assert_eq!(got, [event(9), event(9)]);
+    }
+
+    /// A data dir laid out as before the log was a file: values of entry lines keyed by
+    /// their first seq (entries 1–3 and 4–5), and the last entry as the head. Its entries.
+    fn old_layout(dir: &Path) -> Vec<AuditEntry> {
+        let db = sled::open(dir).unwrap();
+        let tree = db.open_tree(TREE_NAME).unwrap();
+        let mut old = Vec::new();
+        let mut prev = String::new();
+        let mut value = Vec::new();
+        for seq in 1..=5u64 {
+            if !value.is_empty() {
+                value.push(b'\n');
+            }
+            let start = value.len();
+            prev = audit_file::push_entry(&mut value, seq, &event(seq as usize), &prev).unwrap();
+            old.push(serde_json::from_slice::<AuditEntry>(&value[start..]).unwrap());
+            if seq == 3 || seq == 5 {
+                let first = if seq == 3 { 1u64 } else { 4 };
+                tree.insert(first.to_be_bytes(), std::mem::take(&mut value))
+                    .unwrap();
+            }
+        }
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert(TREE_HEAD_KEY, serde_json::to_vec(&old[4]).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+        old
+    }
+
     #[tokio::test]
     async fn a_log_kept_in_the_audit_tree_moves_into_the_file_chain_unchanged() {
         let dir = tempfile::tempdir().unwrap();
-        let mut old = Vec::new();
-        {
-            // How the log was kept before: values of entry lines keyed by their first seq,
-            // and the last entry as the head.
-            let db = sled::open(dir.path()).unwrap();
-            let tree = db.open_tree(TREE_NAME).unwrap();
-            let mut prev = String::new();
-            let mut value = Vec::new();
-            for seq in 1..=5u64 {
-                if !value.is_empty() {
-                    value.push(b'\n');
-                }
-                let start = value.len();
-                prev =
-                    audit_file::push_entry(&mut value, seq, &event(seq as usize), &prev).unwrap();
-                old.push(serde_json::from_slice::<AuditEntry>(&value[start..]).unwrap());
-                if seq == 3 || seq == 5 {
-                    let first = if seq == 3 { 1u64 } else { 4 };
-                    tree.insert(first.to_be_bytes(), std::mem::take(&mut value))
-                        .unwrap();
-                }
-            }
-            let meta = db.open_tree("meta").unwrap();
-            meta.insert(TREE_HEAD_KEY, serde_json::to_vec(&old[4]).unwrap())
-                .unwrap();
-            db.flush().unwrap();
-        }
+        let old = old_layout(dir.path());
         let store = SledStore::open(dir.path()).unwrap();
         assert_eq!(store.audit_log().unwrap(), old);
         store.append_audit(event(6)).await.unwrap();
@@ -321,6 +376,23 @@ mod tests {
             .tree_names()
             .iter()
             .any(|n| n.as_ref() == TREE_NAME.as_bytes()));
+    }
+
+    #[test]
+    fn a_log_in_the_audit_tree_cut_short_of_its_head_is_not_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        old_layout(dir.path());
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.open_tree(TREE_NAME)
+                .unwrap()
+                .remove(4u64.to_be_bytes())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledStore::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("does not end at the head"), "{err}");
+        assert!(!path(dir.path()).exists());
     }
 
     #[tokio::test]
