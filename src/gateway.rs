@@ -322,7 +322,8 @@ impl ProxyHttp for Gateway {
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
-        let elapsed = ctx.started.elapsed();
+        let ended = Instant::now();
+        let elapsed = ended.saturating_duration_since(ctx.started);
         if ctx.proxy.is_some() {
             if let Some(resp) = session.response_written() {
                 if ctx.status == 0 {
@@ -332,7 +333,9 @@ impl ProxyHttp for Gateway {
         }
         self.app.metrics.record(ctx.route, ctx.status, elapsed);
         if let Some(p) = &ctx.proxy {
-            let upstream = ctx.upstream_started.map(|t| t.elapsed());
+            let upstream = ctx
+                .upstream_started
+                .map(|t| ended.saturating_duration_since(t));
             self.app.metrics.record_proxy(
                 ctx.status,
                 upstream,

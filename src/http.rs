@@ -160,7 +160,9 @@ pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<B
     }
     let mut pieces = Vec::new();
     let mut total = 0usize;
-    loop {
+    // Asked before each read: a read past the end would only arm a read timeout to learn
+    // that there is nothing more.
+    while !session.is_body_done() {
         let chunk = session.read_request_body().await.map_err(|e| {
             tracing::debug!(error = %e, "reading request body");
             session.set_keepalive(None);
