@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use paycred::store::Store;
 use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -268,22 +269,41 @@ fn acknowledged_writes_survive_sigkill() {
             project: PROJECT,
             entity: &pi.entity,
         };
-        match rt.block_on(paycred::store::Store::get_intent(&store, scope, &pi.id)) {
+        match rt.block_on(store.get_intent(scope, &pi.id)) {
             Ok(Some(rec)) if rec.uses >= pi.uses => {}
             Ok(Some(_)) => backwards += 1,
             _ => lost += 1,
         }
     }
+    // Every acknowledged create has its audit entry, in one unbroken chain: the outbox
+    // carried each event across the SIGKILLs.
+    let log = store.audit_log().unwrap();
+    paycred::audit::verify(&log).unwrap();
+    paycred::audit::verify_head(&log, store.audit_head().unwrap().as_ref()).unwrap();
+    let audited: std::collections::HashSet<(&str, &str)> = log
+        .iter()
+        .map(|e| (e.event.action.as_str(), e.event.resource.as_str()))
+        .collect();
+    let unaudited = a
+        .pms
+        .iter()
+        .filter(|pm| !audited.contains(&("paymentMethod.create", pm.id.as_str())))
+        .count()
+        + a.intents
+            .values()
+            .filter(|pi| !audited.contains(&("purchaseIntent.create", pi.id.as_str())))
+            .count();
     let writes =
         a.pms.len() + a.intents.len() + a.intents.values().map(|i| i.uses as usize).sum::<usize>();
     eprintln!(
         "crash test: {trials} SIGKILL trials, {} payment methods + {} purchase intents + {} uses \
          acknowledged ({writes} writes): {lost} lost, {corrupted} corrupted, {backwards} usage counts \
-         gone backwards",
+         gone backwards, {unaudited} creates without their audit entry ({} entries)",
         a.pms.len(),
         a.intents.len(),
         a.intents.values().map(|i| i.uses as usize).sum::<usize>(),
+        log.len(),
     );
     assert!(a.pms.len() >= trials, "too little load to prove anything");
-    assert_eq!((lost, corrupted, backwards), (0, 0, 0));
+    assert_eq!((lost, corrupted, backwards, unaudited), (0, 0, 0, 0));
 }

@@ -176,6 +176,8 @@ struct Writer<S> {
     tally: Arc<Mutex<Tally>>,
     /// Since when entries are written but not synced.
     unsynced_since: Option<Instant>,
+    /// When to try again after the outbox could not be read or a batch not written.
+    retry_at: Option<Instant>,
 }
 
 impl<S: Sink> Writer<S> {
@@ -184,6 +186,7 @@ impl<S: Sink> Writer<S> {
             sink,
             tally,
             unsynced_since: None,
+            retry_at: None,
         }
     }
 
@@ -193,6 +196,7 @@ impl<S: Sink> Writer<S> {
         loop {
             let wake = [
                 self.unsynced_since.map(|since| since + FLUSH_EVERY),
+                self.retry_at,
                 // A window opened since is noticed: its first event comes through the queue.
                 self.tally.lock().next_due(),
             ]
@@ -262,10 +266,8 @@ impl<S: Sink> Writer<S> {
             let synced = self.sync_now();
             result = result.and(synced);
         }
-        if result.is_err() {
-            // Tried again within the window: the outbox is read again then.
-            self.unsynced_since.get_or_insert_with(Instant::now);
-        }
+        // On failure the outbox is read again a window later (and again after that).
+        self.retry_at = result.is_err().then(|| Instant::now() + FLUSH_EVERY);
         for waiter in waiters {
             waiter.answer(result.clone());
         }

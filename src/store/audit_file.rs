@@ -53,7 +53,6 @@ impl AuditFile {
     /// store recorded. Returns the log and the events found after the recorded head (written
     /// after it was recorded), oldest first.
     pub fn open(path: &Path, recorded: &AuditHead) -> Result<(Self, Vec<AuditEvent>), String> {
-        let new = !path.exists();
         let file = File::options()
             .read(true)
             .write(true)
@@ -62,13 +61,12 @@ impl AuditFile {
             .mode(0o600)
             .open(path)
             .map_err(|e| format!("audit log {}: {e}", path.display()))?;
-        if new {
-            // The file's name is durable too, before any entry in it is reported durable.
-            if let Some(dir) = path.parent() {
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| format!("audit log {}: {e}", path.display()))?;
-            }
+        // The file's name is durable too, before any entry in it is reported durable (also
+        // when a crash came between creating it and this, on an earlier start).
+        if let Some(dir) = path.parent() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| format!("audit log {}: {e}", path.display()))?;
         }
         let file_len = file.metadata().map_err(|e| e.to_string())?.len();
         let damaged = |what: &str| {
@@ -103,6 +101,9 @@ impl AuditFile {
         let mut rest = tail.as_slice();
         while let Some(end) = memchr::memchr(b'\n', rest) {
             let (line, next) = rest.split_at(end + 1);
+            if torn(line) {
+                break;
+            }
             let Some(entry) = chained_after(&head, &line[..end]) else {
                 return Err(damaged(&format!(
                     "has an entry after the head the store recorded that does not follow it (seq {})",
@@ -171,9 +172,9 @@ impl AuditFile {
 
     /// Goes back to `head`, an earlier head of this file (the recorded one), dropping what
     /// was appended after it.
+    /// The next successful [`AuditFile::sync`] makes the shorter length durable.
     pub fn rewind(&mut self, head: &AuditHead) -> Result<(), String> {
         self.file.set_len(head.len).map_err(|e| e.to_string())?;
-        self.file.sync_data().map_err(|e| e.to_string())?;
         self.head = head.clone();
         Ok(())
     }
@@ -195,8 +196,8 @@ pub fn create(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-/// Every whole entry of the log at `path`, oldest first (an unfinished line at the end is
-/// not an entry). No file: no entries.
+/// Every whole entry of the log at `path`, oldest first (an unfinished line at the end, or
+/// from the first line a crash left zeros in, is not an entry). No file: no entries.
 pub fn read_entries(path: &Path) -> Result<Vec<AuditEntry>, String> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
@@ -209,8 +210,15 @@ pub fn read_entries(path: &Path) -> Result<Vec<AuditEntry>, String> {
     };
     whole
         .split(|&b| b == b'\n')
+        .take_while(|line| !torn(line))
         .map(|line| serde_json::from_slice(line).map_err(|e| format!("audit log entry: {e}")))
         .collect()
+}
+
+/// Whether `line` holds what a crash leaves of an unfinished write: zeros the file system
+/// put where data had not reached the disk (JSON has no NUL byte).
+fn torn(line: &[u8]) -> bool {
+    memchr::memchr(0, line).is_some()
 }
 
 /// The entry whose line ends (with its newline) at `end`.
@@ -228,7 +236,7 @@ fn line_ending_at(file: &File, end: u64) -> Option<AuditEntry> {
 }
 
 /// `line` as the entry that follows `head`, if it is one.
-fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry> {
+pub(super) fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry> {
     let entry: AuditEntry = serde_json::from_slice(line).ok()?;
     let follows = entry.seq == head.seq + 1
         && entry.prev_hash == head.hash
@@ -346,6 +354,18 @@ pub mod tests {
         let (log, found) = AuditFile::open(&path, &recorded).unwrap();
         assert_eq!((found.len(), log.head().seq), (2, 6));
         assert_eq!(std::fs::read(&path).unwrap(), full);
+        // Zeros inside an unfinished write, with a whole line after them: all cut off.
+        let mut holed = full.clone();
+        let line5 = holed[..holed.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .unwrap();
+        let line4 = holed[..line5].iter().rposition(|&b| b == b'\n').unwrap();
+        holed[line4 + 10..line4 + 60].fill(0);
+        std::fs::write(&path, holed).unwrap();
+        let (log, found) = AuditFile::open(&path, &recorded).unwrap();
+        assert_eq!((found.len(), log.head().seq), (0, 4));
+        assert_eq!(read_entries(&path).unwrap().len(), 4);
         // A whole line that does not follow is not cut off: the file was changed.
         let bad = [full.clone(), b"{\"seq\":7}\n".to_vec()].concat();
         std::fs::write(&path, bad).unwrap();

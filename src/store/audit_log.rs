@@ -16,7 +16,7 @@
 use super::audit_batch::Sink;
 use super::audit_file::{self, AuditFile, AuditHead};
 use super::group_commit::GroupCommit;
-use super::{AuditEntry, AuditEvent, StoreError, StoreResult};
+use super::{AuditEvent, StoreError, StoreResult};
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
 use std::io::Write;
@@ -95,26 +95,36 @@ pub fn move_tree_into_file(db: &sled::Db, dir: &Path, meta: &sled::Tree) -> Stor
     let tmp = dir.join(format!("{}.tmp", audit_file::FILE_NAME));
     let mut file = std::io::BufWriter::new(audit_file::create(&tmp).map_err(unavailable)?);
     let mut head = AuditHead::default();
+    let mut chained = true;
     for value in tree.iter().values() {
         let value = value.map_err(unavailable)?;
-        // One or more entries, one JSON a line.
-        let last = value.rsplit(|&b| b == b'\n').next().unwrap_or_default();
-        let entry: AuditEntry = serde_json::from_slice(last).map_err(corrupt)?;
+        // One or more entries, one JSON a line, each chained from the one before.
+        for line in value.split(|&b| b == b'\n') {
+            match audit_file::chained_after(&head, line) {
+                Some(entry) => {
+                    head.seq = entry.seq;
+                    head.hash = entry.hash;
+                }
+                None => chained = false,
+            }
+        }
         file.write_all(&value).map_err(unavailable)?;
         file.write_all(b"\n").map_err(unavailable)?;
-        head.seq = entry.seq;
-        head.hash = entry.hash;
         head.len += value.len() as u64 + 1;
+        if !chained {
+            break;
+        }
     }
     let file = file.into_inner().map_err(unavailable)?;
     let at_head = |h: &AuditHead| h.seq == head.seq && h.hash == head.hash;
-    if !tree_head.as_ref().is_some_and(at_head) {
+    if !chained || !tree_head.as_ref().is_some_and(at_head) {
         drop(file);
         let _ = std::fs::remove_file(&tmp);
         return Err(corrupt(
-            "the audit log kept in sled's `audit` tree does not end at the head recorded with \
-             it (entries cut off or changed), so it was not moved into audit.log: check it with \
-             the paycred release that wrote it (`paycred audit --verify`)",
+            "the audit log kept in sled's `audit` tree is not one chain ending at the head \
+             recorded with it (entries cut off or changed), so it was not moved into \
+             audit.log: check it with the paycred release that wrote it (`paycred audit \
+             --verify`)",
         ));
     }
     file.sync_all().map_err(unavailable)?;
@@ -227,18 +237,19 @@ impl Sink for LogSink {
         if let Err(e) = self.file.sync() {
             // What the failed sync covered may be lost, and a later sync could still report
             // success (the kernel reports a writeback error once): the file goes back to the
-            // recorded head, and the outbox's events are appended again.
-            self.moved.clear();
+            // recorded head, and the outbox's events are appended again. Should that fail
+            // too, the events stay counted as appended (they are in the file), not twice.
             self.file
                 .rewind(&self.recorded)
                 .map_err(|r| format!("{e}; going back to the recorded head: {r}"))?;
+            self.moved.clear();
             return Err(e);
         }
-        let head = self.file.head();
-        if *head == self.recorded && self.moved.is_empty() {
+        let head = self.file.head().clone();
+        if head == self.recorded && self.moved.is_empty() {
             return Ok(());
         }
-        let value = serde_json::to_vec(head).map_err(|e| e.to_string())?;
+        let value = serde_json::to_vec(&head).map_err(|e| e.to_string())?;
         (&self.meta, &self.outbox)
             .transaction(|(meta, outbox)| {
                 meta.insert(HEAD_KEY, value.as_slice())?;
@@ -248,10 +259,11 @@ impl Sink for LogSink {
                 Ok::<_, ConflictableTransactionError<()>>(())
             })
             .map_err(|e| format!("audit head not recorded: {e:?}"))?;
-        self.commit.durable_blocking()?;
-        self.recorded = head.clone();
+        // Committed: from here on sled holds this head and no longer holds these keys,
+        // whether or not the flush below succeeds (a later one makes it durable).
+        self.recorded = head;
         self.moved.clear();
-        Ok(())
+        self.commit.durable_blocking()
     }
 }
 
@@ -260,7 +272,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::store::audit_file::tests::event;
-    use crate::store::{SledStore, Store};
+    use crate::store::{AuditEntry, SledStore, Store};
     use sled::transaction::TransactionError;
 
     fn commit_to_outbox(outbox: &sled::Tree, e: &AuditEvent) {
@@ -391,7 +403,26 @@ mod tests {
             db.flush().unwrap();
         }
         let err = SledStore::open(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("does not end at the head"), "{err}");
+        assert!(err.contains("not one chain ending at the head"), "{err}");
+        assert!(!path(dir.path()).exists());
+    }
+
+    #[test]
+    fn a_log_in_the_audit_tree_changed_inside_is_not_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        old_layout(dir.path());
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let tree = db.open_tree(TREE_NAME).unwrap();
+            let value = tree.get(1u64.to_be_bytes()).unwrap().unwrap();
+            let changed = String::from_utf8(value.to_vec())
+                .unwrap()
+                .replace("n=2", "n=7");
+            tree.insert(1u64.to_be_bytes(), changed.as_bytes()).unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledStore::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not one chain"), "{err}");
         assert!(!path(dir.path()).exists());
     }
 
