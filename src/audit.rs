@@ -130,7 +130,7 @@ pub fn print(
 
 /// `paycred audit -c FILE [--verify]`: reads the log of `config`'s data dir and the head
 /// recorded apart from it (the server must be stopped: sled locks the directory) and
-/// [`print`]s them.
+/// [`print()`]s them.
 pub fn run(
     config: &crate::config::Config,
     verify_chain: bool,

@@ -1,5 +1,5 @@
 //! Configuration: one YAML file (`conf/paycred.yaml` documents every key), read into the
-//! serde structs of [`file`] and checked by [`Config::from_file`] into a [`Config`] that
+//! serde structs of [`file`](mod@file) and checked by [`Config::from_file`] into a [`Config`] that
 //! the rest of the service trusts. Unknown keys and bad values stop the start with a
 //! message that names the key; `paycred check` runs the same code.
 

@@ -12,8 +12,12 @@
 //! | `pi_by_pm` | scope, pm id, `\0`, u64::MAX - created_micros (BE), id | empty |
 //! | `pi_pm_n`  | scope, pm id                                | intents ever created for the pm (u64 BE) |
 //! | `keyrings` | project                                     | wrapped keyring  |
-//! | `audit`    | seq (BE) of the value's first entry         | 1–64 entries, one JSON a line |
-//! | `meta`     | `audit_head`                                | last entry       |
+//! | `audit_outbox` | sled-generated id (BE)                  | audit event of a committed change (JSON), until it is in `audit.log` |
+//! | `meta`     | `audit_file_head`                           | the audit log's recorded head: seq, hash, file length (JSON) |
+//!
+//! The audit log itself is the file `audit.log` beside the trees (`super::audit_file`).
+//! Data dirs from before it kept it in an `audit` tree (seq of a value's first entry →
+//! 1–64 entry lines) with the last entry at `meta` `audit_head`; the first start moves it.
 
 use super::Scope;
 
