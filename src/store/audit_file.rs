@@ -307,6 +307,15 @@ pub mod tests {
         range.map(event).collect()
     }
 
+    /// A new log in a new dir, holding events `0..n`.
+    fn log_of(n: usize) -> (tempfile::TempDir, std::path::PathBuf, AuditFile) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
+        log.append(&events(0..n)).unwrap();
+        (dir, path, log)
+    }
+
     #[test]
     fn appends_chain_and_read_back_across_reopens() {
         let dir = tempfile::tempdir().unwrap();
@@ -332,10 +341,7 @@ pub mod tests {
 
     #[test]
     fn an_unfinished_line_after_the_head_is_cut_off() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
-        log.append(&events(0..4)).unwrap();
+        let (_dir, path, mut log) = log_of(4);
         let recorded = log.head().clone();
         log.append(&events(4..6)).unwrap();
         drop(log);
@@ -375,10 +381,7 @@ pub mod tests {
 
     #[test]
     fn a_rewind_drops_what_was_appended_after_the_head() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
-        log.append(&events(0..3)).unwrap();
+        let (_dir, path, mut log) = log_of(3);
         let recorded = log.head().clone();
         log.append(&events(3..5)).unwrap();
         log.rewind(&recorded).unwrap();
@@ -390,10 +393,7 @@ pub mod tests {
 
     #[test]
     fn a_log_changed_or_cut_before_its_head_does_not_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
-        log.append(&events(0..5)).unwrap();
+        let (_dir, path, log) = log_of(5);
         let recorded = log.head().clone();
         drop(log);
         let full = std::fs::read(&path).unwrap();

@@ -16,7 +16,7 @@
 use super::audit_batch::Sink;
 use super::audit_file::{self, AuditFile, AuditHead};
 use super::group_commit::GroupCommit;
-use super::{AuditEvent, StoreError, StoreResult};
+use super::{corrupt, unavailable, AuditEvent, StoreError, StoreResult};
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
 use std::io::Write;
@@ -34,14 +34,6 @@ const TREE_NAME: &str = "audit";
 
 /// Name of the outbox tree.
 pub const OUTBOX: &str = "audit_outbox";
-
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(e.to_string())
-}
 
 /// Writes `event` into the outbox, inside the transaction of the change it records.
 pub fn to_outbox(
@@ -288,13 +280,19 @@ mod tests {
         LogSink::open(dir, meta, outbox, commit).unwrap()
     }
 
+    /// The store's database in `dir`, its outbox, and a sink on them.
+    fn open_all(dir: &Path) -> (sled::Db, sled::Tree, LogSink) {
+        let db = sled::open(dir).unwrap();
+        let outbox = db.open_tree(OUTBOX).unwrap();
+        let log = sink(dir, &db);
+        (db, outbox, log)
+    }
+
     #[test]
     fn an_outbox_event_in_the_log_before_a_crash_is_not_appended_twice() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path()).unwrap();
-            let outbox = db.open_tree(OUTBOX).unwrap();
-            let mut log = sink(dir.path(), &db);
+            let (db, outbox, mut log) = open_all(dir.path());
             commit_to_outbox(&outbox, &event(1));
             log.drain().unwrap();
             commit_to_outbox(&outbox, &event(2));
@@ -325,9 +323,7 @@ mod tests {
     fn two_equal_outbox_events_of_which_one_reached_the_log_are_both_kept() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path()).unwrap();
-            let outbox = db.open_tree(OUTBOX).unwrap();
-            let mut log = sink(dir.path(), &db);
+            let (db, outbox, mut log) = open_all(dir.path());
             commit_to_outbox(&outbox, &event(9));
             commit_to_outbox(&outbox, &event(9));
             // Only one reached the file before a crash.

@@ -8,7 +8,7 @@
 //! A consumed token stays as a tombstone without its sealed card data, so a second use is told
 //! apart from an unknown id.
 
-use super::{keys, Scope, StoreError, StoreResult};
+use super::{keys, unavailable, Scope, StoreError, StoreResult};
 use serde::{Deserialize, Serialize};
 
 /// A card stored in the token vault (`POST /projects/:p/tokens`). Number and cvc are sealed.
@@ -41,10 +41,6 @@ pub enum TokenTake {
     Used,
     /// Past its expiry.
     Expired,
-}
-
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
 }
 
 /// How long a spent (used or expired) token's tombstone is kept, so that a late second use

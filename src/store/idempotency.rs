@@ -5,7 +5,7 @@
 //! gets here; a purchase-intent answer is kept as the intent's id only, never its credential.
 //! Records past `expires_micros` are ignored on read and removed by [`sweep`].
 
-use super::{keys, Scope, StoreError, StoreResult};
+use super::{keys, unavailable, Scope, StoreError, StoreResult};
 use serde::{Deserialize, Serialize};
 
 /// The first response to an idempotent request.
@@ -33,10 +33,6 @@ pub struct IdempotentRecord {
 /// The tree key of an idempotency key.
 pub fn key(scope: Scope<'_>, idempotency_key: &str) -> Vec<u8> {
     keys::pm(scope, idempotency_key)
-}
-
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
 }
 
 /// The record of a key, `None` when absent or expired at `now_micros`.

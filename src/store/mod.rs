@@ -38,6 +38,17 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A backend error as [`StoreError::Unavailable`] (its text only: sled and io errors carry no
+/// card data).
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// A value that does not decode, as [`StoreError::Corrupt`].
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
 /// Who owns a record.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope<'a> {

@@ -9,8 +9,9 @@ use super::group_commit::GroupCommit;
 use super::keys;
 use super::pm_cache::RecordCache;
 use super::{
-    AuditEntry, AuditEvent, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord,
-    Refresh, Scope, Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
+    corrupt, unavailable, AuditEntry, AuditEvent, Inserted, IntentRecord, IntentStatus, Page,
+    PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats, UseOutcome,
+    VerificationAttempt,
 };
 use crate::issuer::CredentialType;
 use async_trait::async_trait;
@@ -44,14 +45,6 @@ pub struct SledStore {
     audit_writer: AuditBatcher,
     /// Decoded `pm` records (the proxy reads one per request).
     pm_cache: RecordCache,
-}
-
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(e.to_string())
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
