@@ -264,7 +264,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::store::audit_file::tests::event;
-    use crate::store::{AuditEntry, SledStore, Store};
+    use crate::store::{when_unlocked, AuditEntry, SledStore, Store};
     use sled::transaction::TransactionError;
 
     fn commit_to_outbox(outbox: &sled::Tree, e: &AuditEvent) {
@@ -282,7 +282,7 @@ mod tests {
 
     /// The store's database in `dir`, its outbox, and a sink on them.
     fn open_all(dir: &Path) -> (sled::Db, sled::Tree, LogSink) {
-        let db = sled::open(dir).unwrap();
+        let db = when_unlocked(|| sled::open(dir)).unwrap();
         let outbox = db.open_tree(OUTBOX).unwrap();
         let log = sink(dir, &db);
         (db, outbox, log)
@@ -304,7 +304,7 @@ mod tests {
             log.file.sync().unwrap();
             db.flush().unwrap();
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = when_unlocked(|| sled::open(dir.path())).unwrap();
         let outbox = db.open_tree(OUTBOX).unwrap();
         assert_eq!(outbox.len(), 2);
         commit_to_outbox(&outbox, &event(4));
@@ -331,7 +331,7 @@ mod tests {
             log.file.sync().unwrap();
             db.flush().unwrap();
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = when_unlocked(|| sled::open(dir.path())).unwrap();
         sink(dir.path(), &db).drain().unwrap();
         let entries = audit_file::read_entries(&path(dir.path())).unwrap();
         let got: Vec<_> = entries.into_iter().map(|e| e.event).collect();
@@ -341,7 +341,7 @@ mod tests {
     /// A data dir laid out as before the log was a file: values of entry lines keyed by
     /// their first seq (entries 1–3 and 4–5), and the last entry as the head. Its entries.
     fn old_layout(dir: &Path) -> Vec<AuditEntry> {
-        let db = sled::open(dir).unwrap();
+        let db = when_unlocked(|| sled::open(dir)).unwrap();
         let tree = db.open_tree(TREE_NAME).unwrap();
         let mut old = Vec::new();
         let mut prev = String::new();
@@ -370,7 +370,7 @@ mod tests {
     async fn a_log_kept_in_the_audit_tree_moves_into_the_file_chain_unchanged() {
         let dir = tempfile::tempdir().unwrap();
         let old = old_layout(dir.path());
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = when_unlocked(|| SledStore::open(dir.path())).unwrap();
         assert_eq!(store.audit_log().unwrap(), old);
         store.append_audit(event(6)).await.unwrap();
         let log = store.audit_log().unwrap();
@@ -379,7 +379,7 @@ mod tests {
         assert_eq!(crate::audit::verify_head(&log, head.as_ref()), Ok(()));
         assert_eq!(head.map(|h| h.seq), Some(6));
         drop(store);
-        let db = sled::open(dir.path()).unwrap();
+        let db = when_unlocked(|| sled::open(dir.path())).unwrap();
         assert!(!db
             .tree_names()
             .iter()
@@ -391,14 +391,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         old_layout(dir.path());
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = when_unlocked(|| sled::open(dir.path())).unwrap();
             db.open_tree(TREE_NAME)
                 .unwrap()
                 .remove(4u64.to_be_bytes())
                 .unwrap();
             db.flush().unwrap();
         }
-        let err = SledStore::open(dir.path()).unwrap_err().to_string();
+        let err = when_unlocked(|| SledStore::open(dir.path()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not one chain ending at the head"), "{err}");
         assert!(!path(dir.path()).exists());
     }
@@ -408,7 +410,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         old_layout(dir.path());
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = when_unlocked(|| sled::open(dir.path())).unwrap();
             let tree = db.open_tree(TREE_NAME).unwrap();
             let value = tree.get(1u64.to_be_bytes()).unwrap().unwrap();
             let changed = String::from_utf8(value.to_vec())
@@ -417,7 +419,9 @@ mod tests {
             tree.insert(1u64.to_be_bytes(), changed.as_bytes()).unwrap();
             db.flush().unwrap();
         }
-        let err = SledStore::open(dir.path()).unwrap_err().to_string();
+        let err = when_unlocked(|| SledStore::open(dir.path()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not one chain"), "{err}");
         assert!(!path(dir.path()).exists());
     }
@@ -426,7 +430,7 @@ mod tests {
     async fn a_store_does_not_open_on_a_damaged_log_but_it_can_still_be_read() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = SledStore::open(dir.path()).unwrap();
+            let store = when_unlocked(|| SledStore::open(dir.path())).unwrap();
             for i in 0..3 {
                 store.append_audit(event(i)).await.unwrap();
             }
@@ -434,9 +438,11 @@ mod tests {
         let log_path = path(dir.path());
         let text = std::fs::read_to_string(&log_path).unwrap();
         std::fs::write(&log_path, text.replace("n=2", "n=9")).unwrap();
-        let err = SledStore::open(dir.path()).unwrap_err().to_string();
+        let err = when_unlocked(|| SledStore::open(dir.path()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("does not match the head"), "{err}");
-        let (entries, head) = SledStore::read_audit(dir.path()).unwrap();
+        let (entries, head) = when_unlocked(|| SledStore::read_audit(dir.path())).unwrap();
         assert_eq!(entries.len(), 3);
         assert!(crate::audit::verify(&entries).is_err());
         assert_eq!(head.map(|h| h.seq), Some(3));

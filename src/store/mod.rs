@@ -49,6 +49,28 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
+/// Runs `open` again while sled's directory lock is still held, for at most 5 s (tests that
+/// reopen a directory in the same process): a dropped `Db` lets go of the lock only when
+/// sled's IO threads have finished its last writes, a moment later. Any other error, or
+/// success, is returned at once.
+#[cfg(test)]
+pub(crate) fn when_unlocked<T, E: std::fmt::Display>(
+    mut open: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match open() {
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            done => return done,
+        }
+    }
+}
+
 /// Who owns a record.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope<'a> {
