@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod http;
 pub mod idempotency;
 pub mod issuer;
+pub mod logging;
 pub mod mandate;
 pub mod metrics;
 pub mod mint;

@@ -123,34 +123,6 @@ enum ClientKeyAction {
     },
 }
 
-/// Log targets whose debug and trace lines print request and response headers and bodies
-/// (card values, the target's API keys, paycred's tokens): never below info, whatever
-/// `RUST_LOG` asks. A prefix: it covers every pingora crate (`pingora_core`, `pingora_proxy`,
-/// `pingora_pool`, ...).
-const CAPPED_LOG_TARGET: &str = "pingora";
-
-/// Logs to stderr at `RUST_LOG`'s levels (default info), [`CAPPED_LOG_TARGET`] at info at most.
-///
-/// The two filters are joined with `and`, whose level hint is the lower of the two: the `log`
-/// crate's max level (pingora logs through it) stays at what `RUST_LOG` enables, so a
-/// disabled `debug!` in pingora costs one comparison, not a trip through both filters.
-fn init_logging() {
-    use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
-    use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let capped = Targets::new()
-        .with_default(LevelFilter::TRACE)
-        .with_target(CAPPED_LOG_TARGET, LevelFilter::INFO);
-    let _ = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_filter(filter.and(capped)),
-        )
-        .try_init();
-}
-
 /// The loaded config and the project of a key command, which needs both `-c` and
 /// `--project`; or the failure to exit with.
 fn project_config(
@@ -185,6 +157,27 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
+fn serve(
+    config: Option<PathBuf>,
+    dev: bool,
+    dev_dir: &std::path::Path,
+    listen: SocketAddr,
+) -> Result<(), String> {
+    let path = if dev {
+        let setup =
+            paycred::dev::prepare(dev_dir, listen).map_err(|e| format!("--dev setup: {e}"))?;
+        println!("{}", paycred::dev::banner(&setup, listen));
+        setup.config_file
+    } else {
+        config.ok_or("give -c FILE, or --dev for a local setup")?
+    };
+    let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let server = paycred::build_server(config).map_err(|e| e.to_string())?;
+    server.run(pingora::server::RunArgs::default());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -194,27 +187,12 @@ fn main() -> ExitCode {
             dev_dir,
             listen,
         } => {
-            init_logging();
-            let path = if dev {
-                match paycred::dev::prepare(&dev_dir, listen) {
-                    Ok(setup) => {
-                        println!("{}", paycred::dev::banner(&setup, listen));
-                        setup.config_file
-                    }
-                    Err(e) => return fail(format!("--dev setup: {e}")),
-                }
-            } else {
-                match config {
-                    Some(p) => p,
-                    None => return fail("give -c FILE, or --dev for a local setup"),
-                }
-            };
-            let config = match Config::load(&path) {
-                Ok(c) => c,
-                Err(e) => return fail(format!("{}: {e}", path.display())),
-            };
-            match paycred::build_server(config) {
-                Ok(server) => server.run_forever(),
+            let log = paycred::logging::init();
+            let served = serve(config, dev, &dev_dir, listen);
+            // Written before the error below, and before the process ends.
+            drop(log);
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e),
             }
         }

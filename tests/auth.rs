@@ -65,7 +65,7 @@ fn hs256_with(secret: &[u8], kid: &str) -> String {
 
 #[test]
 fn crafted_tokens_are_refused_with_the_envelope() {
-    let server = Server::start();
+    let mut server = Server::start();
     let path = format!("/projects/{PROJECT}/payment-methods");
     let good = ed(&claims());
     let mut tampered = good.clone();

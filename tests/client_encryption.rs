@@ -153,7 +153,7 @@ fn the_key_is_a_p256_jwk_for_ecdh_es_with_a_kid_and_both_roles_get_it() {
 
 #[test]
 fn an_encrypted_card_creates_a_payment_method_like_a_raw_card_with_a_public_token() {
-    let server = Server::start();
+    let mut server = Server::start();
     let key = server_key(&server);
     let public = server.token("user_1", "public");
     let r = create_pm(
@@ -201,7 +201,7 @@ fn an_encrypted_card_creates_a_payment_method_like_a_raw_card_with_a_public_toke
 
 #[test]
 fn every_bad_jwe_is_a_400_naming_encrypted_card_without_the_plaintext() {
-    let server = Server::start();
+    let mut server = Server::start();
     let key = server_key(&server);
     let kid = key["kid"].as_str().unwrap().to_string();
     let card = card_json(VISA);
@@ -391,7 +391,7 @@ fn rotated_keys_keep_decrypting_until_retired() {
 
 #[test]
 fn a_token_is_used_once_and_only_by_its_project_and_entity() {
-    let server = Server::start();
+    let mut server = Server::start();
     let key = server_key(&server);
     let public = server.token("user_1", "public");
     // From an encrypted card, with a public token (as the SDK does).

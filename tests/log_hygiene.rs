@@ -18,7 +18,7 @@ fn tpl(pm: &str, kind: &str, path: &str) -> String {
 #[test]
 fn no_secret_reaches_the_debug_log_or_a_metric_label() {
     // Trace level: pingora's trace lines print whole request headers and bodies.
-    let server = Server::start_with(Options {
+    let mut server = Server::start_with(Options {
         log_level: Some("trace"),
         ..Options::default()
     });

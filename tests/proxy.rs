@@ -52,7 +52,7 @@ fn fresh_post(server: &Server, token: &str, target: &str) -> Reply {
 
 #[test]
 fn four_templates_in_a_small_body_are_substituted() {
-    let (server, up, t, pm) = setup();
+    let (mut server, up, t, pm) = setup();
     let body = json!({
         "amount": 1000,
         "card": {

@@ -17,7 +17,7 @@ fn mandates() -> Value {
 
 #[test]
 fn create_and_get_on_both_path_forms() {
-    let server = Server::start();
+    let mut server = Server::start();
     let t = server.token("user_1", "private");
     let pm = server.add_card(&t, "user_1", VISA);
 
@@ -124,7 +124,7 @@ fn invalid_requests_and_other_entities() {
 
 #[test]
 fn verification_then_authorization_over_http() {
-    let server = Server::start();
+    let mut server = Server::start();
     let t = server.token("user_1", "private");
     let public = server.token("user_1", "public");
     let pm = server.add_card(&t, "user_1", VISA);

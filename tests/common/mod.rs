@@ -219,7 +219,10 @@ impl Server {
         self.dir.path().join("server.log")
     }
 
-    pub fn log(&self) -> String {
+    /// The server's whole log. Stops the server first: request lines are written in batches
+    /// (every 10 ms), and only a stopped server has surely written all of them.
+    pub fn log(&mut self) -> String {
+        self.stop(false);
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
