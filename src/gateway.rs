@@ -370,12 +370,14 @@ impl ProxyHttp for Gateway {
             .map(|p| p.target.url.host.as_str())
             .unwrap_or("");
         tracing::info!(
-            method = %session.req_header().method,
-            route = ctx.route,
-            status = ctx.status,
-            target,
-            micros = elapsed.as_micros() as u64,
-            "request"
+            "{}",
+            crate::logging::RequestLine {
+                method: session.req_header().method.as_str(),
+                route: ctx.route,
+                status: ctx.status,
+                target,
+                micros: elapsed.as_micros() as u64,
+            }
         );
     }
 }

@@ -57,7 +57,7 @@ def run(name, port, cmd, wrapper, count, tok):
     data = os.path.join(args.work, "data")
     subprocess.run(["rm", "-rf", data])
     p = subprocess.Popen(wrapper + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env=dict(os.environ, RUST_LOG="error"))
+                         env=dict(os.environ, RUST_LOG=os.environ.get("LOG", "error")))
     try:
         wait_port(port)
         body_file = os.path.join(args.work, f"body-{args.body}.json")

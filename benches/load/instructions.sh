@@ -10,6 +10,7 @@
 #                                                and the request path alone per request,
 #                                                N requests after a warm-up, written to DIR)
 #   BODY=64k benches/load/instructions.sh N     (the 64 KiB body instead of the 1 KiB one)
+#   LOG=info benches/load/instructions.sh N     (RUST_LOG of both programs; default error)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
