@@ -290,3 +290,169 @@ impl<S: Sink> Writer<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::store::audit_file::tests::event;
+
+    /// What a [`FakeSink`] holds, modelled on the store's sink: events committed to an
+    /// outbox, entries appended but not synced, and durable ones. A failed sync loses what it
+    /// covered, and the outbox's events are returned again; failures are injected by count.
+    #[derive(Default)]
+    struct State {
+        outbox: Vec<AuditEvent>,
+        /// How many of the outbox's first events are appended (not to be returned again).
+        moved: usize,
+        /// How many the last `pending` returned.
+        taken: usize,
+        appended: Vec<AuditEvent>,
+        durable: Vec<AuditEvent>,
+        fail_pending: u32,
+        fail_sync: u32,
+        pending_reads: u32,
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeSink(Arc<Mutex<State>>);
+
+    impl Sink for FakeSink {
+        fn pending(&mut self) -> Result<Vec<AuditEvent>, String> {
+            let mut s = self.0.lock();
+            s.pending_reads += 1;
+            s.taken = 0;
+            if s.fail_pending > 0 {
+                s.fail_pending -= 1;
+                return Err("outbox not readable".into());
+            }
+            s.taken = s.outbox.len() - s.moved;
+            Ok(s.outbox[s.moved..].to_vec())
+        }
+
+        fn append(&mut self, events: &[AuditEvent]) -> Result<(), String> {
+            let mut s = self.0.lock();
+            s.appended.extend_from_slice(events);
+            s.moved += std::mem::take(&mut s.taken);
+            Ok(())
+        }
+
+        fn sync(&mut self) -> Result<(), String> {
+            let mut s = self.0.lock();
+            if s.fail_sync > 0 {
+                s.fail_sync -= 1;
+                s.appended.clear();
+                s.moved = 0;
+                return Err("sync failed".into());
+            }
+            let appended = std::mem::take(&mut s.appended);
+            s.durable.extend(appended);
+            let moved = std::mem::take(&mut s.moved);
+            s.outbox.drain(..moved);
+            Ok(())
+        }
+    }
+
+    impl FakeSink {
+        fn durable(&self) -> Vec<AuditEvent> {
+            self.0.lock().durable.clone()
+        }
+
+        /// Waits (at most 5 s) until the durable entries are `expected`.
+        fn await_durable(&self, expected: &[AuditEvent]) {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.durable() != expected && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert_eq!(self.durable(), expected);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_outbox_goes_first_and_a_waiter_is_answered_once_all_before_it_is_durable() {
+        let sink = FakeSink::default();
+        sink.0.lock().outbox.push(event(1));
+        let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        batcher.append_nowait(event(2));
+        batcher.append(event(3)).await.unwrap();
+        assert_eq!(sink.durable(), [event(1), event(2), event(3)]);
+        assert!(sink.0.lock().outbox.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_fails_its_waiter_and_the_next_one_succeeds() {
+        let sink = FakeSink::default();
+        let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        batcher.append(event(1)).await.unwrap();
+        sink.0.lock().fail_sync = 1;
+        let err = batcher.append(event(2)).await.unwrap_err();
+        assert_eq!(err, "sync failed");
+        // The failed sync lost the entry it covered, and its waiter was told so.
+        batcher.append(event(3)).await.unwrap();
+        assert_eq!(sink.durable(), [event(1), event(3)]);
+    }
+
+    #[test]
+    fn outbox_events_whose_sync_failed_are_written_again_once() {
+        let sink = FakeSink::default();
+        {
+            let mut s = sink.0.lock();
+            s.outbox.extend([event(1), event(2)]);
+            s.fail_sync = 2;
+        }
+        let _batcher = AuditBatcher::start(sink.clone()).unwrap();
+        // No one asks again: the writer retries on its own.
+        sink.await_durable(&[event(1), event(2)]);
+        assert!(sink.0.lock().outbox.is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_outbox_is_read_again_without_anything_queued() {
+        let sink = FakeSink::default();
+        {
+            let mut s = sink.0.lock();
+            s.outbox.push(event(1));
+            s.fail_pending = 3;
+        }
+        let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        sink.await_durable(&[event(1)]);
+        assert!(sink.0.lock().pending_reads >= 4);
+        // A waiter that met the unreadable outbox was told; once it reads, waiters succeed.
+        sink.0.lock().fail_pending = 1;
+        assert!(batcher.settle().is_err());
+        batcher.settle().unwrap();
+    }
+
+    #[test]
+    fn an_entry_nobody_waits_for_is_synced_within_the_flush_window() {
+        let sink = FakeSink::default();
+        let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        batcher.append_nowait(event(1));
+        sink.await_durable(&[event(1)]);
+        drop(batcher);
+    }
+
+    #[test]
+    fn dropping_the_handle_writes_and_syncs_what_is_queued_and_counted() {
+        let sink = FakeSink::default();
+        let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        for i in 0..10 {
+            batcher.append_nowait(event(i));
+        }
+        let failure = || AuditEvent {
+            action: "auth.failure".into(),
+            resource: "route=proxy status=401".into(),
+            ..event(0)
+        };
+        for _ in 0..3 {
+            batcher.count(failure());
+        }
+        drop(batcher);
+        let durable = sink.durable();
+        assert_eq!(durable[..10], (0..10).map(event).collect::<Vec<_>>()[..]);
+        assert_eq!(durable[10], failure());
+        assert_eq!(durable[11].resource, "route=proxy status=401 count=2");
+        assert_eq!(durable.len(), 12);
+        assert!(sink.0.lock().appended.is_empty());
+    }
+}

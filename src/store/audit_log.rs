@@ -144,6 +144,9 @@ pub struct LogSink {
     taken: Vec<sled::IVec>,
     /// Outbox keys whose events are in the log, to take out at the next sync.
     moved: Vec<sled::IVec>,
+    /// Syncs still to fail before the file's own (tests of what a failed `fdatasync` does).
+    #[cfg(test)]
+    fail_syncs: u32,
 }
 
 impl LogSink {
@@ -178,11 +181,23 @@ impl LogSink {
             recorded,
             taken: Vec::new(),
             moved,
+            #[cfg(test)]
+            fail_syncs: 0,
         })
     }
 }
 
 impl LogSink {
+    /// `fdatasync` of the log file (in tests, failing first if told to).
+    fn sync_file(&mut self) -> Result<(), String> {
+        #[cfg(test)]
+        if self.fail_syncs > 0 {
+            self.fail_syncs -= 1;
+            return Err("injected fdatasync failure".into());
+        }
+        self.file.sync()
+    }
+
     /// Moves what the outbox holds into the log and syncs it (as the writer does first when
     /// it starts).
     pub fn drain(&mut self) -> Result<(), String> {
@@ -226,7 +241,7 @@ impl Sink for LogSink {
     }
 
     fn sync(&mut self) -> Result<(), String> {
-        if let Err(e) = self.file.sync() {
+        if let Err(e) = self.sync_file() {
             // What the failed sync covered may be lost, and a later sync could still report
             // success (the kernel reports a writeback error once): the file goes back to the
             // recorded head, and the outbox's events are appended again. Should that fail
@@ -317,6 +332,38 @@ mod tests {
         assert_eq!(crate::audit::verify(&entries), Ok(4));
         let head = recorded_head(&db.open_tree("meta").unwrap()).unwrap();
         assert_eq!(head.map(|h| h.seq), Some(4));
+    }
+
+    #[test]
+    fn after_a_failed_sync_the_log_goes_back_to_its_head_and_the_outbox_is_appended_again() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (db, outbox, mut log) = open_all(dir.path());
+            commit_to_outbox(&outbox, &event(1));
+            log.drain().unwrap();
+            commit_to_outbox(&outbox, &event(2));
+            assert_eq!(log.pending().unwrap(), [event(2)]);
+            // Event 3 stands for a proxy entry: queued only, in no outbox.
+            log.append(&[event(2), event(3)]).unwrap();
+            log.fail_syncs = 1;
+            assert_eq!(log.sync().unwrap_err(), "injected fdatasync failure");
+            let in_file = |dir: &Path| -> Vec<AuditEvent> {
+                let entries = audit_file::read_entries(&path(dir)).unwrap();
+                assert!(crate::audit::verify(&entries).is_ok());
+                entries.into_iter().map(|e| e.event).collect()
+            };
+            // What the failed sync covered is gone; the committed change's event waits.
+            assert_eq!(in_file(dir.path()), [event(1)]);
+            assert_eq!(outbox.len(), 1);
+            log.drain().unwrap();
+            assert_eq!(in_file(dir.path()), [event(1), event(2)]);
+            assert!(outbox.is_empty());
+            let head = recorded_head(&db.open_tree("meta").unwrap()).unwrap();
+            assert_eq!(head.map(|h| h.seq), Some(2));
+        }
+        // The store opens on it: the file reaches the recorded head.
+        let store = when_unlocked(|| SledStore::open(dir.path())).unwrap();
+        assert_eq!(store.audit_log().unwrap().len(), 2);
     }
 
     #[test]
