@@ -102,7 +102,7 @@ fn spawn_cvc_sweeper(vault: std::sync::Weak<vault::Vault>) {
         });
 }
 
-/// Builds the pingora server with paycred's one listener. Call `run_forever` on it.
+/// Builds the pingora server with paycred's one listener. Call `run` (or `run_forever`) on it.
 pub fn build_server(config: Config) -> Result<Server, StartError> {
     let server_conf = ServerConf {
         threads: config.server.threads,

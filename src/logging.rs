@@ -5,8 +5,11 @@
 //! worker thread for every request (about half of the 14 % of the 1 KiB proxy's throughput
 //! that the default level cost, with stderr going to a file; docs/performance.md has the
 //! rest). Warnings and errors are written at
-//! once, after what is buffered, so they keep their order and survive a crash. When stderr
-//! cannot keep up, lines beyond [`MAX_BUFFERED`] are dropped and counted, never waited for.
+//! once, after what is buffered, so they keep their order and survive a crash (while the
+//! thread is writing, they join the buffer instead of waiting for it). When stderr cannot keep
+//! up, lines beyond [`MAX_BUFFERED`] are dropped and counted: an `info` line never waits for
+//! stderr, and a warning only for its own write. A panic writes the buffered lines before its
+//! message.
 
 use parking_lot::Mutex;
 use std::io::{IsTerminal, Write};
@@ -45,6 +48,12 @@ pub fn init() -> FlushOnDrop {
         .with_default(LevelFilter::TRACE)
         .with_target(CAPPED_LOG_TARGET, LevelFilter::INFO);
     let (writer, guard) = BatchedStderr::start(std::io::stderr());
+    let shared = writer.shared.clone();
+    let panic_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        shared.flush_for_panic();
+        panic_hook(info);
+    }));
     let _ = tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
@@ -180,12 +189,28 @@ impl<W: Write> Shared<W> {
         }
     }
 
-    /// Writes `line` at once, after the buffered lines.
-    fn write_now(&self, line: &[u8]) {
-        let mut out = self.out.lock();
+    /// Writes `line` at once, after the buffered lines. While someone else is writing
+    /// (the thread, into a stderr that may be stalled), a request thread does not wait: the
+    /// line joins the buffer behind everything logged before it, unless `wait` (nothing
+    /// would write it later).
+    fn write_now(&self, line: &[u8], wait: bool) {
+        let mut out = match self.out.try_lock() {
+            Some(out) => out,
+            None if wait => self.out.lock(),
+            None => return self.keep(line),
+        };
         let before = std::mem::take(&mut *self.lines.lock());
         let _ = out.write_all(&before);
         let _ = out.write_all(line);
+    }
+
+    /// What a panic writes first, so that the lines before it come before its message: the
+    /// buffered lines, unless someone is writing (a stalled stderr must not hang a panic).
+    fn flush_for_panic(&self) {
+        if let Some(mut out) = self.out.try_lock() {
+            let before = std::mem::take(&mut *self.lines.lock());
+            let _ = out.write_all(&before);
+        }
     }
 
     /// Keeps `line` for the next flush, or counts it as dropped when the buffer is full.
@@ -273,8 +298,9 @@ pub struct LineWriter<'a, W> {
 impl<W: Write> Write for LineWriter<'_, W> {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         // Once stopped there is no thread left to write later.
-        if self.now || self.shared.stop.load(Ordering::Acquire) {
-            self.shared.write_now(line);
+        let stopped = self.shared.stop.load(Ordering::Acquire);
+        if self.now || stopped {
+            self.shared.write_now(line, stopped);
         } else {
             self.shared.keep(line);
             // The thread may have made its last flush since the check above.
@@ -386,6 +412,24 @@ mod tests {
         assert!(!text.contains("third"), "{text}");
         writer.shared.flush(&mut Vec::new());
         assert!(out.text().trim_end().ends_with("third"));
+    }
+
+    #[test]
+    fn a_warning_does_not_wait_for_a_write_under_way() {
+        let out = Recorder::default();
+        let writer = unstarted(out.clone());
+        // As if the thread were stuck writing into a stalled stderr.
+        let held = writer.shared.out.lock();
+        with_log(&writer, || {
+            tracing::info!("first");
+            tracing::warn!("second");
+        });
+        drop(held);
+        assert!(out.writes.lock().is_empty());
+        writer.shared.flush(&mut Vec::new());
+        let text = out.text();
+        let (first, second) = (text.find("first").unwrap(), text.find("second").unwrap());
+        assert!(first < second, "{text}");
     }
 
     #[test]

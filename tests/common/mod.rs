@@ -385,10 +385,11 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.stop(true);
+        // A failed test gets the whole log (a graceful stop writes the last lines).
         if std::thread::panicking() {
             eprintln!("----- server log -----\n{}", self.log());
         }
+        self.stop(true);
     }
 }
 
