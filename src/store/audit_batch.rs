@@ -26,6 +26,10 @@
 //! outlast `graceful_shutdown_timeout`. A crash can lose the entries of the last window (at
 //! most 25 ms) and counts not yet written (at most 1 s); events in the outbox stay there
 //! until the log holds them durably.
+//!
+//! While the storage fails, the writer retries every [`FLUSH_EVERY`] and logs the failure at
+//! most once every [`FAILURE_LOG_EVERY`], with how often it happened and how many entries
+//! were lost since the last line.
 
 use super::audit_tally::Tally;
 use super::AuditEvent;
@@ -47,6 +51,41 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 /// for ([`AuditBatcher::append`]) that arrives meanwhile waits this long too; one that finds
 /// the writer idle is written at once.
 pub const GATHER: Duration = Duration::from_millis(5);
+
+/// How often a storage failure that goes on is logged again.
+pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The writer's error lines while its storage fails. The writer retries every
+/// [`FLUSH_EVERY`], so a dead disk would log 50 lines a second: a failure is logged when
+/// none was for [`FAILURE_LOG_EVERY`], and the failures and lost entries in between are
+/// counted into the next line.
+#[derive(Debug, Default)]
+struct FailureLog {
+    last_line: Option<Instant>,
+    /// Failures, and entries lost with them, since the last line.
+    unlogged: u64,
+    lost: usize,
+}
+
+impl FailureLog {
+    /// Notes a failure at `now`; whether it was logged.
+    fn failed(&mut self, what: &str, error: &str, lost: usize, now: Instant) -> bool {
+        self.unlogged += 1;
+        self.lost += lost;
+        if self
+            .last_line
+            .is_some_and(|t| now.saturating_duration_since(t) < FAILURE_LOG_EVERY)
+        {
+            return false;
+        }
+        tracing::error!(error, times = self.unlogged, lost = self.lost, "{what}");
+        *self = Self {
+            last_line: Some(now),
+            ..Self::default()
+        };
+        true
+    }
+}
 
 /// Where the writer writes: the log, and the outbox of events that changes committed.
 pub trait Sink: Send + 'static {
@@ -178,6 +217,7 @@ struct Writer<S> {
     unsynced_since: Option<Instant>,
     /// When to try again after the outbox could not be read or a batch not written.
     retry_at: Option<Instant>,
+    failures: FailureLog,
 }
 
 impl<S: Sink> Writer<S> {
@@ -187,6 +227,7 @@ impl<S: Sink> Writer<S> {
             tally,
             unsynced_since: None,
             retry_at: None,
+            failures: FailureLog::default(),
         }
     }
 
@@ -248,7 +289,8 @@ impl<S: Sink> Writer<S> {
         let (mut batch, mut result) = match self.sink.pending() {
             Ok(pending) => (pending, Ok(())),
             Err(e) => {
-                tracing::error!(error = %e, "audit outbox not read");
+                self.failures
+                    .failed("audit outbox not read", &e, 0, Instant::now());
                 (Vec::new(), Err(e))
             }
         };
@@ -256,7 +298,9 @@ impl<S: Sink> Writer<S> {
         batch.extend(events);
         if !batch.is_empty() {
             if let Err(e) = self.sink.append(&batch) {
-                tracing::error!(error = %e, lost = batch.len() - pending, "audit batch not written");
+                let lost = batch.len() - pending;
+                self.failures
+                    .failed("audit batch not written", &e, lost, Instant::now());
                 result = Err(e);
             }
             self.unsynced_since.get_or_insert_with(Instant::now);
@@ -277,7 +321,8 @@ impl<S: Sink> Writer<S> {
         self.unsynced_since = None;
         let result = self.sink.sync();
         if let Err(e) = &result {
-            tracing::error!(error = %e, "audit sync failed");
+            self.failures
+                .failed("audit sync failed", e, 0, Instant::now());
             // Tried again with the next window.
             self.unsynced_since = Some(Instant::now());
         }
@@ -366,6 +411,22 @@ mod tests {
             }
             assert_eq!(self.durable(), expected);
         }
+    }
+
+    #[test]
+    fn a_failure_that_goes_on_is_logged_once_every_window_with_what_happened_meanwhile() {
+        let mut log = FailureLog::default();
+        let start = Instant::now();
+        assert!(log.failed("audit sync failed", "EIO", 0, start));
+        // The writer retries every 20 ms: 499 more failures in the next 10 s, 3 entries lost.
+        for i in 1..500u32 {
+            let lost = usize::from(i % 200 == 0);
+            let at = start + FLUSH_EVERY * i;
+            assert!(!log.failed("audit batch not written", "EIO", lost, at));
+        }
+        assert_eq!((log.unlogged, log.lost), (499, 2));
+        assert!(log.failed("audit sync failed", "EIO", 1, start + FAILURE_LOG_EVERY));
+        assert_eq!((log.unlogged, log.lost), (0, 0));
     }
 
     #[tokio::test]
