@@ -32,7 +32,7 @@ pub const MAX_BUFFERED: usize = 4 << 20;
 /// `pingora_pool`, ...).
 const CAPPED_LOG_TARGET: &str = "pingora";
 
-/// Logs at `RUST_LOG`'s levels (default info), [`CAPPED_LOG_TARGET`] at info at most, through
+/// Logs at `RUST_LOG`'s levels (default info), `CAPPED_LOG_TARGET` at info at most, through
 /// a [`BatchedStderr`]. Keep the guard until the server has stopped: dropping it writes what
 /// is left.
 ///

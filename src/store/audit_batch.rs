@@ -27,9 +27,9 @@
 //! most 25 ms) and counts not yet written (at most 1 s); events in the outbox stay there
 //! until the log holds them durably.
 //!
-//! While the storage fails, the writer retries every [`FLUSH_EVERY`] and logs the failure at
-//! most once every [`FAILURE_LOG_EVERY`], with how often it happened and how many entries
-//! were lost since the last line.
+//! While the storage fails, the writer retries every [`FLUSH_EVERY`] and logs at most two
+//! lines every [`FAILURE_LOG_EVERY`] (`FailureLog`), which count every failure and the
+//! entries lost with them.
 
 use super::audit_tally::Tally;
 use super::AuditEvent;
@@ -57,18 +57,20 @@ pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The writer's error lines while its storage fails. The writer retries every
 /// [`FLUSH_EVERY`], so a dead disk would log 50 lines a second: a failure is logged when
-/// none was for [`FAILURE_LOG_EVERY`], and the failures and lost entries in between are
-/// counted into the next line.
+/// none was for [`FAILURE_LOG_EVERY`]; the ones in between are counted, with the entries lost
+/// with them (for a failed sync: possibly lost, see [`Writer::sync_now`]), and reported in one line [`FAILURE_LOG_EVERY`] after the last line (or when
+/// the writer stops). At most two lines every [`FAILURE_LOG_EVERY`], and every failure and
+/// lost entry is in one of them.
 #[derive(Debug, Default)]
 struct FailureLog {
     last_line: Option<Instant>,
-    /// Failures, and entries lost with them, since the last line.
+    /// Failures, and entries lost with them, not yet in a line.
     unlogged: u64,
     lost: usize,
 }
 
 impl FailureLog {
-    /// Notes a failure at `now`; whether it was logged.
+    /// Notes a failure at `now`; whether it was logged at once.
     fn failed(&mut self, what: &str, error: &str, lost: usize, now: Instant) -> bool {
         self.unlogged += 1;
         self.lost += lost;
@@ -78,12 +80,39 @@ impl FailureLog {
         {
             return false;
         }
-        tracing::error!(error, times = self.unlogged, lost = self.lost, "{what}");
+        tracing::error!(error = %error, times = self.unlogged, lost = self.lost, "{what}");
+        self.logged(now);
+        true
+    }
+
+    /// When the failures not yet in a line are due to be reported.
+    fn report_due(&self) -> Option<Instant> {
+        (self.unlogged > 0).then(|| {
+            self.last_line
+                .map_or(Instant::now(), |t| t + FAILURE_LOG_EVERY)
+        })
+    }
+
+    /// Reports the failures not yet in a line if that is due at `now` (or `now` is the last
+    /// chance); whether it did.
+    fn report(&mut self, now: Instant, last_chance: bool) -> bool {
+        if !(last_chance || self.report_due().is_some_and(|due| due <= now)) || self.unlogged == 0 {
+            return false;
+        }
+        tracing::error!(
+            times = self.unlogged,
+            lost = self.lost,
+            "audit storage failures since the last line"
+        );
+        self.logged(now);
+        true
+    }
+
+    fn logged(&mut self, now: Instant) {
         *self = Self {
             last_line: Some(now),
             ..Self::default()
         };
-        true
     }
 }
 
@@ -217,6 +246,9 @@ struct Writer<S> {
     unsynced_since: Option<Instant>,
     /// When to try again after the outbox could not be read or a batch not written.
     retry_at: Option<Instant>,
+    /// Entries appended since the last good sync that are in no outbox (proxy uses, counts):
+    /// a failed sync may lose them (the log goes back to its recorded head).
+    unsynced_own: usize,
     failures: FailureLog,
 }
 
@@ -227,6 +259,7 @@ impl<S: Sink> Writer<S> {
             tally,
             unsynced_since: None,
             retry_at: None,
+            unsynced_own: 0,
             failures: FailureLog::default(),
         }
     }
@@ -240,6 +273,7 @@ impl<S: Sink> Writer<S> {
                 self.retry_at,
                 // A window opened since is noticed: its first event comes through the queue.
                 self.tally.lock().next_due(),
+                self.failures.report_due(),
             ]
             .into_iter()
             .flatten()
@@ -276,11 +310,13 @@ impl<S: Sink> Writer<S> {
             {
                 self.sync();
             }
+            self.failures.report(Instant::now(), false);
         }
         // Stopping: the counts still open, then everything to disk.
         let events = self.tally.lock().drain();
         self.write_batch(events, Vec::new());
         self.sync();
+        self.failures.report(Instant::now(), true);
     }
 
     /// Writes the outbox's pending events and then `events` in one append, and answers
@@ -297,11 +333,14 @@ impl<S: Sink> Writer<S> {
         let pending = batch.len();
         batch.extend(events);
         if !batch.is_empty() {
-            if let Err(e) = self.sink.append(&batch) {
-                let lost = batch.len() - pending;
-                self.failures
-                    .failed("audit batch not written", &e, lost, Instant::now());
-                result = Err(e);
+            let own = batch.len() - pending;
+            match self.sink.append(&batch) {
+                Ok(()) => self.unsynced_own += own,
+                Err(e) => {
+                    self.failures
+                        .failed("audit batch not written", &e, own, Instant::now());
+                    result = Err(e);
+                }
             }
             self.unsynced_since.get_or_insert_with(Instant::now);
         }
@@ -317,12 +356,17 @@ impl<S: Sink> Writer<S> {
         }
     }
 
+    /// Syncs. On failure the entries of the writer's own since the last good sync count as
+    /// lost: the store's log goes back to its recorded head when `fdatasync` fails (they are
+    /// kept when only recording the head failed).
     fn sync_now(&mut self) -> Result<(), String> {
         self.unsynced_since = None;
         let result = self.sink.sync();
+        // Lost, or kept when only recording the head failed after the data was synced.
+        let at_risk = std::mem::take(&mut self.unsynced_own);
         if let Err(e) = &result {
             self.failures
-                .failed("audit sync failed", e, 0, Instant::now());
+                .failed("audit sync failed", e, at_risk, Instant::now());
             // Tried again with the next window.
             self.unsynced_since = Some(Instant::now());
         }
@@ -355,6 +399,7 @@ mod tests {
         appended: Vec<AuditEvent>,
         durable: Vec<AuditEvent>,
         fail_pending: u32,
+        fail_append: u32,
         fail_sync: u32,
         pending_reads: u32,
     }
@@ -377,6 +422,11 @@ mod tests {
 
         fn append(&mut self, events: &[AuditEvent]) -> Result<(), String> {
             let mut s = self.0.lock();
+            if s.fail_append > 0 {
+                s.fail_append -= 1;
+                s.taken = 0;
+                return Err("append failed".into());
+            }
             s.appended.extend_from_slice(events);
             s.moved += std::mem::take(&mut s.taken);
             Ok(())
@@ -413,20 +463,62 @@ mod tests {
         }
     }
 
+    /// What `f` logs, as the server's formatter writes it (no colours).
+    fn logged(f: impl FnOnce()) -> String {
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Capture {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Capture(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(out.lock().clone()).unwrap();
+        text
+    }
+
     #[test]
-    fn a_failure_that_goes_on_is_logged_once_every_window_with_what_happened_meanwhile() {
+    fn a_failure_that_goes_on_is_logged_once_a_window_and_every_one_is_counted() {
         let mut log = FailureLog::default();
         let start = Instant::now();
-        assert!(log.failed("audit sync failed", "EIO", 0, start));
-        // The writer retries every 20 ms: 499 more failures in the next 10 s, 3 entries lost.
-        for i in 1..500u32 {
-            let lost = usize::from(i % 200 == 0);
-            let at = start + FLUSH_EVERY * i;
-            assert!(!log.failed("audit batch not written", "EIO", lost, at));
-        }
-        assert_eq!((log.unlogged, log.lost), (499, 2));
-        assert!(log.failed("audit sync failed", "EIO", 1, start + FAILURE_LOG_EVERY));
-        assert_eq!((log.unlogged, log.lost), (0, 0));
+        let text = logged(|| {
+            assert!(log.failed("audit sync failed", "EIO", 2, start));
+            // The writer retries every 20 ms: 499 more failures in the next 10 s, 2 lost.
+            for i in 1..500u32 {
+                let at = start + FLUSH_EVERY * i;
+                let lost = usize::from(i % 200 == 0);
+                assert!(!log.failed("audit batch not written", "EIO", lost, at));
+                assert!(!log.report(at, false));
+            }
+            // Reported 10 s after the last line, with no further failure needed.
+            assert_eq!(log.report_due(), Some(start + FAILURE_LOG_EVERY));
+            assert!(log.report(start + FAILURE_LOG_EVERY, false));
+            assert!(!log.report(start + FAILURE_LOG_EVERY * 3, false));
+            // One more, too soon for a line of its own: reported when the writer stops.
+            let later = start + FAILURE_LOG_EVERY + Duration::from_secs(2);
+            assert!(!log.failed("audit outbox not read", "EIO", 0, later));
+            assert!(log.report(later + Duration::from_secs(1), true));
+        });
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].contains("audit sync failed error=EIO times=1 lost=2"),
+            "{text}"
+        );
+        assert!(
+            lines[1].contains("audit storage failures since the last line times=499 lost=2"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with("times=1 lost=0"), "{text}");
     }
 
     #[tokio::test]
@@ -434,6 +526,8 @@ mod tests {
         let sink = FakeSink::default();
         sink.0.lock().outbox.push(event(1));
         let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        // Moved when the writer starts, before anything is queued.
+        sink.await_durable(&[event(1)]);
         batcher.append_nowait(event(2));
         batcher.append(event(3)).await.unwrap();
         assert_eq!(sink.durable(), [event(1), event(2), event(3)]);
@@ -451,6 +545,23 @@ mod tests {
         // The failed sync lost the entry it covered, and its waiter was told so.
         batcher.append(event(3)).await.unwrap();
         assert_eq!(sink.durable(), [event(1), event(3)]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_append_fails_its_waiter_and_the_outbox_is_written_later() {
+        let sink = FakeSink::default();
+        let batcher = AuditBatcher::start(sink.clone()).unwrap();
+        batcher.append(event(1)).await.unwrap();
+        {
+            let mut s = sink.0.lock();
+            s.outbox.push(event(2));
+            s.fail_append = 1;
+        }
+        let err = batcher.append(event(3)).await.unwrap_err();
+        assert_eq!(err, "append failed");
+        // The committed change's event is retried on its own; the waiter's entry was lost,
+        // and it was told so.
+        sink.await_durable(&[event(1), event(2)]);
     }
 
     #[test]
