@@ -126,6 +126,9 @@ pub trait Sink: Send + 'static {
     /// pending events are returned again.
     fn append(&mut self, events: &[AuditEvent]) -> Result<(), String>;
     /// Makes everything appended durable (and then takes the appended outbox events out).
+    /// An error means it may not be: the appended entries may be lost (the outbox's events
+    /// are then returned by [`Sink::pending`] again), or durable with only the bookkeeping
+    /// after the sync failed.
     fn sync(&mut self) -> Result<(), String>;
 }
 
