@@ -51,7 +51,9 @@ pub fn init() -> FlushOnDrop {
     let shared = writer.shared.clone();
     let panic_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        shared.flush_for_panic();
+        // The lines before the panic come before its message; a stalled stderr must not
+        // hang the panic, so nothing waits for a write under way.
+        shared.write_now(&[], false);
         panic_hook(info);
     }));
     let _ = tracing_subscriber::registry()
@@ -170,11 +172,15 @@ impl<W: Write> Shared<W> {
         }
     }
 
-    /// Writes the buffered lines, swapped for `spare` so that request threads only wait for
-    /// the swap, never for the write. Write errors are dropped: there is nowhere left to
-    /// report them.
+    /// Writes the buffered lines.
     fn flush(&self, spare: &mut Vec<u8>) {
-        let mut out = self.out.lock();
+        self.write_buffered(&mut self.out.lock(), spare);
+    }
+
+    /// With `out` held: writes the buffered lines, swapped for `spare` so that request threads
+    /// only wait for the swap, never for the write, and the count of dropped ones. Write
+    /// errors are dropped: there is nowhere left to report them.
+    fn write_buffered(&self, out: &mut W, spare: &mut Vec<u8>) {
         std::mem::swap(&mut *self.lines.lock(), spare);
         if !spare.is_empty() {
             let _ = out.write_all(spare);
@@ -199,18 +205,8 @@ impl<W: Write> Shared<W> {
             None if wait => self.out.lock(),
             None => return self.keep(line),
         };
-        let before = std::mem::take(&mut *self.lines.lock());
-        let _ = out.write_all(&before);
+        self.write_buffered(&mut out, &mut Vec::new());
         let _ = out.write_all(line);
-    }
-
-    /// What a panic writes first, so that the lines before it come before its message: the
-    /// buffered lines, unless someone is writing (a stalled stderr must not hang a panic).
-    fn flush_for_panic(&self) {
-        if let Some(mut out) = self.out.try_lock() {
-            let before = std::mem::take(&mut *self.lines.lock());
-            let _ = out.write_all(&before);
-        }
     }
 
     /// Keeps `line` for the next flush, or counts it as dropped when the buffer is full.
@@ -335,7 +331,7 @@ impl<'a, W: Write + 'a> MakeWriter<'a> for BatchedStderr<W> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use tracing_subscriber::prelude::*;
@@ -369,12 +365,23 @@ mod tests {
         }
     }
 
-    /// Logs through `writer` as the server does (tracing's formatter, no colours).
+    /// Logs through `writer` as the server does (tracing's formatter, its timestamps, no
+    /// colours).
     fn with_log(writer: &BatchedStderr<Recorder>, f: impl FnOnce()) {
         let layer = tracing_subscriber::fmt::layer()
             .with_ansi(false)
+            .with_timer(UtcMicros)
             .with_writer(writer.clone());
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), f);
+    }
+
+    /// The lines `f` logs, as the server would write them (for tests of other modules).
+    pub(crate) fn logged(f: impl FnOnce()) -> String {
+        let out = Recorder::default();
+        let writer = unstarted(out.clone());
+        with_log(&writer, f);
+        writer.shared.flush(&mut Vec::new());
+        out.text()
     }
 
     #[test]
@@ -452,20 +459,13 @@ mod tests {
 
     #[test]
     fn timestamps_are_rfc3339_utc_with_microseconds() {
-        let out = Recorder::default();
-        let writer = unstarted(out.clone());
-        let layer = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_timer(UtcMicros)
-            .with_writer(writer.clone());
         let before = time::OffsetDateTime::now_utc();
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let text = logged(|| {
             tracing::info!("a");
             tracing::info!("b");
         });
         let after = time::OffsetDateTime::now_utc();
-        writer.shared.flush(&mut Vec::new());
-        for line in out.text().lines() {
+        for line in text.lines() {
             let stamp = line.split(' ').next().unwrap();
             assert_eq!(stamp.len(), "2026-11-23T02:26:31.747290Z".len(), "{line}");
             let t =

@@ -11,6 +11,7 @@
 # Each variant's stderr goes to a file, as it would to a log collector.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 [ $# -ge 2 ] || { sed -n 2,10p "$0"; exit 2; }
 bin_a=$(realpath "$1"); bin_b=$(realpath "$2"); pairs=${3:-6}; secs=${4:-3}
 root=$(cd "$here/../.." && pwd)
@@ -28,7 +29,6 @@ cleanup() {
   rm -rf "$top"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port)
 taskset -c 1 "$upstream_bin" "127.0.0.1:$UP" &
 pids+=($!)
@@ -42,22 +42,16 @@ start() {
   RUST_LOG=$log taskset -c 0 "$bin" serve -c "$work/paycred.yaml" 2>"$work/stderr.log" >/dev/null &
   pids+=($!)
   echo "$!" >"$work/pid"; echo "$PC" >"$work/port"
-  for _ in $(seq 1 100); do curl -sf "127.0.0.1:$PC/health" >/dev/null && break; sleep 0.1; done
+  wait_healthy "$PC"
   "$bin" jwt --key "$work/key.pem" --kid k1 --project bench --sub bench --role private --ttl 30m >"$work/token"
   local pm
-  pm=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/payment-methods" -H "Authorization: Bearer $(cat "$work/token")" \
-    -H 'Content-Type: application/json' \
-    -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id)
+  pm=$(add_bench_card "$PC" "$(cat "$work/token")")
   python3 "$here/bodies.py" "$pm" "$work"
 }
 start a "$bin_a" "${LOG_A:-warn}"
 start b "$bin_b" "${LOG_B:-warn}"
 
-# Wait (bounded) for a quiet machine.
-for _ in $(seq 1 20); do
-  python3 -c "import sys; sys.exit(0 if $(cut -d' ' -f1 /proc/loadavg) < 0.7 else 1)" && break
-  sleep 1
-done
+wait_for_quiet
 
 results="$top/results.tsv"
 run() { # variant

@@ -14,6 +14,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
+. "$here/lib.sh"
 n=${1:-2000}
 for tool in valgrind strace curl jq openssl python3; do
   command -v "$tool" >/dev/null || { echo "instructions: $tool is missing"; exit 1; }
@@ -23,7 +24,6 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -z "${KEEP:-}" ] || cp "$work"/cg.* "$work"/st.* "$KEEP"/ 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 release="${CARGO_TARGET_DIR:-$root/target}/release"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); PT=$(free_port); PC=$(free_port)
 (cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
 bin="$release/paycred"
@@ -34,4 +34,7 @@ echo "requests: $n (body ${BODY:-1k} with 4 templates; the pass-through forwards
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
   --paycred-port "$PC" --passthrough "$release/examples/passthrough" --passthrough-port "$PT" \
   --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" --body "${BODY:-1k}" ${PROFILE:+--profile yes}
-[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && cp "$work"/callgrind.* "$PROFILE/" && echo "profiles: $PROFILE/callgrind.{paycred,pt}"
+# (An `if`: a trailing `[ ... ] &&` would make the script exit 1 without PROFILE.)
+if [ -n "${PROFILE:-}" ]; then
+  mkdir -p "$PROFILE" && cp "$work"/callgrind.* "$PROFILE/" && echo "profiles: $PROFILE/callgrind.{paycred,pt}"
+fi

@@ -12,6 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
+. "$here/lib.sh"
 smoke=0; [ "${1:-}" = "--smoke" ] && smoke=1
 if [ $smoke = 1 ]; then reps=1; secs=1; else reps=6; secs=3; fi
 
@@ -29,7 +30,6 @@ cleanup() {
 trap cleanup EXIT
 
 release="${CARGO_TARGET_DIR:-$root/target}/release"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); NGX=$(free_port); PT=$(free_port); PC=$(free_port)
 
 echo "== building (release)"
@@ -71,22 +71,15 @@ RUST_LOG=warn taskset -c 0 "$bin" serve -c "$work/paycred.yaml" >"$work/paycred.
 pids+=($!); PC_PID=$!
 RUST_LOG=error taskset -c 0 "$pt_bin" "127.0.0.1:$PT" "127.0.0.1:$UP" 1 >"$work/pt.log" 2>&1 &
 pids+=($!); PT_PID=$!
-for _ in $(seq 1 100); do curl -sf "127.0.0.1:$PC/health" >/dev/null && break; sleep 0.1; done
+wait_healthy "$PC"
 export TOKEN=$("$bin" jwt --key "$work/key.pem" --kid k1 --project bench --sub bench --role private --ttl 30m)
-PM=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/payment-methods" -H "Authorization: Bearer $TOKEN" \
-  -H 'Content-Type: application/json' \
-  -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id)
+PM=$(add_bench_card "$PC" "$TOKEN")
 PI=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/purchase-intents" -H "Authorization: Bearer $TOKEN" \
   -H 'Content-Type: application/json' \
   -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$PM"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id)
 python3 "$here/bodies.py" "$PM" "$work"
 
-# Wait (bounded) for a quiet machine: other load skews every number.
-for _ in $(seq 1 20); do
-  load=$(cut -d' ' -f1 /proc/loadavg)
-  python3 -c "import sys; sys.exit(0 if $load < 0.7 else 1)" && break
-  sleep 1
-done
+wait_for_quiet
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 # CPU ticks of the threads that serve requests (paycred's runtime threads are named after the
@@ -150,12 +143,10 @@ flushes=$(curl -s "127.0.0.1:$PC/metrics" | awk '/^paycred_store_flushes_total/{
 kill "$PC_PID"; wait "$PC_PID" 2>/dev/null || true
 RUST_LOG=warn taskset -c 0 "$bin" serve -c "$work/paycred.yaml" >>"$work/paycred.log" 2>&1 &
 pids+=($!); PC_PID=$!
-for _ in $(seq 1 100); do curl -sf "127.0.0.1:$PC/health" >/dev/null && break; sleep 0.1; done
+wait_healthy "$PC"
 # (The restart destroyed the in-memory CVC keys: add the card again under a new payment method.)
 curl -sf -X DELETE "127.0.0.1:$PC/projects/bench/payment-methods/$PM" -H "Authorization: Bearer $TOKEN"
-PM=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/payment-methods" -H "Authorization: Bearer $TOKEN" \
-  -H 'Content-Type: application/json' \
-  -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id)
+PM=$(add_bench_card "$PC" "$TOKEN")
 python3 "$here/bodies.py" "$PM" "$work"
 rss() { awk '/VmHWM/{print $2}' "/proc/$PC_PID/status"; }
 rss0=$(rss)

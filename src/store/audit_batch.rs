@@ -58,9 +58,9 @@ pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 /// The writer's error lines while its storage fails. The writer retries every
 /// [`FLUSH_EVERY`], so a dead disk would log 50 lines a second: a failure is logged when
 /// none was for [`FAILURE_LOG_EVERY`]; the ones in between are counted, with the entries lost
-/// with them (for a failed sync: possibly lost, see [`Writer::sync_now`]), and reported in one line [`FAILURE_LOG_EVERY`] after the last line (or when
-/// the writer stops). At most two lines every [`FAILURE_LOG_EVERY`], and every failure and
-/// lost entry is in one of them.
+/// with them (for a failed sync: possibly lost, see [`Writer::sync_now`]), and reported in
+/// one line [`FAILURE_LOG_EVERY`] after the last line (or when the writer stops). At most two
+/// lines every [`FAILURE_LOG_EVERY`], and every failure and lost entry is in one of them.
 #[derive(Debug, Default)]
 struct FailureLog {
     last_line: Option<Instant>,
@@ -96,7 +96,8 @@ impl FailureLog {
     /// Reports the failures not yet in a line if that is due at `now` (or `now` is the last
     /// chance); whether it did.
     fn report(&mut self, now: Instant, last_chance: bool) -> bool {
-        if !(last_chance || self.report_due().is_some_and(|due| due <= now)) || self.unlogged == 0 {
+        let due = last_chance || self.report_due().is_some_and(|due| due <= now);
+        if !due || self.unlogged == 0 {
             return false;
         }
         tracing::error!(
@@ -466,34 +467,11 @@ mod tests {
         }
     }
 
-    /// What `f` logs, as the server's formatter writes it (no colours).
-    fn logged(f: impl FnOnce()) -> String {
-        struct Capture(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Capture {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let sink = out.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        let text = String::from_utf8(out.lock().clone()).unwrap();
-        text
-    }
-
     #[test]
     fn a_failure_that_goes_on_is_logged_once_a_window_and_every_one_is_counted() {
         let mut log = FailureLog::default();
         let start = Instant::now();
-        let text = logged(|| {
+        let text = crate::logging::tests::logged(|| {
             assert!(log.failed("audit sync failed", "EIO", 2, start));
             // The writer retries every 20 ms: 499 more failures in the next 10 s, 2 lost.
             for i in 1..500u32 {

@@ -295,6 +295,13 @@ mod tests {
         LogSink::open(dir, meta, outbox, commit).unwrap()
     }
 
+    /// The events in the log of the store in `dir`, oldest first; the chain must verify.
+    fn logged_events(dir: &Path) -> Vec<AuditEvent> {
+        let entries = audit_file::read_entries(&path(dir)).unwrap();
+        assert_eq!(crate::audit::verify(&entries), Ok(entries.len()));
+        entries.into_iter().map(|e| e.event).collect()
+    }
+
     /// The store's database in `dir`, its outbox, and a sink on them.
     fn open_all(dir: &Path) -> (sled::Db, sled::Tree, LogSink) {
         let db = when_unlocked(|| sled::open(dir)).unwrap();
@@ -326,10 +333,8 @@ mod tests {
         let mut log = sink(dir.path(), &db);
         log.drain().unwrap();
         assert!(outbox.is_empty());
-        let entries = audit_file::read_entries(&path(dir.path())).unwrap();
-        let got: Vec<_> = entries.iter().map(|e| e.event.clone()).collect();
+        let got = logged_events(dir.path());
         assert_eq!(got, [event(1), event(2), event(3), event(4)]);
-        assert_eq!(crate::audit::verify(&entries), Ok(4));
         let head = recorded_head(&db.open_tree("meta").unwrap()).unwrap();
         assert_eq!(head.map(|h| h.seq), Some(4));
     }
@@ -347,16 +352,11 @@ mod tests {
             log.append(&[event(2), event(3)]).unwrap();
             log.fail_syncs = 1;
             assert_eq!(log.sync().unwrap_err(), "injected fdatasync failure");
-            let in_file = |dir: &Path| -> Vec<AuditEvent> {
-                let entries = audit_file::read_entries(&path(dir)).unwrap();
-                assert!(crate::audit::verify(&entries).is_ok());
-                entries.into_iter().map(|e| e.event).collect()
-            };
             // What the failed sync covered is gone; the committed change's event waits.
-            assert_eq!(in_file(dir.path()), [event(1)]);
+            assert_eq!(logged_events(dir.path()), [event(1)]);
             assert_eq!(outbox.len(), 1);
             log.drain().unwrap();
-            assert_eq!(in_file(dir.path()), [event(1), event(2)]);
+            assert_eq!(logged_events(dir.path()), [event(1), event(2)]);
             assert!(outbox.is_empty());
             let head = recorded_head(&db.open_tree("meta").unwrap()).unwrap();
             assert_eq!(head.map(|h| h.seq), Some(2));
@@ -380,9 +380,7 @@ mod tests {
         }
         let db = when_unlocked(|| sled::open(dir.path())).unwrap();
         sink(dir.path(), &db).drain().unwrap();
-        let entries = audit_file::read_entries(&path(dir.path())).unwrap();
-        let got: Vec<_> = entries.into_iter().map(|e| e.event).collect();
-        assert_eq!(got, [event(9), event(9)]);
+        assert_eq!(logged_events(dir.path()), [event(9), event(9)]);
     }
 
     /// A data dir laid out as before the log was a file: values of entry lines keyed by
