@@ -63,7 +63,7 @@ pub struct ServerFile {
     /// After the grace period, how long in-flight requests get to finish (e.g. `5s`).
     #[serde(default = "default_shutdown_timeout")]
     pub graceful_shutdown_timeout: String,
-    /// Idle connections kept per target address.
+    /// Idle connections kept to targets, all targets together.
     #[serde(default = "default_keepalive_pool")]
     pub upstream_keepalive_pool_size: usize,
 }

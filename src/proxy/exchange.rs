@@ -4,13 +4,15 @@
 //! pingora's HTTP/1 client flushes the request header on its own before the body
 //! (`write_request_header`), and its proxy runs the request and the response as two tasks
 //! joined by channels. A prepared body needs neither: the request line, the headers and the
-//! body leave in one write, then the response is read and relayed in one loop. Connections
-//! still come from, and go back to, a pingora [`TransportConnector`] (pool, TLS,
-//! verification), and the response is parsed by pingora's HTTP/1 client session.
+//! body leave in one write, then the response is read and relayed in one loop. New
+//! connections come from a pingora [`TransportConnector`] (TCP, TLS, verification), idle
+//! ones wait in paycred's [`IdlePool`] (see there for why not pingora's pool), and the
+//! response is parsed by pingora's HTTP/1 client session.
 //!
 //! Only requests that can have no surprises take this path ([`applies`]): HTTP/1.x targets,
 //! a body that is all in memory, not `HEAD`, no upgrade. Everything else is proxied by pingora.
 
+use super::pool::{IdlePool, PeerKey};
 use super::ProxyCtx;
 use bytes::Bytes;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
@@ -160,9 +162,11 @@ impl WireRequest {
     }
 }
 
-/// Sends prepared requests to targets over pooled connections.
+/// Sends prepared requests to targets over pooled connections: new ones from a pingora
+/// [`TransportConnector`] (TCP, TLS and its verification), idle ones kept in an [`IdlePool`].
 pub struct Exchanger {
     transport: TransportConnector,
+    idle: IdlePool,
 }
 
 impl Exchanger {
@@ -170,7 +174,9 @@ impl Exchanger {
     /// for pingora's own pool).
     pub fn new(pool_size: usize) -> Self {
         Exchanger {
-            transport: TransportConnector::new(Some(ConnectorOptions::new(pool_size))),
+            // The connector's own pool is not used.
+            transport: TransportConnector::new(Some(ConnectorOptions::new(0))),
+            idle: IdlePool::new(pool_size),
         }
     }
 
@@ -188,7 +194,14 @@ impl Exchanger {
         request: &WireRequest,
         replayable: bool,
     ) -> Result<u16> {
-        let mut upstream = self.send(peer, request, replayable).await?;
+        let key = PeerKey {
+            hash: peer.reuse_hash(),
+            addr: *peer
+                .address()
+                .as_inet()
+                .or_err(ErrorType::InternalError, "target is not an IP address")?,
+        };
+        let mut upstream = self.send(key, peer, request, replayable).await?;
         let header = upstream
             .resp_header()
             .cloned()
@@ -215,8 +228,7 @@ impl Exchanger {
         upstream.respect_keepalive();
         if let Some(stream) = upstream.reuse().await {
             let idle = peer.get_peer_options().and_then(|o| o.idle_timeout);
-            self.transport
-                .release_stream(stream, peer.reuse_hash(), idle);
+            self.idle.put(key, stream, idle);
         }
         Ok(status)
     }
@@ -227,21 +239,28 @@ impl Exchanger {
     /// retried once on a new connection, but only where a second delivery is harmless: the
     /// request did not leave whole (the write failed), or it is `replayable` ([`replayable`])
     /// and nothing at all came back. A POST that may have reached the target is never sent
-    /// twice: it answers 502. pingora checks a pooled connection before handing it out, but
-    /// by the readiness the runtime last saw: a close that arrived since is missed, and such a
+    /// twice: it answers 502. The pool checks a connection before handing it out, but by
+    /// the readiness the runtime last saw: a close that arrived since is missed, and such a
     /// POST then answers 502. (Yielding to the runtime first closes that window, for +13k
     /// instructions and +2 syscalls a request; not done.)
     async fn send(
         &self,
+        key: PeerKey,
         peer: &HttpPeer,
         request: &WireRequest,
         replayable: bool,
     ) -> Result<HttpSession> {
-        let (stream, reused) = self
-            .transport
-            .get_stream(peer)
-            .await
-            .map_err(|e| e.into_up())?;
+        let (stream, reused) = match self.idle.take(key) {
+            Some(stream) => (stream, true),
+            None => {
+                let stream = self
+                    .transport
+                    .new_stream(peer)
+                    .await
+                    .map_err(|e| e.into_up())?;
+                (stream, false)
+            }
+        };
         match exchange_header(stream, peer, request).await {
             Err(mut e) => {
                 e.retry.decide_reuse(reused);

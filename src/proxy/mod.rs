@@ -13,6 +13,7 @@
 
 pub mod credentials;
 pub mod exchange;
+pub mod pool;
 pub mod substitute;
 pub mod target;
 
