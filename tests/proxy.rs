@@ -435,6 +435,28 @@ fn a_target_that_closes_after_each_answer_still_gets_every_request() {
     );
 }
 
+/// The target closes each connection a moment after its answer, without saying so in a header
+/// (an idle timeout shorter than paycred's). The pool sees the close before the next request
+/// takes the connection, so even a POST without an `Idempotency-Key`, which is never sent
+/// twice, goes out on a new connection and succeeds.
+#[test]
+fn a_connection_the_target_closed_while_idle_is_not_reused() {
+    let (server, _up, t, pm) = setup();
+    let target = Scripted::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        AfterAnswer::Close,
+    );
+    let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
+    for _ in 0..4 {
+        // The target's close reaches paycred while the connection is idle.
+        std::thread::sleep(Duration::from_millis(50));
+        let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
+        assert_eq!((r.status, r.text.as_str()), (200, "ok"));
+    }
+    assert_eq!((target.answered(), target.dropped()), (4, 0));
+    assert_eq!(target.connections(), 4);
+}
+
 #[test]
 fn a_pooled_connection_the_target_drops_is_retried_on_a_new_one_when_replayable() {
     let (server, _up, t, pm) = setup();

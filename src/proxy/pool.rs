@@ -108,7 +108,7 @@ impl IdlePool {
         };
         drop(evicted);
         if !self.shared.sweeping.swap(true, Ordering::Relaxed) {
-            tokio::spawn(sweep(Arc::downgrade(&self.shared)));
+            tokio::spawn(sweep(SweepTask(Arc::downgrade(&self.shared))));
         }
     }
 
@@ -128,33 +128,44 @@ impl Shared {
     }
 
     /// Closes the connections that are no longer usable; keeps the others in their order.
+    /// They are checked out of the lock (a TLS connection's check can decrypt a record), so
+    /// requests take and put back meanwhile; the survivors go back in front of what was put
+    /// back in the meantime.
     fn sweep(&self, now: Instant) {
-        let closed: Vec<Idle> = {
+        let mut swept = std::mem::take(&mut *self.lock());
+        swept.retain_mut(|idle| idle.usable(now));
+        let evicted: Vec<Idle> = {
             let mut list = self.lock();
-            let mut kept = VecDeque::with_capacity(list.len());
-            let mut closed = Vec::new();
-            for mut idle in list.drain(..) {
-                if idle.usable(now) {
-                    kept.push_back(idle);
-                } else {
-                    closed.push(idle);
-                }
-            }
-            *list = kept;
-            closed
+            swept.append(&mut list);
+            *list = swept;
+            let excess = list.len().saturating_sub(self.max);
+            list.drain(..excess).collect()
         };
-        drop(closed);
+        drop(evicted);
     }
 }
 
 /// Sweeps the pool every [`SWEEP_EVERY`] while it exists.
-async fn sweep(shared: Weak<Shared>) {
+async fn sweep(task: SweepTask) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
-        let Some(shared) = shared.upgrade() else {
+        let Some(shared) = task.0.upgrade() else {
             return;
         };
         shared.sweep(Instant::now());
+    }
+}
+
+/// The sweep task's hold on the pool. However the task ends (the pool dropped, a panic, its
+/// runtime shut down, even before it first ran), this is dropped with it, and the next
+/// [`IdlePool::put`] starts another.
+struct SweepTask(Weak<Shared>);
+
+impl Drop for SweepTask {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.sweeping.store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -165,13 +176,20 @@ async fn sweep(shared: Weak<Shared>) {
 /// pingora's pool makes the same check.
 fn quiet(stream: &mut Stream) -> bool {
     use std::future::Future;
-    use std::task::{Context, Waker};
+    use std::task::{Context, Poll, Waker};
     use tokio::io::AsyncReadExt;
     let mut byte = [0u8; 1];
     // `unconstrained`: the runtime's task budget could make a ready read look pending.
     let read = std::pin::pin!(tokio::task::unconstrained(stream.read(&mut byte)));
-    read.poll(&mut Context::from_waker(Waker::noop()))
-        .is_pending()
+    match read.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Pending => true,
+        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => false,
+        Poll::Ready(Ok(_)) => {
+            // What it sent is not logged: it is the target's, and may be anything.
+            tracing::debug!("a target sent bytes unasked on an idle connection: closed");
+            false
+        }
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +214,14 @@ mod tests {
             hash,
             addr: listener.local_addr().unwrap(),
         }
+    }
+
+    /// Whether paycred's end of the connection was closed: the far end reads its end.
+    async fn was_closed(far_end: &mut TcpStream) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(2), far_end.read(&mut buf));
+        matches!(read.await, Ok(Ok(0)) | Ok(Err(_)))
     }
 
     /// Lets the runtime's reactor see what the other end did.
@@ -245,14 +271,61 @@ mod tests {
             .unwrap();
         settle().await;
         assert_eq!(pool.take(peer).map(|s| s.id()), Some(open_id));
-        assert_eq!(pool.len(), 0, "the two passed over on the way were closed");
+        assert_eq!(pool.len(), 0, "the two passed over on the way were dropped");
+        assert!(was_closed(&mut talker).await, "and closed");
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_before_it_is_put_back_is_not_kept_and_the_sweep_runs_alone() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = IdlePool::new(8);
+        let peer = key(&listener, 1);
+        let (gone, far_end) = connection(&listener).await;
+        drop(far_end);
+        settle().await;
+        pool.put(peer, gone, None);
+        assert_eq!(pool.len(), 0, "put back after the target closed it");
+
+        let (idle, far_end) = connection(&listener).await;
+        pool.put(peer, idle, None);
+        drop(far_end);
+        // Nothing takes or puts back: the sweep started by the first `put` closes it.
+        tokio::time::sleep(SWEEP_EVERY + SWEEP_EVERY / 2).await;
+        assert_eq!(pool.len(), 0);
+    }
+
+    #[test]
+    fn a_sweep_that_ended_with_its_runtime_is_started_again_by_the_next_put() {
+        let pool = IdlePool::new(8);
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let first = runtime();
+        first.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let (c, _far_end) = connection(&listener).await;
+            pool.put(key(&listener, 1), c, None);
+        });
+        // The sweep task is dropped with its runtime (and that connection is dead).
+        drop(first);
+        runtime().block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let (c, far_end) = connection(&listener).await;
+            pool.put(key(&listener, 1), c, None);
+            drop(far_end);
+            tokio::time::sleep(SWEEP_EVERY + SWEEP_EVERY / 2).await;
+            assert_eq!(pool.len(), 0, "a new sweep closed both");
+        });
     }
 
     #[tokio::test]
     async fn the_sweep_closes_expired_and_closed_connections_and_keeps_the_rest() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = IdlePool::new(8);
-        let (expiring, _e) = connection(&listener).await;
+        let (expiring, mut expiring_end) = connection(&listener).await;
         let (closed, closer) = connection(&listener).await;
         let (kept, _k) = connection(&listener).await;
         let kept_id = kept.id();
@@ -264,6 +337,10 @@ mod tests {
         settle().await;
         pool.shared.sweep(Instant::now());
         assert_eq!(pool.len(), 1);
+        assert!(
+            was_closed(&mut expiring_end).await,
+            "the expired one was closed"
+        );
         assert_eq!(pool.take(peer).map(|s| s.id()), Some(kept_id));
     }
 
@@ -282,8 +359,9 @@ mod tests {
         assert_eq!(pool.len(), 2);
         assert!(
             pool.take(key(&listener, 1)).is_none(),
-            "the oldest was closed"
+            "the oldest was dropped"
         );
+        assert!(was_closed(&mut ends[0]).await, "and closed");
         assert_eq!(pool.take(key(&listener, 3)).map(|s| s.id()), Some(ids[2]));
         assert_eq!(pool.take(key(&listener, 2)).map(|s| s.id()), Some(ids[1]));
 
