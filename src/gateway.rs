@@ -639,7 +639,22 @@ impl Gateway {
 
     fn metrics(&self) -> Response {
         let stats = self.app.store.stats();
+        let (opened, reused) = self
+            .exchanger
+            .get()
+            .map(proxy::exchange::Exchanger::connections)
+            .unwrap_or_default();
         let text = self.app.metrics.render(&[
+            (
+                "paycred_target_connections_opened_total",
+                "Proxy: connections opened to targets (bodies paycred sends itself).",
+                opened,
+            ),
+            (
+                "paycred_target_connections_reused_total",
+                "Proxy: requests sent on an idle connection to their target.",
+                reused,
+            ),
             (
                 "paycred_store_durable_writes_total",
                 "Writes that waited for durability.",

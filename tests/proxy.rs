@@ -413,6 +413,13 @@ fn small_bodies_reuse_one_connection_to_the_target() {
     }
     assert_eq!(up.requests().len(), 5);
     assert_eq!(up.connections(), 1, "the pooled connection is reused");
+    let metrics = server.call("GET", "/metrics", None, None).text;
+    for line in [
+        "paycred_target_connections_opened_total 1",
+        "paycred_target_connections_reused_total 4",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
+    }
 }
 
 #[test]

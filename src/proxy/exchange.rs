@@ -24,6 +24,7 @@ use pingora::proxy::Session;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType, OkOrErr, Result, RetryType};
 use std::io::IoSlice;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Whether a request of this kind goes to the target through [`Exchanger::relay`] once its
@@ -167,6 +168,8 @@ impl WireRequest {
 pub struct Exchanger {
     transport: TransportConnector,
     idle: IdlePool,
+    opened: AtomicU64,
+    reused: AtomicU64,
 }
 
 impl Exchanger {
@@ -177,6 +180,8 @@ impl Exchanger {
             // The connector's own pool is not used.
             transport: TransportConnector::new(Some(ConnectorOptions::new(0))),
             idle: IdlePool::new(pool_size),
+            opened: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
         }
     }
 
@@ -251,15 +256,11 @@ impl Exchanger {
         replayable: bool,
     ) -> Result<HttpSession> {
         let (stream, reused) = match self.idle.take(key) {
-            Some(stream) => (stream, true),
-            None => {
-                let stream = self
-                    .transport
-                    .new_stream(peer)
-                    .await
-                    .map_err(|e| e.into_up())?;
-                (stream, false)
+            Some(stream) => {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+                (stream, true)
             }
+            None => (self.connect(peer).await?, false),
         };
         match exchange_header(stream, peer, request).await {
             Err(mut e) => {
@@ -268,11 +269,7 @@ impl Exchanger {
                 if !(e.retry.retry() && (unsent || replayable)) {
                     return Err(e);
                 }
-                let stream = self
-                    .transport
-                    .new_stream(peer)
-                    .await
-                    .map_err(|e| e.into_up())?;
+                let stream = self.connect(peer).await?;
                 exchange_header(stream, peer, request)
                     .await
                     .map_err(|mut e| {
@@ -282,6 +279,25 @@ impl Exchanger {
             }
             ok => ok,
         }
+    }
+
+    /// A new connection to `peer` (TCP, and TLS with verification where the peer asks).
+    async fn connect(&self, peer: &HttpPeer) -> Result<Stream> {
+        let stream = self
+            .transport
+            .new_stream(peer)
+            .await
+            .map_err(|e| e.into_up())?;
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(stream)
+    }
+
+    /// Connections opened to targets, and requests sent on an idle one from the pool, so far.
+    pub fn connections(&self) -> (u64, u64) {
+        (
+            self.opened.load(Ordering::Relaxed),
+            self.reused.load(Ordering::Relaxed),
+        )
     }
 }
 
