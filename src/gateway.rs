@@ -597,7 +597,12 @@ impl Gateway {
         let replayable = proxy::exchange::replayable(session.req_header());
         ctx.upstream_started = Some(Instant::now());
         let exchanger = self.exchanger.get_or_init(|| {
-            proxy::exchange::Exchanger::new(self.app.config.server.upstream_keepalive_pool_size)
+            // As pingora sizes its own pool: the setting per worker thread.
+            let server = &self.app.config.server;
+            let pool_size = server
+                .upstream_keepalive_pool_size
+                .saturating_mul(server.threads.max(1));
+            proxy::exchange::Exchanger::new(pool_size)
         });
         let e = match exchanger.relay(session, &peer, request, replayable).await {
             Ok(status) => {
@@ -652,7 +657,7 @@ impl Gateway {
             ),
             (
                 "paycred_target_connections_reused_total",
-                "Proxy: requests sent on an idle connection to their target.",
+                "Proxy: requests sent on an idle connection to their target (bodies paycred sends itself; one found closed and retried on a new one counts in both).",
                 reused,
             ),
             (

@@ -413,10 +413,15 @@ fn small_bodies_reuse_one_connection_to_the_target() {
     }
     assert_eq!(up.requests().len(), 5);
     assert_eq!(up.connections(), 1, "the pooled connection is reused");
+    assert_target_connections(&server, 1, 4);
+}
+
+/// `/metrics` counts `opened` connections to targets and `reused` idle ones.
+fn assert_target_connections(server: &Server, opened: u64, reused: u64) {
     let metrics = server.call("GET", "/metrics", None, None).text;
     for line in [
-        "paycred_target_connections_opened_total 1",
-        "paycred_target_connections_reused_total 4",
+        format!("paycred_target_connections_opened_total {opened}"),
+        format!("paycred_target_connections_reused_total {reused}"),
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
     }
@@ -442,26 +447,27 @@ fn a_target_that_closes_after_each_answer_still_gets_every_request() {
     );
 }
 
-/// The target closes each connection a moment after its answer, without saying so in a header
-/// (an idle timeout shorter than paycred's). The pool sees the close before the next request
-/// takes the connection, so even a POST without an `Idempotency-Key`, which is never sent
-/// twice, goes out on a new connection and succeeds.
+/// The target closes each connection 100 ms after its answer, without saying so in a header
+/// (an idle timeout shorter than paycred's): the connection goes into the pool open, and is
+/// closed while it waits there. The pool sees the close before the next request would take
+/// it, so even a POST without an `Idempotency-Key`, which is never sent twice, goes out on a
+/// new connection and succeeds.
 #[test]
 fn a_connection_the_target_closed_while_idle_is_not_reused() {
     let (server, _up, t, pm) = setup();
     let target = Scripted::start(
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-        AfterAnswer::Close,
+        AfterAnswer::CloseAfter(Duration::from_millis(100)),
     );
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
-    for _ in 0..4 {
-        // The target's close reaches paycred while the connection is idle.
-        std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..3 {
         let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
         assert_eq!((r.status, r.text.as_str()), (200, "ok"));
+        std::thread::sleep(Duration::from_millis(300));
     }
-    assert_eq!((target.answered(), target.dropped()), (4, 0));
-    assert_eq!(target.connections(), 4);
+    assert_eq!((target.answered(), target.dropped()), (3, 0));
+    assert_eq!(target.connections(), 3);
+    assert_target_connections(&server, 3, 0);
 }
 
 #[test]

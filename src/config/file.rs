@@ -63,7 +63,8 @@ pub struct ServerFile {
     /// After the grace period, how long in-flight requests get to finish (e.g. `5s`).
     #[serde(default = "default_shutdown_timeout")]
     pub graceful_shutdown_timeout: String,
-    /// Idle connections kept to targets, all targets together.
+    /// Idle connections kept to targets per worker thread, all targets together: in
+    /// paycred's pool (bodies it sends itself) and as many in pingora's (streamed requests).
     #[serde(default = "default_keepalive_pool")]
     pub upstream_keepalive_pool_size: usize,
 }

@@ -173,8 +173,7 @@ pub struct Exchanger {
 }
 
 impl Exchanger {
-    /// Keeps up to `pool_size` idle connections (`server.upstream_keepalive_pool_size`, as
-    /// for pingora's own pool).
+    /// Keeps up to `pool_size` idle connections, all targets together.
     pub fn new(pool_size: usize) -> Self {
         Exchanger {
             // The connector's own pool is not used.

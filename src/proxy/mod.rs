@@ -102,8 +102,9 @@ pub fn load_ca_roots(
 /// The upstream peer: the checked address, TLS with SNI and verification against the
 /// host name (and the project's extra roots), the project's timeout.
 ///
-/// pingora's pool reuses a connection for any peer of the same address, SNI and
-/// verification flags, whatever roots verified it. A project with its own `ca_file` gets its
+/// pingora's pool, and paycred's ([`pool`], keyed by the same reuse hash), reuse a
+/// connection for any peer of the same address, SNI and verification flags, whatever roots
+/// verified it. A project with its own `ca_file` gets its
 /// own pool group, so its connections (verified with its roots) serve no other project, and
 /// no connection verified with only the system roots serves it.
 pub fn peer(ctx: &ProxyCtx, ca: Option<&Arc<Box<[X509]>>>) -> HttpPeer {

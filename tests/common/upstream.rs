@@ -204,6 +204,9 @@ pub enum AfterAnswer {
     KeepOpen,
     /// Close it, without saying so in a header.
     Close,
+    /// Close it this long after the answer, without saying so: an idle timeout shorter than
+    /// the proxy's.
+    CloseAfter(Duration),
     /// Read the next request on it, then close it without an answer: a pooled connection
     /// that the target dropped just as it was reused.
     DropNextRequest,
@@ -289,6 +292,10 @@ fn answer_each(conn: TcpStream, answer: &[u8], after: AfterAnswer, s: &Shared) {
         });
         answered = true;
         if writer.write_all(answer).is_err() || after == AfterAnswer::Close {
+            return;
+        }
+        if let AfterAnswer::CloseAfter(idle) = after {
+            std::thread::sleep(idle);
             return;
         }
     }
