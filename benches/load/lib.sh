@@ -16,9 +16,10 @@ add_bench_card() {
     -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id
 }
 
-# Waits (at most 20 s) for a quiet machine: other load skews every number.
+# wait_for_quiet [SECONDS]: waits (at most SECONDS, default 20) for a quiet machine: other
+# load skews every number.
 wait_for_quiet() {
-  for _ in $(seq 1 20); do
+  for _ in $(seq 1 "${1:-20}"); do
     python3 -c "import sys; sys.exit(0 if $(cut -d' ' -f1 /proc/loadavg) < 0.7 else 1)" && return
     sleep 1
   done
