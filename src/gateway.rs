@@ -595,7 +595,6 @@ impl Gateway {
         };
         let peer = proxy::peer(p, self.ca_roots.get(&p.project.id));
         let replayable = proxy::exchange::replayable(session.req_header());
-        ctx.upstream_started = Some(Instant::now());
         let exchanger = self.exchanger.get_or_init(|| {
             // As pingora sizes its own pool: the setting per worker thread.
             let server = &self.app.config.server;
@@ -604,7 +603,16 @@ impl Gateway {
                 .saturating_mul(server.threads.max(1));
             proxy::exchange::Exchanger::new(pool_size)
         });
-        let e = match exchanger.relay(session, &peer, request, replayable).await {
+        let e = match exchanger
+            .relay(
+                session,
+                &peer,
+                request,
+                replayable,
+                &mut ctx.upstream_started,
+            )
+            .await
+        {
             Ok(status) => {
                 ctx.status = status;
                 return Ok(());
