@@ -187,8 +187,8 @@ impl Exchanger {
 
     /// Sends `request` ([`RequestBuf`]) to `peer` and relays the response to the caller.
     /// Returns the response's status. `sent_at` is set when the request is about to leave
-    /// (after it has waited for the runtime's next turn, in `send`): the target's time
-    /// starts there.
+    /// (after it has waited for the runtime's next turn, below): the target's time starts
+    /// there.
     ///
     /// On error nothing more is written to the caller: when `session.response_written()` is
     /// still `None` the caller can be answered with an error, otherwise its response is cut
@@ -202,6 +202,17 @@ impl Exchanger {
         replayable: bool,
         sent_at: &mut Option<Instant>,
     ) -> Result<u16> {
+        // Yield once before writing: the runtime runs every other request ready in this
+        // round up to here, polls its sockets (unless another worker thread is polling them
+        // at that moment), then resumes them one after another, so the round's requests
+        // reach their targets in one burst. A target (or any receiver) sleeping on another
+        // CPU is then woken once a burst instead of once a request: in the load bench, 0.31
+        // wake-ups a request instead of 0.83, and 29 → 25.5 µs of CPU (docs/performance.md,
+        // session 12). The poll also refreshes the pooled connections' readiness before
+        // `take` checks them. Alone, a request pays one `epoll_wait` that does not wait and
+        // one more poll of its task.
+        tokio::task::yield_now().await;
+        *sent_at = Some(Instant::now());
         let key = PeerKey {
             hash: peer.reuse_hash(),
             addr: *peer
@@ -209,7 +220,7 @@ impl Exchanger {
                 .as_inet()
                 .or_err(ErrorType::InternalError, "target is not an IP address")?,
         };
-        let mut upstream = self.send(key, peer, request, replayable, sent_at).await?;
+        let mut upstream = self.send(key, peer, request, replayable).await?;
         let header = upstream
             .resp_header()
             .cloned()
@@ -248,29 +259,17 @@ impl Exchanger {
     /// request did not leave whole (the write failed), or it is `replayable` ([`replayable`])
     /// and nothing at all came back. A POST that may have reached the target is never sent
     /// twice: it answers 502. The pool checks a connection before handing it out, by the
-    /// readiness the runtime last saw. The request first yields to the runtime (below),
-    /// which usually polls its sockets before resuming it, so a close that arrived before
-    /// then is seen; one that arrives after that poll, while the round's other requests run
-    /// (at most one round), is missed, and such a POST then answers 502.
+    /// readiness the runtime last saw. The request has first yielded to the runtime
+    /// ([`Self::relay`]), which usually polls its sockets before resuming it, so a close
+    /// that arrived before then is seen; one that arrives after that poll, while the round's
+    /// other requests run (at most one round), is missed, and such a POST then answers 502.
     async fn send(
         &self,
         key: PeerKey,
         peer: &HttpPeer,
         request: &WireRequest,
         replayable: bool,
-        sent_at: &mut Option<Instant>,
     ) -> Result<HttpSession> {
-        // Yield once before writing: the runtime runs every other request ready in this
-        // round up to here, polls its sockets (unless another worker thread is polling them
-        // at that moment), then resumes them one after another, so the round's requests
-        // reach their targets in one burst. A target (or any receiver) sleeping on another
-        // CPU is then woken once a burst instead of once a request: in the load bench, 0.31
-        // wake-ups a request instead of 0.83, and 29 → 25.5 µs of CPU (docs/performance.md,
-        // session 12). The poll also refreshes the pooled connections' readiness before
-        // `take` checks them. Alone, a request pays one `epoll_wait` that does not wait and
-        // one more poll of its task.
-        tokio::task::yield_now().await;
-        *sent_at = Some(Instant::now());
         let (stream, reused) = match self.idle.take(key) {
             Some(stream) => {
                 self.reused.fetch_add(1, Ordering::Relaxed);
