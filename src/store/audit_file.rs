@@ -13,7 +13,6 @@
 
 use super::{AuditEntry, AuditEvent};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -244,14 +243,18 @@ pub(super) fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry>
     follows.then_some(entry)
 }
 
+/// SHA-256 by OpenSSL (linked already, for TLS): it uses the CPU's SHA extensions where there
+/// are some, as the `sha2` crate does, and where there are none (older server CPUs, and
+/// valgrind's simulated one) its AVX2 code, about 40 % fewer instructions than `sha2`'s
+/// portable rounds. One hash per audit entry, so per proxied request.
 fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
-    let mut h = Sha256::new();
+    let mut h = openssl::sha::Sha256::new();
     h.update(prev_hash.as_bytes());
     h.update(event_json);
     // `hex::encode` goes char by char through an iterator (about 2k instructions a hash);
     // its slice form is a table lookup a byte. 32 bytes always fit in 64 digits.
     let mut digits = [0u8; 64];
-    match hex::encode_to_slice(h.finalize(), &mut digits) {
+    match hex::encode_to_slice(h.finish(), &mut digits) {
         Ok(()) => String::from_utf8(digits.to_vec()).unwrap_or_default(),
         Err(_) => String::new(),
     }
