@@ -7,12 +7,14 @@
 #
 #   benches/load/ab.sh BIN_A BIN_B [pairs] [seconds]
 #   LOG_A=warn LOG_B=info benches/load/ab.sh BIN BIN     (RUST_LOG of each; default warn)
+#   CONNS=1 benches/load/ab.sh BIN_A BIN_B              (wrk's connections; default 64; 1 is the
+#                                                        load bench's low-rate case, one at a time)
 #
 # Each variant's stderr goes to a file, as it would to a log collector.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-[ $# -ge 2 ] || { sed -n 2,10p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,12p "$0"; exit 2; }
 bin_a=$(realpath "$1"); bin_b=$(realpath "$2"); pairs=${3:-6}; secs=${4:-3}
 root=$(cd "$here/../.." && pwd)
 upstream_bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/upstream"
@@ -59,11 +61,11 @@ run() { # variant
   pid=$(cat "$work/pid")
   before=$(awk '{print $14+$15}' "/proc/$pid/stat")
   out=$(BODY_FILE="$work/body-1k.json" TARGET_URL="http://127.0.0.1:$UP/charge" TOKEN=$(cat "$work/token") \
-        taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/post.lua" "http://127.0.0.1:$(cat "$work/port")/projects/bench/proxy" 2>&1)
+        taskset -c 1 wrk -t1 -c"${CONNS:-64}" -d"${secs}s" --latency -s "$here/post.lua" "http://127.0.0.1:$(cat "$work/port")/projects/bench/proxy" 2>&1)
   after=$(awk '{print $14+$15}' "/proc/$pid/stat")
   echo "$out" | python3 "$here/parse_wrk.py" "$1" "$((after - before))" >>"$results"
 }
-echo "== $pairs pairs x ${secs}s: A=$bin_a (RUST_LOG=${LOG_A:-warn}), B=$bin_b (RUST_LOG=${LOG_B:-warn})"
+echo "== $pairs pairs x ${secs}s, ${CONNS:-64} connections: A=$bin_a (RUST_LOG=${LOG_A:-warn}), B=$bin_b (RUST_LOG=${LOG_B:-warn})"
 for _ in $(seq 1 "$pairs"); do run a; run b; done
 python3 - "$results" "$(getconf CLK_TCK)" <<'PY'
 import statistics, sys
@@ -77,7 +79,7 @@ def show(name, rs):
     cpu = [int(r[6]) / tck * 1e6 / max(1, int(r[4])) for r in rs]
     errs = sum(int(r[5]) for r in rs)
     print(f"{name}: req/s median {statistics.median(rps):,.0f} (min {min(rps):,.0f}, max {max(rps):,.0f}), "
-          f"p99 {statistics.median(float(r[3]) for r in rs):.2f} ms, CPU {statistics.median(cpu):.1f} us/req, errors {errs}")
+          f"p50 {statistics.median(float(r[2]) for r in rs):.3f} ms, p99 {statistics.median(float(r[3]) for r in rs):.2f} ms, CPU {statistics.median(cpu):.1f} us/req, errors {errs}")
     return rps, errs
 a, ea = show("A", by["a"])
 b, eb = show("B", by["b"])
