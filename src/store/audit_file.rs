@@ -243,11 +243,12 @@ pub(super) fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry>
     follows.then_some(entry)
 }
 
-/// SHA-256 by OpenSSL (linked already, for TLS): it uses the CPU's SHA extensions where there
-/// are some, as the `sha2` crate does, and where there are none (older server CPUs, and
-/// valgrind's simulated one) its AVX2 code, about 40 % fewer instructions than `sha2`'s
-/// portable rounds. One hash per audit entry, so per proxied request.
+/// `sha256(prev_hash || event_json)`, lowercase hex.
 fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
+    // OpenSSL's (linked already, for TLS): it uses the CPU's SHA extensions where there are
+    // some, as the `sha2` crate does, and where there are none (Intel server CPUs before Ice
+    // Lake, and valgrind's simulated one) its AVX2 code: 720 against 920 ns a hash. One hash
+    // per audit entry, so per proxied request (docs/performance.md, session 13).
     let mut h = openssl::sha::Sha256::new();
     h.update(prev_hash.as_bytes());
     h.update(event_json);
