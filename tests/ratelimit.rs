@@ -12,12 +12,16 @@ use std::time::{Duration, Instant};
 
 const RL_PROJECT: &str = "proj_rl";
 
-fn start(entity_rate: u32, project_rate: u32) -> Server {
+/// A server whose project `RL_PROJECT` allows each entity `entity` and all of them together
+/// `project`, each as (requests a second, burst). Tests that count a burst out use a slow
+/// rate, so that no token comes back while a slow machine serves the burst.
+fn start(entity: (f64, u32), project: (f64, u32)) -> Server {
+    let ((entity_rate, entity_burst), (project_rate, project_burst)) = (entity, project);
     Server::start_with(Options {
         extra_project_yaml: format!(
             "  - id: {RL_PROJECT}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: KEYS_DIR/ed.pem}}]\n    \
-             rate_limits:\n      entity: {{per_second: {entity_rate}, burst: {entity_rate}}}\n      \
-             project: {{per_second: {project_rate}}}\n"
+             rate_limits:\n      entity: {{per_second: {entity_rate}, burst: {entity_burst}}}\n      \
+             project: {{per_second: {project_rate}, burst: {project_burst}}}\n"
         ),
         ..Options::default()
     })
@@ -45,7 +49,8 @@ fn list(server: &Server, token: &str) -> Reply {
 
 #[test]
 fn over_the_entity_limit_is_429_with_retry_after() {
-    let server = start(5, 1000);
+    // A token every 2 s: the burst of 5 is counted out long before one comes back.
+    let server = start((0.5, 5), (1000.0, 1000));
     let t = token("user_1");
     for _ in 0..5 {
         assert_eq!(list(&server, &t).status, 200);
@@ -87,7 +92,7 @@ fn over_the_entity_limit_is_429_with_retry_after() {
 
 #[test]
 fn the_project_limit_covers_all_entities() {
-    let server = start(100, 3);
+    let server = start((100.0, 100), (0.5, 3));
     let mut statuses = Vec::new();
     for i in 0..5 {
         statuses.push(list(&server, &token(&format!("user_{i}"))).status);
@@ -117,7 +122,7 @@ fn quiet_run(server: &Server) -> Vec<Duration> {
 
 #[test]
 fn a_noisy_entity_does_not_slow_another() {
-    let server = Arc::new(start(50, 100_000));
+    let server = Arc::new(start((50.0, 50), (100_000.0, 100_000)));
     let alone = quiet_run(&server);
 
     let stop = Arc::new(AtomicBool::new(false));
