@@ -460,10 +460,15 @@ fn a_connection_the_target_closed_while_idle_is_not_reused() {
         AfterAnswer::CloseAfter(Duration::from_millis(100)),
     );
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
-    for _ in 0..3 {
+    for i in 1..=3 {
         let r = post(&server, &t, &target.url("/c"), body.as_bytes(), &[]);
         assert_eq!((r.status, r.text.as_str()), (200, "ok"));
-        std::thread::sleep(Duration::from_millis(300));
+        // The target has closed it, and paycred's runtime has had time to see that.
+        assert!(
+            target.wait_closed_idle(i),
+            "the target did not close connection {i}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!((target.answered(), target.dropped()), (3, 0));
     assert_eq!(target.connections(), 3);
@@ -609,7 +614,9 @@ fn a_chunked_answer_cut_short_never_looks_complete_to_the_caller() {
 #[test]
 fn target_down_is_502_and_slow_is_504() {
     let server = Server::start_with(Options {
-        proxy_timeout: "1s",
+        // Long enough for the hang-up thread below to run on a slow machine: a timeout
+        // first would answer 504.
+        proxy_timeout: "3s",
         ..Options::default()
     });
     let t = server.token("user_1", "private");
@@ -626,7 +633,7 @@ fn target_down_is_502_and_slow_is_504() {
     // instead of this 502 (noted on the proxy issue, not yet explained).
     fresh_post(&server, &t, &format!("http://127.0.0.1:{port}/x")).assert_error(502, "badGateway");
     let up = Upstream::start();
-    up.set_delay(Duration::from_secs(3));
+    up.set_delay(Duration::from_secs(6));
     post(&server, &t, &up.url("/slow"), b"{}", &[]).assert_error(504, "gatewayTimeout");
 }
 

@@ -32,6 +32,8 @@ struct Shared {
     requests: Mutex<Vec<Recorded>>,
     connections: AtomicUsize,
     incomplete: AtomicUsize,
+    /// Connections closed by [`AfterAnswer::CloseAfter`].
+    closed_idle: AtomicUsize,
     stop: AtomicBool,
     delay_ms: AtomicUsize,
 }
@@ -243,6 +245,19 @@ impl Scripted {
     pub fn dropped(&self) -> usize {
         self.shared.incomplete.load(Ordering::SeqCst)
     }
+
+    /// Waits (up to 10 s) until `n` connections have been closed by
+    /// [`AfterAnswer::CloseAfter`]; whether they were.
+    pub fn wait_closed_idle(&self, n: usize) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.shared.closed_idle.load(Ordering::SeqCst) < n {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
 }
 
 impl Drop for Scripted {
@@ -296,6 +311,8 @@ fn answer_each(conn: TcpStream, answer: &[u8], after: AfterAnswer, s: &Shared) {
         }
         if let AfterAnswer::CloseAfter(idle) = after {
             std::thread::sleep(idle);
+            drop((reader, writer));
+            s.closed_idle.fetch_add(1, Ordering::SeqCst);
             return;
         }
     }
