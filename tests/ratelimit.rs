@@ -15,8 +15,10 @@ const RL_PROJECT: &str = "proj_rl";
 /// A server whose project `RL_PROJECT` allows each entity `entity` and all of them together
 /// `project`, each as (requests a second, burst). Tests that count a burst out use a slow
 /// rate, so that no token comes back while a slow machine serves the burst.
-fn start(entity: (f64, u32), project: (f64, u32)) -> Server {
-    let ((entity_rate, entity_burst), (project_rate, project_burst)) = (entity, project);
+fn start(
+    (entity_rate, entity_burst): (f64, u32),
+    (project_rate, project_burst): (f64, u32),
+) -> Server {
     Server::start_with(Options {
         extra_project_yaml: format!(
             "  - id: {RL_PROJECT}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: KEYS_DIR/ed.pem}}]\n    \
@@ -148,10 +150,9 @@ fn a_noisy_entity_does_not_slow_another() {
     let noisy_started = Instant::now();
     let together = quiet_run(&server);
     // On a slow machine the noisy entity may not have outrun its limit yet: give it time.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while limited.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    eventually(Duration::from_secs(10), || {
+        limited.load(Ordering::Relaxed) > 0
+    });
     let noisy_secs = noisy_started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for h in noisy {

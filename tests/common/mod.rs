@@ -74,6 +74,21 @@ pub static KEYS: Lazy<Keys> = Lazy::new(|| Keys {
     other: ed_pair(),
 });
 
+/// Polls `done` every 10 ms until it holds or `within` has passed; whether it held. For what
+/// another thread or process does in its own time: a test waits for it, not a fixed sleep.
+pub fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 pub fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -269,12 +284,10 @@ impl Server {
                     .arg("-TERM")
                     .arg(child.id().to_string())
                     .status();
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline {
-                    if let Ok(Some(_)) = child.try_wait() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
+                if eventually(Duration::from_secs(10), || {
+                    matches!(child.try_wait(), Ok(Some(_)))
+                }) {
+                    return;
                 }
                 let _ = child.kill();
             }

@@ -249,14 +249,9 @@ impl Scripted {
     /// Waits (up to 10 s) until `n` connections have been closed by
     /// [`AfterAnswer::CloseAfter`]; whether they were.
     pub fn wait_closed_idle(&self, n: usize) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.shared.closed_idle.load(Ordering::SeqCst) < n {
-            if std::time::Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        true
+        super::eventually(Duration::from_secs(10), || {
+            self.shared.closed_idle.load(Ordering::SeqCst) >= n
+        })
     }
 }
 
