@@ -166,7 +166,7 @@ async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<Sou
     let project = principal.project.as_str();
     let number = rec
         .number_sealed
-        .as_deref()
+        .as_ref()
         .ok_or_else(|| bad("unknown token"))?;
     let number = app.vault.open(
         project,
@@ -176,7 +176,7 @@ async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<Sou
     let number = String::from_utf8(number.to_vec()).map_err(|_| ApiError::internal())?;
     let cvc = rec
         .cvc_sealed
-        .as_deref()
+        .as_ref()
         .and_then(|c| {
             app.vault
                 .open_cvc(&super::tokens::cvc_aad(project, &rec.id), c, app.now_secs())

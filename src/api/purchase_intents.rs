@@ -182,7 +182,7 @@ async fn reveal(app: &App, rec: &IntentRecord) -> ApiResult<Option<Credential>> 
 /// The stored card of a payment method: number, expiry, and the cvc while it is retained.
 fn card_of(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Credential> {
     let number = open_number(app, pm)?;
-    let cvc = pm.card.cvc_sealed.as_deref().and_then(|sealed| {
+    let cvc = pm.card.cvc_sealed.as_ref().and_then(|sealed| {
         app.vault
             .open_cvc(&cvc_aad(&pm.project, &pm.id), sealed, app.now_secs())
     });

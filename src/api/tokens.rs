@@ -192,7 +192,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let sealed = rec.card.cvc_sealed.as_deref().unwrap();
+        let sealed = rec.card.cvc_sealed.as_ref().unwrap();
         let aad = super::super::payment_methods::cvc_aad("p1", &rec.id);
         let stored = u64::try_from(datetime!(2026-11-21 10:00 UTC).unix_timestamp()).unwrap();
         let open = |secs: u64| app.vault.open_cvc(&aad, sealed, stored + secs).is_some();

@@ -23,9 +23,9 @@ pub struct CardTokenRecord {
     pub expiration_month: String,
     pub expiration_year: String,
     /// The number under the project's data key; `None` once consumed.
-    pub number_sealed: Option<String>,
+    pub number_sealed: Option<crate::vault::Sealed>,
     /// The cvc under a short-lived cvc key; `None` once consumed.
-    pub cvc_sealed: Option<String>,
+    pub cvc_sealed: Option<crate::vault::Sealed>,
     /// Set when a payment method was created from it.
     pub used: bool,
 }
@@ -155,6 +155,7 @@ pub fn swap(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use crate::vault::Sealed;
 
     fn rec(id: &str, created: i64) -> CardTokenRecord {
         CardTokenRecord {
@@ -165,8 +166,8 @@ mod tests {
             expires_micros: created + 3_600_000_000,
             expiration_month: "12".into(),
             expiration_year: "2031".into(),
-            number_sealed: Some("dk.sealed".into()),
-            cvc_sealed: Some("cvc.sealed".into()),
+            number_sealed: Some(Sealed::from_stored("dk.sealed")),
+            cvc_sealed: Some(Sealed::from_stored("cvc.sealed")),
             used: false,
         }
     }

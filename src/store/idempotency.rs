@@ -17,7 +17,7 @@ pub struct IdempotentRecord {
     pub status: u16,
     /// Its body, sealed by the vault; `None` for an empty body, and for an answer that showed
     /// a purchase intent (see `intent_id`).
-    pub body_sealed: Option<String>,
+    pub body_sealed: Option<crate::vault::Sealed>,
     /// The purchase intent the first answer showed. A replay shows that intent as it is then,
     /// so its credential is never kept here. `None` for other answers and in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]

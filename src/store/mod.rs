@@ -103,9 +103,9 @@ pub struct StoredCard {
     pub expiration_month: String,
     pub expiration_year: String,
     /// The number, sealed under the project's data key.
-    pub number_sealed: String,
+    pub number_sealed: crate::vault::Sealed,
     /// The cvc, sealed under a short-lived cvc key (unreadable once that key is destroyed).
-    pub cvc_sealed: Option<String>,
+    pub cvc_sealed: Option<crate::vault::Sealed>,
 }
 
 /// The token-vault entry of a card.
@@ -156,7 +156,7 @@ pub struct IntentRecord {
     pub expires_micros: i64,
     pub mandates: crate::mandate::Mandates,
     /// The issued credential (JSON), sealed under `pi/{project}/{id}/credential`.
-    pub credential_sealed: Option<String>,
+    pub credential_sealed: Option<crate::vault::Sealed>,
     /// Approved uses so far.
     pub uses: u32,
     /// Wrong verification codes so far.

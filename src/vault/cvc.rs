@@ -8,8 +8,7 @@
 //! A restart destroys every CVC key early: `pan` credentials then carry no CVC.
 
 use super::master::SealKey;
-use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
-use base64::Engine;
+use super::Sealed;
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::BTreeMap;
@@ -63,7 +62,7 @@ impl CvcKeyring {
     }
 
     /// Seals a CVC stored at `now_secs` (unix seconds), bound to `aad`.
-    pub fn seal(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<String> {
+    pub fn seal(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<Sealed> {
         let bucket = now_secs / self.bucket_secs;
         let key = {
             let mut keys = self.keys.lock();
@@ -76,18 +75,14 @@ impl CvcKeyring {
             Arc::clone(key)
         };
         let sealed = key.seal(aad.as_bytes(), cvc.as_bytes()).ok()?;
-        Some(format!(
-            "cvc1.{}.{bucket}.{}",
-            self.epoch,
-            B64.encode(sealed)
-        ))
+        Some(Sealed::new(format!("cvc1.{}.{bucket}", self.epoch), sealed))
     }
 
     /// The CVC, or `None` once its key is destroyed (or the value is not ours).
-    pub fn open(&self, aad: &str, sealed: &str, now_secs: u64) -> Option<Zeroizing<String>> {
-        let mut parts = sealed.splitn(4, '.');
-        let (Some("cvc1"), Some(epoch), Some(bucket), Some(body)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
+    pub fn open(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Zeroizing<String>> {
+        let (key_id, bytes) = sealed.parts()?;
+        let mut parts = key_id.splitn(3, '.');
+        let (Some("cvc1"), Some(epoch), Some(bucket)) = (parts.next(), parts.next(), parts.next())
         else {
             return None;
         };
@@ -99,8 +94,7 @@ impl CvcKeyring {
             return None;
         }
         let key = Arc::clone(self.keys.lock().get(&bucket)?);
-        let bytes = B64.decode(body).ok()?;
-        let plain = key.open(aad.as_bytes(), &bytes).ok()?;
+        let plain = key.open(aad.as_bytes(), bytes).ok()?;
         String::from_utf8(plain.to_vec()).ok().map(Zeroizing::new)
     }
 
@@ -112,13 +106,14 @@ impl CvcKeyring {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
 
     #[test]
     fn readable_within_retention_and_gone_after() {
         let ring = CvcKeyring::new(Duration::from_secs(3600));
         let t0 = 1_000_000;
-        let s = ring.seal("pm_1", "123", t0).unwrap_or_default();
+        let s = ring.seal("pm_1", "123", t0).unwrap();
         assert_eq!(
             ring.open("pm_1", &s, t0 + 3599)
                 .as_deref()
@@ -135,8 +130,8 @@ mod tests {
     fn another_process_cannot_read() {
         let a = CvcKeyring::new(Duration::from_secs(60));
         let b = CvcKeyring::new(Duration::from_secs(60));
-        let s = a.seal("x", "999", 10).unwrap_or_default();
+        let s = a.seal("x", "999", 10).unwrap();
         assert!(b.open("x", &s, 10).is_none());
-        assert!(a.open("x", "garbage", 10).is_none());
+        assert!(a.open("x", &Sealed::from_stored("garbage"), 10).is_none());
     }
 }

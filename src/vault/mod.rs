@@ -11,10 +11,11 @@
 pub mod client_keys;
 pub mod cvc;
 pub mod master;
+pub mod sealed;
+
+pub use sealed::Sealed;
 
 use crate::store::Store;
-use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
-use base64::Engine;
 use hmac::{Hmac, Mac};
 use master::{MasterKey, SealKey};
 use parking_lot::RwLock;
@@ -269,15 +270,15 @@ impl Vault {
         ))
     }
 
-    /// Seals `plaintext` for `project`, bound to `aad`: `key_id.base64(nonce||ct)`.
-    pub fn seal(&self, project: &str, aad: &str, plaintext: &[u8]) -> Result<String, VaultError> {
+    /// Seals `plaintext` for `project` under its current data key, bound to `aad`.
+    pub fn seal(&self, project: &str, aad: &str, plaintext: &[u8]) -> Result<Sealed, VaultError> {
         let ring = self.keyring(project)?;
         let key = ring
             .data_keys
             .get(&ring.current)
             .ok_or(VaultError::Corrupt("keyring"))?;
         let sealed = key.seal(aad.as_bytes(), plaintext)?;
-        Ok(format!("{}.{}", ring.current, B64.encode(sealed)))
+        Ok(Sealed::new(ring.current.as_str(), sealed))
     }
 
     /// Opens what [`Self::seal`] produced with the same project and `aad`.
@@ -285,20 +286,15 @@ impl Vault {
         &self,
         project: &str,
         aad: &str,
-        sealed: &str,
+        sealed: &Sealed,
     ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
         let ring = self.keyring(project)?;
-        let (id, body) = sealed
-            .split_once('.')
-            .ok_or(VaultError::Corrupt("sealed value"))?;
+        let (id, bytes) = sealed.parts().ok_or(VaultError::Corrupt("sealed value"))?;
         let key = ring
             .data_keys
             .get(id)
             .ok_or_else(|| VaultError::UnknownKey(id.to_string()))?;
-        let bytes = B64
-            .decode(body)
-            .map_err(|_| VaultError::Corrupt("sealed value"))?;
-        key.open(aad.as_bytes(), &bytes)
+        key.open(aad.as_bytes(), bytes)
     }
 
     /// A stable secret derived from the master key for `context` (see [`MasterKey::derive`]).
@@ -317,12 +313,12 @@ impl Vault {
 
     /// Seals a CVC stored at `now_secs` under the short-lived key of that time's bucket (the
     /// time a token first stored it, when a payment method takes a token's cvc).
-    pub fn seal_cvc(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<String> {
+    pub fn seal_cvc(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<Sealed> {
         self.cvc.seal(aad, cvc, now_secs)
     }
 
     /// The CVC while it is retained.
-    pub fn open_cvc(&self, aad: &str, sealed: &str, now_secs: u64) -> Option<Zeroizing<String>> {
+    pub fn open_cvc(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Zeroizing<String>> {
         self.cvc.open(aad, sealed, now_secs)
     }
 
@@ -397,8 +393,8 @@ mod tests {
             (vec![first.clone(), second.clone()], second.clone())
         );
         let new = v.seal("p1", "b", b"5555555555554444").unwrap();
-        assert!(old.starts_with(&format!("{first}.")));
-        assert!(new.starts_with(&format!("{second}.")));
+        assert!(old.to_stored().starts_with(&format!("{first}.")));
+        assert!(new.to_stored().starts_with(&format!("{second}.")));
         // A fresh vault (a restart) reads the rotated keyring from the store.
         let restarted = vault(&store, "42");
         assert_eq!(
