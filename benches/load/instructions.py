@@ -1,6 +1,15 @@
-"""Instructions (cachegrind Ir) and syscalls (strace -c) per request, for paycred and the
-pingora pass-through. Each program runs twice per tool, with W and W+N requests; the
-difference divided by N removes start-up and shutdown."""
+"""Instructions (valgrind Ir) and syscalls (strace -c) per request, for paycred and the
+pingora pass-through.
+
+Instructions: each program runs under callgrind with counting off; after a warm-up of W
+requests it is switched on, N requests are sent, and the counts are dumped before the
+program is stopped. So the window holds the N requests and whatever else ran meanwhile (the
+audit writer, timers), and neither start-up nor shutdown. (Until session 14 this was the
+difference of two cachegrind runs with W and W+N requests. Start-up under valgrind spins a
+varying while in sled's lazy statics, 7 to 13 million instructions a run, which moved
+paycred's figure by up to 7k a request between runs of one build.) Syscalls: each program
+runs twice under strace, with W and W+N requests; the difference divided by N removes
+start-up and shutdown."""
 import argparse, glob, json, os, re, signal, socket, subprocess, time, urllib.request
 
 a = argparse.ArgumentParser()
@@ -9,7 +18,7 @@ for flag in ["work", "paycred", "config", "passthrough", "key", "bodies"]:
 for flag in ["requests", "paycred-port", "passthrough-port", "upstream-port"]:
     a.add_argument("--" + flag, type=int, required=True)
 a.add_argument("--body", default="1k", choices=["1k", "64k"], help="which bench body to send")
-a.add_argument("--profile", help="instead, write a callgrind profile of paycred for this many requests here")
+a.add_argument("--cachegrind", action="store_true", help="also the difference of two cachegrind runs (W, W+N)")
 args = a.parse_args()
 WARM = 100
 
@@ -70,10 +79,14 @@ def run(name, port, cmd, wrapper, count, tok):
             subprocess.check_call(["python3", args.bodies, pm, args.work])
         body = open(body_file, "rb").read()
         if "--tool=callgrind" in wrapper:
-            # Profile the steady state only: warm up with collection off, then switch it on.
+            # Count the steady state only: warm up with counting off, switch it on, and dump
+            # the counts before the shutdown.
             send(port, body, WARM, tok)
             subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], check=True, capture_output=True)
-        send(port, body, count, tok)
+            send(port, body, count, tok)
+            subprocess.run(["callgrind_control", "-d", str(p.pid)], check=True, capture_output=True)
+        else:
+            send(port, body, count, tok)
     finally:
         # strace runs the program as its child: stop the program, not strace.
         victims = [p.pid]
@@ -85,11 +98,32 @@ def run(name, port, cmd, wrapper, count, tok):
         p.wait(timeout=120)
 
 
-def cachegrind(name, port, cmd, count, tok):
-    out = os.path.join(args.work, f"cg.{name}.{count}")
-    run(name, port, cmd, ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--fair-sched=yes", f"--cachegrind-out-file={out}"], count, tok)
-    text = open(out).read()
-    return int(re.search(r"^summary:\s+(\d+)", text, re.M).group(1))
+def callgrind(key, port, cmd, count, tok):
+    """The window's profile (see the top): its file, all threads' instructions, and the
+    request path's (every task the runtime ran, inclusive: without the audit writer's
+    thread, so it does not depend on how requests share the writer's batches)."""
+    out = os.path.join(args.work, f"callgrind.{key}")
+    run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--instr-atstart=no",
+                         f"--callgrind-out-file={out}"], count, tok)
+    # The dump is the file's first part; the part written at exit (the shutdown) is dropped.
+    window = out + ".1"
+    for part in glob.glob(out + "*"):
+        if part != window:
+            os.remove(part)
+    os.rename(window, out)
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True).stdout
+    total = re.search(r"^\s*([\d,]+) .*PROGRAM TOTALS", text, re.M)
+    path = re.search(r"^\s*([\d,]+) .*worker::Context::run_task", text, re.M)
+    if not (total and path):
+        raise SystemExit(f"instructions: no totals or no tokio worker task (Context::run_task) in the {key} profile")
+    return out, int(total.group(1).replace(",", "")), int(path.group(1).replace(",", ""))
+
+
+def cachegrind(key, port, cmd, count, tok):
+    out = os.path.join(args.work, f"cg.{key}.{count}")
+    run(key, port, cmd, ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--fair-sched=yes",
+                         f"--cachegrind-out-file={out}"], count, tok)
+    return int(re.search(r"^summary:\s+(\d+)", open(out).read(), re.M).group(1))
 
 
 def syscalls(name, port, cmd, count, tok):
@@ -105,39 +139,20 @@ targets = {
     "pingora pass-through": (args.passthrough_port, [args.passthrough, f"127.0.0.1:{args.passthrough_port}",
                                                      f"127.0.0.1:{args.upstream_port}", "1"]),
 }
-if args.profile:
-    for name, (port, cmd) in targets.items():
-        key = "paycred" if name == "paycred" else "pt"
-        out = os.path.join(args.work, f"callgrind.{key}")
-        run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--instr-atstart=no",
-                             f"--callgrind-out-file={out}"],
-            args.requests, tok)
-    # The request path alone: every task the runtime ran (inclusive), without the audit
-    # writer's thread and the start-up, so it does not depend on timing.
-    paths = {}
-    for name in targets:
-        key = "paycred" if name == "paycred" else "pt"
-        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", os.path.join(args.work, f"callgrind.{key}")],
-                              capture_output=True, text=True).stdout
-        m = re.search(r"^\s*([\d,]+) .*worker::Context::run_task", text, re.M)
-        if not m:
-            raise SystemExit(f"instructions: no tokio worker task (Context::run_task) in the {key} profile")
-        paths[name] = int(m.group(1).replace(",", "")) / args.requests
-    base = paths["pingora pass-through"]
-    print("| program | request path instructions / request (runtime tasks) | vs pass-through |")
-    print("|---|---|---|")
-    for name, ir in paths.items():
-        print(f"| {name} | {ir:,.0f} | {ir / base:.2f}x |")
-    raise SystemExit(0)
 n = args.requests
 rows = []
 for name, (port, cmd) in targets.items():
     key = "paycred" if name == "paycred" else "pt"
-    ir = (cachegrind(key, port, cmd, WARM + n, tok) - cachegrind(key, port, cmd, WARM, tok)) / n
+    _, total, path = callgrind(key, port, cmd, n, tok)
     sc = (syscalls(key, port, cmd, WARM + n, tok) - syscalls(key, port, cmd, WARM, tok)) / n
-    rows.append((name, ir, sc))
+    cg = (cachegrind(key, port, cmd, WARM + n, tok) - cachegrind(key, port, cmd, WARM, tok)) / n if args.cachegrind else None
+    rows.append((name, total / n, path / n, sc, cg))
 base = rows[-1]
-print("| program | instructions / request | syscalls / request | instructions vs pass-through |")
-print("|---|---|---|---|")
-for name, ir, sc in rows:
-    print(f"| {name} | {ir:,.0f} | {sc:.1f} | {ir / base[1]:.2f}x |")
+extra = ("", "")
+if args.cachegrind:
+    extra = (" cachegrind difference (start-up noise, see the top) |", "---|")
+print("| program | instructions / request | of which the request path | syscalls / request | instructions vs pass-through | request path vs pass-through |" + extra[0])
+print("|---|---|---|---|---|---|" + extra[1])
+for name, ir, path, sc, cg in rows:
+    col = f" {cg:,.0f} ({cg / base[4]:.2f}x) |" if cg is not None else ""
+    print(f"| {name} | {ir:,.0f} | {path:,.0f} | {sc:.1f} | {ir / base[1]:.2f}x | {path / base[2]:.2f}x |{col}")
