@@ -5,9 +5,10 @@ Instructions: each program runs under callgrind with counting off; after a warm-
 requests it is switched on, N requests are sent, and the counts are dumped before the
 program is stopped. So the window holds the N requests and whatever else ran meanwhile (the
 audit writer, timers), and neither start-up nor shutdown. (Until session 14 this was the
-difference of two cachegrind runs with W and W+N requests. Start-up under valgrind spins a
-varying while in sled's lazy statics, 7 to 13 million instructions a run, which moved
-paycred's figure by up to 7k a request between runs of one build.) Syscalls: each program
+difference of two cachegrind runs with W and W+N requests, which was meant to cancel
+start-up. It did not: start-up under valgrind varies, among it a spin in sled's lazy statics
+of 7 to 13 million instructions a run, and four runs of one build spread 7.4k a request.)
+Syscalls: each program
 runs twice under strace, with W and W+N requests; the difference divided by N removes
 start-up and shutdown."""
 import argparse, glob, json, os, re, signal, socket, subprocess, time, urllib.request
@@ -62,6 +63,15 @@ def send(port, body, count, tok):
     s.close()
 
 
+def control(pid, *command):
+    """`callgrind_control` on `pid`; it exits 0 also when it found no such run, so its answer
+    is checked."""
+    done = subprocess.run(["callgrind_control", *command, str(pid)], capture_output=True, text=True)
+    said = done.stdout + done.stderr
+    if done.returncode != 0 or "not detected" in said or "No active callgrind" in said:
+        raise SystemExit(f"instructions: callgrind_control {' '.join(command)} {pid}: {said.strip()}")
+
+
 def run(name, port, cmd, wrapper, count, tok):
     data = os.path.join(args.work, "data")
     subprocess.run(["rm", "-rf", data])
@@ -82,9 +92,9 @@ def run(name, port, cmd, wrapper, count, tok):
             # Count the steady state only: warm up with counting off, switch it on, and dump
             # the counts before the shutdown.
             send(port, body, WARM, tok)
-            subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], check=True, capture_output=True)
+            control(p.pid, "-i", "on")
             send(port, body, count, tok)
-            subprocess.run(["callgrind_control", "-d", str(p.pid)], check=True, capture_output=True)
+            control(p.pid, "-d")
         else:
             send(port, body, count, tok)
     finally:
@@ -105,8 +115,11 @@ def callgrind(key, port, cmd, count, tok):
     out = os.path.join(args.work, f"callgrind.{key}")
     run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--instr-atstart=no",
                          f"--callgrind-out-file={out}"], count, tok)
-    # The dump is the file's first part; the part written at exit (the shutdown) is dropped.
+    # The dump is the file's first part (X.1); the part written at exit (X, the shutdown) is
+    # dropped.
     window = out + ".1"
+    if not os.path.exists(window):
+        raise SystemExit(f"instructions: callgrind wrote no dump of the window for {key}")
     for part in glob.glob(out + "*"):
         if part != window:
             os.remove(part)

@@ -37,7 +37,7 @@ bin="$release/paycred"
 echo "requests: $n (body ${BODY:-1k} with 4 templates; the pass-through forwards the same bytes)"
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
   --paycred-port "$PC" --passthrough "$release/examples/passthrough" --passthrough-port "$PT" \
-  --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" --body "${BODY:-1k}" ${CACHEGRIND:+--cachegrind}
+  --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" --body "${BODY:-1k}" $([ "${CACHEGRIND:-}" = 1 ] && echo --cachegrind)
 # (An `if`: a trailing `[ ... ] &&` would make the script exit 1 without PROFILE.)
 if [ -n "${PROFILE:-}" ]; then
   mkdir -p "$PROFILE" && cp "$work"/callgrind.* "$PROFILE/" && echo "profiles: $PROFILE/callgrind.{paycred,pt}"

@@ -75,22 +75,13 @@ impl CvcKeyring {
             Arc::clone(key)
         };
         let sealed = key.seal(aad.as_bytes(), cvc.as_bytes()).ok()?;
-        Some(Sealed::new(format!("cvc1.{}.{bucket}", self.epoch), sealed))
+        Some(Sealed::cvc(&self.epoch, bucket, sealed))
     }
 
     /// The CVC, or `None` once its key is destroyed (or the value is not ours).
     pub fn open(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Zeroizing<String>> {
-        let (key_id, bytes) = sealed.parts()?;
-        let mut parts = key_id.splitn(3, '.');
-        let (Some("cvc1"), Some(epoch), Some(bucket)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return None;
-        };
-        if epoch != self.epoch {
-            return None;
-        }
-        let bucket: u64 = bucket.parse().ok()?;
-        if !self.bucket_alive(bucket, now_secs) {
+        let (epoch, bucket, bytes) = sealed.under_cvc_key()?;
+        if epoch != self.epoch || !self.bucket_alive(bucket, now_secs) {
             return None;
         }
         let key = Arc::clone(self.keys.lock().get(&bucket)?);
@@ -132,6 +123,12 @@ mod tests {
         let b = CvcKeyring::new(Duration::from_secs(60));
         let s = a.seal("x", "999", 10).unwrap();
         assert!(b.open("x", &s, 10).is_none());
-        assert!(a.open("x", &Sealed::from_stored("garbage"), 10).is_none());
+        // Its own run, but a bucket it has no key for; and a value it cannot read.
+        let (epoch, bucket, bytes) = s.under_cvc_key().unwrap();
+        let no_key = Sealed::cvc(epoch, bucket + 1, bytes.to_vec());
+        assert!(a.open("x", &no_key, 10).is_none());
+        let unreadable = Sealed::from_stored(&s.to_stored().replacen("cvc1", "cvc2", 1));
+        assert!(a.open("x", &unreadable, 10).is_none());
+        assert!(a.open("x", &s, 10).is_some());
     }
 }

@@ -278,7 +278,7 @@ impl Vault {
             .get(&ring.current)
             .ok_or(VaultError::Corrupt("keyring"))?;
         let sealed = key.seal(aad.as_bytes(), plaintext)?;
-        Ok(Sealed::new(ring.current.as_str(), sealed))
+        Ok(Sealed::data(&ring.current, sealed))
     }
 
     /// Opens what [`Self::seal`] produced with the same project and `aad`.
@@ -289,7 +289,9 @@ impl Vault {
         sealed: &Sealed,
     ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
         let ring = self.keyring(project)?;
-        let (id, bytes) = sealed.parts().ok_or(VaultError::Corrupt("sealed value"))?;
+        let (id, bytes) = sealed
+            .under_data_key()
+            .ok_or(VaultError::Corrupt("sealed value"))?;
         let key = ring
             .data_keys
             .get(id)
@@ -372,11 +374,50 @@ mod tests {
         Vault::new(master, store.clone(), Duration::from_secs(3600))
     }
 
-    #[test]
-    fn a_rotated_data_key_seals_new_values_and_the_old_ones_still_open() {
+    /// A vault (master key `42…`) over a new store in its own directory.
+    fn fresh() -> (tempfile::TempDir, Arc<dyn Store>, Vault) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
         let v = vault(&store, "42");
+        (dir, store, v)
+    }
+
+    #[test]
+    fn a_value_opens_only_as_sealed_where_it_was_sealed() {
+        let (_dir, _store, v) = fresh();
+        let sealed = v.seal("p1", "pm/1/number", b"4242424242424242").unwrap();
+        let stored = serde_json::to_string(&sealed).unwrap();
+        let read: Sealed = serde_json::from_str(&stored).unwrap();
+        assert_eq!(
+            &*v.open("p1", "pm/1/number", &read).unwrap(),
+            b"4242424242424242"
+        );
+        assert!(matches!(
+            v.open("p1", "pm/2/number", &read),
+            Err(VaultError::Crypto)
+        ));
+        let unreadable = Sealed::from_stored(&sealed.to_stored().replacen('.', ":", 1));
+        assert!(matches!(
+            v.open("p1", "pm/1/number", &unreadable),
+            Err(VaultError::Corrupt(_))
+        ));
+        let cvc = v.seal_cvc("pm/1/cvc", "123", 1_000).unwrap();
+        assert!(matches!(
+            v.open("p1", "pm/1/cvc", &cvc),
+            Err(VaultError::Corrupt(_))
+        ));
+        assert_eq!(
+            v.open_cvc("pm/1/cvc", &cvc, 1_000)
+                .as_deref()
+                .map(|c| c.as_str()),
+            Some("123")
+        );
+        assert!(v.open_cvc("pm/1/cvc", &sealed, 1_000).is_none());
+    }
+
+    #[test]
+    fn a_rotated_data_key_seals_new_values_and_the_old_ones_still_open() {
+        let (_dir, store, v) = fresh();
         let old = v.seal("p1", "a", b"4242424242424242").unwrap();
         let (ids, first) = v.data_key_ids("p1").unwrap();
         assert_eq!(ids, vec![first.clone()]);
