@@ -8,9 +8,9 @@ audit writer, timers), and neither start-up nor shutdown. (Until session 14 this
 difference of two cachegrind runs with W and W+N requests, which was meant to cancel
 start-up. It did not: start-up under valgrind varies, among it a spin in sled's lazy statics
 of 7 to 13 million instructions a run, and four runs of one build spread 7.4k a request.)
-Syscalls: each program
-runs twice under strace, with W and W+N requests; the difference divided by N removes
-start-up and shutdown."""
+
+Syscalls: each program runs twice under strace, with W and W+N requests; the difference
+divided by N removes start-up and shutdown."""
 import argparse, glob, json, os, re, signal, socket, subprocess, time, urllib.request
 
 a = argparse.ArgumentParser()
@@ -109,9 +109,9 @@ def run(name, port, cmd, wrapper, count, tok):
 
 
 def callgrind(key, port, cmd, count, tok):
-    """The window's profile (see the top): its file, all threads' instructions, and the
-    request path's (every task the runtime ran, inclusive: without the audit writer's
-    thread, so it does not depend on how requests share the writer's batches)."""
+    """The window's instructions (see the top): all threads', and the request path's (every
+    task the runtime ran, inclusive: without the audit writer's thread, so it does not depend
+    on how requests share the writer's batches)."""
     out = os.path.join(args.work, f"callgrind.{key}")
     run(key, port, cmd, ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--instr-atstart=no",
                          f"--callgrind-out-file={out}"], count, tok)
@@ -129,7 +129,7 @@ def callgrind(key, port, cmd, count, tok):
     path = re.search(r"^\s*([\d,]+) .*worker::Context::run_task", text, re.M)
     if not (total and path):
         raise SystemExit(f"instructions: no totals or no tokio worker task (Context::run_task) in the {key} profile")
-    return out, int(total.group(1).replace(",", "")), int(path.group(1).replace(",", ""))
+    return int(total.group(1).replace(",", "")), int(path.group(1).replace(",", ""))
 
 
 def cachegrind(key, port, cmd, count, tok):
@@ -156,7 +156,7 @@ n = args.requests
 rows = []
 for name, (port, cmd) in targets.items():
     key = "paycred" if name == "paycred" else "pt"
-    _, total, path = callgrind(key, port, cmd, n, tok)
+    total, path = callgrind(key, port, cmd, n, tok)
     sc = (syscalls(key, port, cmd, WARM + n, tok) - syscalls(key, port, cmd, WARM, tok)) / n
     cg = (cachegrind(key, port, cmd, WARM + n, tok) - cachegrind(key, port, cmd, WARM, tok)) / n if args.cachegrind else None
     rows.append((name, total / n, path / n, sc, cg))

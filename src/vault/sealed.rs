@@ -55,25 +55,31 @@ impl Sealed {
     /// without leading zeros, base64 without padding), so [`Self::to_stored`] gives back the
     /// same string.
     pub fn from_stored(stored: &str) -> Self {
-        let decode = |body: &str| B64.decode(body).ok();
         let parsed = match stored.strip_prefix(CVC) {
-            Some(rest) => {
-                let mut parts = rest.splitn(3, '.');
-                let (epoch, bucket, body) = (parts.next(), parts.next(), parts.next());
-                (|| {
-                    let (epoch, bucket_text, body) = (epoch?, bucket?, body?);
-                    let bucket: u64 = bucket_text.parse().ok()?;
-                    let canonical = !epoch.is_empty() && bucket.to_string() == bucket_text;
-                    canonical.then_some(())?;
-                    Some(Self::cvc(epoch, bucket, decode(body)?))
-                })()
-            }
-            None => stored
-                .split_once('.')
-                .filter(|(key_id, _)| !key_id.is_empty())
-                .and_then(|(key_id, body)| Some(Self::data(key_id, decode(body)?))),
+            Some(rest) => Self::parse_cvc(rest),
+            None => Self::parse_data(stored),
         };
         parsed.unwrap_or_else(|| Self(Repr::Unreadable(stored.to_string())))
+    }
+
+    /// `<key id>.<base64>`.
+    fn parse_data(stored: &str) -> Option<Self> {
+        let (key_id, body) = stored.split_once('.')?;
+        if key_id.is_empty() {
+            return None;
+        }
+        Some(Self::data(key_id, B64.decode(body).ok()?))
+    }
+
+    /// `<epoch>.<bucket>.<base64>`, after the [`CVC`] prefix.
+    fn parse_cvc(rest: &str) -> Option<Self> {
+        let mut parts = rest.splitn(3, '.');
+        let (epoch, bucket_text, body) = (parts.next()?, parts.next()?, parts.next()?);
+        let bucket: u64 = bucket_text.parse().ok()?;
+        if epoch.is_empty() || bucket.to_string() != bucket_text {
+            return None;
+        }
+        Some(Self::cvc(epoch, bucket, B64.decode(body).ok()?))
     }
 
     /// The data key id and the sealed bytes; `None` unless sealed under a data key.
