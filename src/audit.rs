@@ -1,5 +1,6 @@
-//! The audit log: append-only and hash-chained (`hash = sha256(prev_hash || event JSON)`),
-//! a file of JSON lines in the data dir (`store::audit_file`). The event of a change the
+//! The audit log: append-only and hash-chained (`hash = H(prev_hash || event JSON)`, H being
+//! SHA-256 or BLAKE3 as each hash says: `store::audit_chain`), a file of JSON lines in the
+//! data dir (`store::audit_file`). The event of a change the
 //! store commits is recorded in the change's own transaction and moved into the log right
 //! after (`store::audit_log`).
 //!
@@ -25,7 +26,7 @@
 //! directly, so the server must be stopped. Whoever can rewrite the whole store can also rewrite the head: compare
 //! the printed head with one kept elsewhere to rule that out.
 
-use crate::store::audit_file::audit_hash;
+use crate::store::audit_chain::hash_holds;
 use crate::store::{AuditEntry, AuditEvent, AuditHead, Store};
 use std::io::Write;
 use std::sync::Arc;
@@ -55,7 +56,7 @@ pub fn verify(entries: &[AuditEntry]) -> Result<usize, Broken> {
                 reason: "prev_hash does not match the previous entry",
             });
         }
-        if audit_hash(&e.prev_hash, &e.event).as_deref() != Some(e.hash.as_str()) {
+        if !hash_holds(e) {
             return Err(Broken {
                 seq: e.seq,
                 reason: "hash does not match the entry's content",
@@ -144,8 +145,10 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::audit_chain::ChainHash;
 
-    fn chain(n: u64) -> Vec<AuditEntry> {
+    /// `n` entries, hashed with SHA-256 up to `sha256_until` and BLAKE3 after it.
+    fn chain_of(n: u64, sha256_until: u64) -> Vec<AuditEntry> {
         let mut prev = String::new();
         (1..=n)
             .map(|seq| {
@@ -156,7 +159,12 @@ mod tests {
                     entity: "e".into(),
                     resource: format!("pm_{seq}"),
                 };
-                let hash = audit_hash(&prev, &event).unwrap_or_default();
+                let function = if seq <= sha256_until {
+                    ChainHash::Sha256
+                } else {
+                    ChainHash::Blake3
+                };
+                let hash = function.hash(&prev, &serde_json::to_vec(&event).unwrap_or_default());
                 let entry = AuditEntry {
                     seq,
                     event,
@@ -169,9 +177,16 @@ mod tests {
             .collect()
     }
 
+    /// `n` entries, SHA-256 for the first two and BLAKE3 after.
+    fn chain(n: u64) -> Vec<AuditEntry> {
+        chain_of(n, 2)
+    }
+
     #[test]
     fn an_intact_chain_verifies() {
-        assert_eq!(verify(&chain(5)), Ok(5));
+        for sha256_until in [0, 2, 5] {
+            assert_eq!(verify(&chain_of(5, sha256_until)), Ok(5));
+        }
         assert_eq!(verify(&[]), Ok(0));
     }
 
@@ -214,7 +229,12 @@ mod tests {
         // Recomputing the hash of a changed entry breaks the next link instead.
         let mut c = chain(5);
         c[2].event.resource = "pm_x".into();
-        c[2].hash = audit_hash(&c[2].prev_hash, &c[2].event).unwrap_or_default();
+        let json = serde_json::to_vec(&c[2].event).unwrap_or_default();
+        c[2].hash = ChainHash::Blake3.hash(&c[2].prev_hash, &json);
         assert_eq!(verify(&c).map_err(|b| b.seq), Err(4));
+        // A SHA-256 entry's digits named BLAKE3.
+        let mut c = chain(5);
+        c[1].hash = format!("blake3:{}", c[1].hash);
+        assert_eq!(verify(&c).map_err(|b| b.seq), Err(2));
     }
 }

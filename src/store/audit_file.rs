@@ -1,6 +1,6 @@
 //! The audit log's file, `audit.log` in the data dir: one JSON [`AuditEntry`] a line,
-//! hash-chained (`hash = sha256(prev_hash || event JSON)`), appended only by the audit writer
-//! and made durable with `fdatasync`.
+//! hash-chained (`hash = H(prev_hash || event JSON)`, [`ChainHash`]), appended only by the
+//! audit writer and made durable with `fdatasync`.
 //!
 //! Each time the file is synced the store records the chain head apart from it
 //! ([`AuditHead`]: the seq and hash of the last entry and the file's length there). Opening
@@ -11,6 +11,7 @@
 //! before (else the file was changed, as above); an unfinished line at the end, which was
 //! never reported durable, is cut off.
 
+use super::audit_chain::{hash_holds, ChainHash};
 use super::{AuditEntry, AuditEvent};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -43,6 +44,8 @@ pub struct AuditHead {
 pub struct AuditFile {
     file: File,
     head: AuditHead,
+    /// What new entries are hashed with.
+    chain: ChainHash,
     /// The lines of one append, reused.
     buf: Vec<u8>,
 }
@@ -79,11 +82,8 @@ impl AuditFile {
                 "is shorter than the head the store recorded (entries cut off)",
             ));
         }
-        let at_head = |e: AuditEntry| {
-            e.seq == recorded.seq
-                && e.hash == recorded.hash
-                && audit_hash(&e.prev_hash, &e.event).as_deref() == Some(e.hash.as_str())
-        };
+        let at_head =
+            |e: AuditEntry| e.seq == recorded.seq && e.hash == recorded.hash && hash_holds(&e);
         let head_found = match recorded.len {
             0 => recorded.seq == 0,
             len => line_ending_at(&file, len).is_some_and(at_head),
@@ -129,6 +129,7 @@ impl AuditFile {
             Self {
                 file,
                 head,
+                chain: ChainHash::fastest(),
                 buf: Vec::new(),
             },
             events,
@@ -149,7 +150,8 @@ impl AuditFile {
         let (mut seq, mut hash) = (self.head.seq, self.head.hash.clone());
         for event in events {
             seq += 1;
-            hash = push_entry(&mut buf, seq, event, &hash).map_err(|e| e.to_string())?;
+            hash =
+                push_entry(&mut buf, seq, event, &hash, self.chain).map_err(|e| e.to_string())?;
             buf.push(b'\n');
         }
         let written = self.file.write_all_at(&buf, self.head.len);
@@ -237,58 +239,34 @@ fn line_ending_at(file: &File, end: u64) -> Option<AuditEntry> {
 /// `line` as the entry that follows `head`, if it is one.
 pub(super) fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry> {
     let entry: AuditEntry = serde_json::from_slice(line).ok()?;
-    let follows = entry.seq == head.seq + 1
-        && entry.prev_hash == head.hash
-        && audit_hash(&entry.prev_hash, &entry.event).as_deref() == Some(entry.hash.as_str());
+    let follows = entry.seq == head.seq + 1 && entry.prev_hash == head.hash && hash_holds(&entry);
     follows.then_some(entry)
 }
 
-/// `sha256(prev_hash || event_json)`, lowercase hex.
-fn chain_hash(prev_hash: &str, event_json: &[u8]) -> String {
-    // OpenSSL's (linked already, for TLS): it uses the CPU's SHA extensions where there are
-    // some, as the `sha2` crate does, and where there are none (Intel server CPUs before Ice
-    // Lake, and valgrind's simulated one) its AVX2 code: 720 against 920 ns a hash. One hash
-    // per audit entry, so per proxied request (docs/performance.md, session 13).
-    let mut h = openssl::sha::Sha256::new();
-    h.update(prev_hash.as_bytes());
-    h.update(event_json);
-    // `hex::encode` goes char by char through an iterator (about 2k instructions a hash);
-    // its slice form is a table lookup a byte. 32 bytes always fit in 64 digits.
-    let mut digits = [0u8; 64];
-    match hex::encode_to_slice(h.finish(), &mut digits) {
-        Ok(()) => String::from_utf8(digits.to_vec()).unwrap_or_default(),
-        Err(_) => String::new(),
-    }
-}
-
 /// Appends the stored JSON of the [`AuditEntry`] with `seq`, `event` and `prev_hash` to
-/// `out`, and returns the entry's hash. The event is serialized once, in place, and hashed
-/// from there. Byte for byte what serde writes for the entry
-/// (`tests::push_entry_is_what_serde_writes`); the hashes are hex, so nothing needs escaping.
+/// `out`, and returns the entry's hash, made with `chain`. The event is serialized once, in
+/// place, and hashed from there. Byte for byte what serde writes for the entry
+/// (`tests::push_entry_is_what_serde_writes`); the hashes are hex (after `blake3:`), so
+/// nothing needs escaping.
 pub(super) fn push_entry(
     out: &mut Vec<u8>,
     seq: u64,
     event: &AuditEvent,
     prev_hash: &str,
+    chain: ChainHash,
 ) -> serde_json::Result<String> {
     out.extend_from_slice(b"{\"seq\":");
     out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
     out.extend_from_slice(b",\"event\":");
     let event_start = out.len();
     serde_json::to_writer(&mut *out, event)?;
-    let hash = chain_hash(prev_hash, out.get(event_start..).unwrap_or_default());
+    let hash = chain.hash(prev_hash, out.get(event_start..).unwrap_or_default());
     out.extend_from_slice(b",\"prev_hash\":\"");
     out.extend_from_slice(prev_hash.as_bytes());
     out.extend_from_slice(b"\",\"hash\":\"");
     out.extend_from_slice(hash.as_bytes());
     out.extend_from_slice(b"\"}");
     Ok(hash)
-}
-
-/// The hash an audit entry must carry.
-pub fn audit_hash(prev_hash: &str, event: &AuditEvent) -> Option<String> {
-    let event_json = serde_json::to_vec(event).ok()?;
-    Some(chain_hash(prev_hash, &event_json))
 }
 
 #[cfg(test)]
@@ -420,16 +398,6 @@ pub mod tests {
     }
 
     #[test]
-    fn chain_hash_is_lowercase_hex_sha256_of_prev_then_event() {
-        // sha256("abc"), cut between the previous hash and the event at every place.
-        let want = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-        for cut in 0..=3 {
-            let (prev, event) = "abc".split_at(cut);
-            assert_eq!(chain_hash(prev, event.as_bytes()), want);
-        }
-    }
-
-    #[test]
     fn push_entry_is_what_serde_writes() {
         let event = AuditEvent {
             at_micros: 1_700_000_000_000_000,
@@ -439,19 +407,56 @@ pub mod tests {
             resource: "host=example.com status=200 templates=4".into(),
         };
         let event_json = serde_json::to_vec(&event).unwrap();
-        let prev = chain_hash("", b"{}");
-        let mut out = b"...".to_vec();
-        let hash = push_entry(&mut out, 42, &event, &prev).unwrap();
-        assert_eq!(hash, chain_hash(&prev, &event_json));
-        let entry = AuditEntry {
-            seq: 42,
-            event,
-            prev_hash: prev.clone(),
-            hash,
-        };
-        assert_eq!(
-            out,
-            [b"...".to_vec(), serde_json::to_vec(&entry).unwrap()].concat()
-        );
+        for chain in [ChainHash::Sha256, ChainHash::Blake3] {
+            let prev = chain.hash("", b"{}");
+            let mut out = b"...".to_vec();
+            let hash = push_entry(&mut out, 42, &event, &prev, chain).unwrap();
+            assert_eq!(hash, chain.hash(&prev, &event_json));
+            let entry = AuditEntry {
+                seq: 42,
+                event: event.clone(),
+                prev_hash: prev.clone(),
+                hash,
+            };
+            assert_eq!(
+                out,
+                [b"...".to_vec(), serde_json::to_vec(&entry).unwrap()].concat()
+            );
+        }
+    }
+
+    #[test]
+    fn a_log_continues_across_a_change_of_hash_function() {
+        // Written where SHA-256 was the faster (or before BLAKE3), then moved to a CPU
+        // without SHA instructions, and back.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let mut recorded = AuditHead::default();
+        for (i, chain) in [ChainHash::Sha256, ChainHash::Blake3, ChainHash::Sha256]
+            .into_iter()
+            .enumerate()
+        {
+            let (mut log, found) = AuditFile::open(&path, &recorded).unwrap();
+            assert!(found.is_empty());
+            log.chain = chain;
+            log.append(&events(i * 3..i * 3 + 3)).unwrap();
+            log.sync().unwrap();
+            recorded = log.head().clone();
+        }
+        let entries = read_entries(&path).unwrap();
+        assert_eq!(crate::audit::verify(&entries), Ok(9));
+        let named: Vec<_> = entries
+            .iter()
+            .map(|e| ChainHash::named_by(&e.hash).unwrap())
+            .collect();
+        assert_eq!(named[2..4], [ChainHash::Sha256, ChainHash::Blake3]);
+        assert_eq!(named[5..7], [ChainHash::Blake3, ChainHash::Sha256]);
+        // Entries after the recorded head are checked across the change too.
+        let (mut log, _) = AuditFile::open(&path, &recorded).unwrap();
+        log.chain = ChainHash::Blake3;
+        log.append(&events(9..11)).unwrap();
+        drop(log);
+        let (_, found) = AuditFile::open(&path, &recorded).unwrap();
+        assert_eq!(found, events(9..11));
     }
 }

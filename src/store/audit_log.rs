@@ -278,6 +278,7 @@ impl Sink for LogSink {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::store::audit_chain::ChainHash::Sha256;
     use crate::store::audit_file::tests::event;
     use crate::store::{when_unlocked, AuditEntry, SledStore, Store};
     use sled::transaction::TransactionError;
@@ -396,7 +397,9 @@ mod tests {
                 value.push(b'\n');
             }
             let start = value.len();
-            prev = audit_file::push_entry(&mut value, seq, &event(seq as usize), &prev).unwrap();
+            // (All SHA-256: the layout is older than BLAKE3 in the chain.)
+            prev = audit_file::push_entry(&mut value, seq, &event(seq as usize), &prev, Sha256)
+                .unwrap();
             old.push(serde_json::from_slice::<AuditEntry>(&value[start..]).unwrap());
             if seq == 3 || seq == 5 {
                 let first = if seq == 3 { 1u64 } else { 4 };

@@ -5,6 +5,7 @@
 //! exactly as for an id that never existed. A write returns only after it is durable.
 
 pub mod audit_batch;
+pub mod audit_chain;
 pub mod audit_file;
 pub mod audit_log;
 pub mod audit_tally;
@@ -242,7 +243,8 @@ pub struct AuditEvent {
     pub resource: String,
 }
 
-/// A chained audit entry as stored: `hash = sha256(prev_hash || event json)`.
+/// A chained audit entry as stored: `hash = H(prev_hash || event json)`, H named by the
+/// hash ([`audit_chain::ChainHash`]).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AuditEntry {
     pub seq: u64,
