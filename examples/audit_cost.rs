@@ -32,7 +32,7 @@ fn main() {
         .nth(1)
         .expect("usage: audit_cost DIR [BATCHES] [PER] [PAUSE_MS]");
     let (batches, per, pause) = (arg(2, 600), arg(3, 100), arg(4, 5));
-    let store = SledStore::open(std::path::Path::new(&dir)).unwrap();
+    let store = SledStore::open(std::path::Path::new(&dir), Default::default()).unwrap();
     let event = |i: u64| AuditEvent {
         at_micros: 1_700_000_000_000_000 + i as i64,
         action: "proxy.use".into(),

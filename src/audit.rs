@@ -137,7 +137,7 @@ pub fn run(
     verify_chain: bool,
     out: &mut impl Write,
 ) -> Result<(), String> {
-    let (entries, head) = crate::store::SledStore::read_audit(&config.data_dir)
+    let (entries, head) = crate::store::SledStore::read_audit(&config.data_dir, config.audit_hash)
         .map_err(|e| format!("data_dir {}: {e}", config.data_dir.display()))?;
     print(&entries, head.as_ref(), verify_chain, out)
 }
@@ -145,7 +145,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::audit_chain::ChainHash;
+    use crate::store::audit_chain::HashFunction;
 
     /// `n` entries, hashed with SHA-256 up to `sha256_until` and BLAKE3 after it.
     fn chain_of(n: u64, sha256_until: u64) -> Vec<AuditEntry> {
@@ -160,9 +160,9 @@ mod tests {
                     resource: format!("pm_{seq}"),
                 };
                 let function = if seq <= sha256_until {
-                    ChainHash::Sha256
+                    HashFunction::Sha256
                 } else {
-                    ChainHash::Blake3
+                    HashFunction::Blake3
                 };
                 let hash = function.hash(&prev, &serde_json::to_vec(&event).unwrap_or_default());
                 let entry = AuditEntry {
@@ -230,7 +230,7 @@ mod tests {
         let mut c = chain(5);
         c[2].event.resource = "pm_x".into();
         let json = serde_json::to_vec(&c[2].event).unwrap_or_default();
-        c[2].hash = ChainHash::Blake3.hash(&c[2].prev_hash, &json);
+        c[2].hash = HashFunction::Blake3.hash(&c[2].prev_hash, &json);
         assert_eq!(verify(&c).map_err(|b| b.seq), Err(4));
         // A SHA-256 entry's digits named BLAKE3.
         let mut c = chain(5);

@@ -60,12 +60,14 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
         dir: config.data_dir.display().to_string(),
         source: store::StoreError::Unavailable(e.to_string()),
     })?;
-    let store: Arc<dyn store::Store> = Arc::new(store::SledStore::open(&config.data_dir).map_err(
-        |source| StartError::Store {
-            dir: config.data_dir.display().to_string(),
-            source,
-        },
-    )?);
+    let store: Arc<dyn store::Store> = Arc::new(
+        store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|source| {
+            StartError::Store {
+                dir: config.data_dir.display().to_string(),
+                source,
+            }
+        })?,
+    );
     let vault = Arc::new(vault::Vault::new(
         master,
         store.clone(),

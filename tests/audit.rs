@@ -9,6 +9,14 @@ use common::upstream::Upstream;
 use common::*;
 use serde_json::{json, Value};
 
+/// The entries `paycred audit --verify` printed.
+fn printed_entries(out: &str) -> Vec<Value> {
+    out.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Sends the card number of `pm_id` to the recording target through the proxy.
 fn proxy_pan(server: &Server, up: &Upstream, token: &str, pm_id: &str) {
     let body =
@@ -62,11 +70,7 @@ fn events_are_recorded_and_tampering_is_found() {
 
     let (ok, out, err) = audit_cli(&server, true);
     assert!(ok, "{err}");
-    let entries: Vec<Value> = out
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let entries = printed_entries(&out);
     let actions: Vec<&str> = entries
         .iter()
         .map(|e| e["event"]["action"].as_str().unwrap())
@@ -135,6 +139,53 @@ fn events_are_recorded_and_tampering_is_found() {
     assert!(!ok, "a log cut short passed --verify");
     assert!(err.contains("entries cut off"), "{err}");
     // Keep the server object alive until here (its dir holds the data).
+    server.stop(true);
+}
+
+#[test]
+fn the_chain_holds_across_a_change_of_hash_function() {
+    // Pinned to SHA-256 first (as every entry before BLAKE3), then to BLAKE3: one chain.
+    let mut server = Server::start_with(Options {
+        audit_hash: "sha256",
+        ..Options::default()
+    });
+    let up = Upstream::start();
+    let t = server.token("user_1", "private");
+    let first = server.add_card(&t, "user_1", VISA);
+    proxy_pan(&server, &up, &t, &first);
+    server.stop(false);
+    let config = std::fs::read_to_string(&server.config_path).unwrap();
+    let blake3 = config.replace("audit_hash: sha256", "audit_hash: blake3");
+    assert_ne!(config, blake3);
+    std::fs::write(&server.config_path, blake3).unwrap();
+    server.restart();
+    let second = server.add_card(&t, "user_1", MASTERCARD);
+    proxy_pan(&server, &up, &t, &second);
+    server.stop(false);
+
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("audit log verified: 4 entries, head blake3:"),
+        "{out}"
+    );
+    let hashes: Vec<String> = printed_entries(&out)
+        .iter()
+        .map(|e| e["hash"].as_str().unwrap().to_string())
+        .collect();
+    let blake3_at: Vec<bool> = hashes.iter().map(|h| h.starts_with("blake3:")).collect();
+    assert_eq!(blake3_at, [false, false, true, true], "{hashes:?}");
+    assert!(hashes.iter().all(|h| h.len() == 64 || h.len() == 71));
+
+    // A BLAKE3 entry changed on disk: --verify names its seq.
+    let log_path = server.dir.path().join("data").join("audit.log");
+    let original = std::fs::read_to_string(&log_path).unwrap();
+    let changed = original.replacen(&format!("revealed={second}"), "revealed=pm_other", 1);
+    assert_ne!(changed, original);
+    std::fs::write(&log_path, changed).unwrap();
+    let (ok, _, err) = audit_cli(&server, true);
+    assert!(!ok, "a changed entry passed --verify");
+    assert!(err.contains("seq 4"), "{err}");
     server.stop(true);
 }
 

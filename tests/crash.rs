@@ -259,7 +259,9 @@ fn acknowledged_writes_survive_sigkill() {
     server.stop(false);
 
     // The exact usage counts, read from the store itself.
-    let store = paycred::store::SledStore::open(&server.dir.path().join("data")).unwrap();
+    let store =
+        paycred::store::SledStore::open(&server.dir.path().join("data"), Default::default())
+            .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

@@ -34,7 +34,8 @@ fn env() -> Env {
         k = key.display()
     );
     let config = Config::from_yaml(&yaml).unwrap();
-    let sled: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("data")).unwrap());
+    let sled: Arc<dyn Store> =
+        Arc::new(SledStore::open(&dir.path().join("data"), Default::default()).unwrap());
     let faulty = Arc::new(FaultyStore::new(sled));
     let store: Arc<dyn Store> = faulty.clone();
     let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();

@@ -51,7 +51,8 @@ fn env() -> Env {
     let (_, public) = crate::mint::generate_ed25519().unwrap();
     std::fs::write(dir.path().join("ed.pem"), public).unwrap();
     let config = config(dir.path(), "enabled");
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("data")).unwrap());
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::open(&dir.path().join("data"), Default::default()).unwrap());
     let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();
     let vault = Arc::new(Vault::new(
         master,

@@ -129,7 +129,8 @@ mod tests {
             k = key.display()
         );
         let config = Config::from_yaml(&yaml).unwrap();
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.join("data")).unwrap());
+        let store: Arc<dyn Store> =
+            Arc::new(SledStore::open(&dir.join("data"), Default::default()).unwrap());
         let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();
         let vault = Arc::new(Vault::new(
             master,

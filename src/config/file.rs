@@ -29,6 +29,10 @@ pub struct FileConfig {
     /// Largest request body accepted by the REST routes, in bytes.
     #[serde(default = "default_rest_max_body")]
     pub rest_max_body: usize,
+    /// Hash function of new audit-log entries: `auto` (SHA-256 where the CPU has SHA
+    /// instructions, BLAKE3 elsewhere), `sha256` or `blake3`.
+    #[serde(default = "default_audit_hash")]
+    pub audit_hash: String,
     /// Server process settings.
     #[serde(default)]
     pub server: ServerFile,
@@ -168,6 +172,10 @@ fn default_master_key_file() -> PathBuf {
 fn default_cvc_retention() -> String {
     "1h".into()
 }
+fn default_audit_hash() -> String {
+    "auto".into()
+}
+
 fn default_rest_max_body() -> usize {
     1024 * 1024
 }

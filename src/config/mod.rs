@@ -5,6 +5,7 @@
 
 pub mod file;
 
+use crate::store::audit_chain::HashFunction;
 use file::{FileConfig, ProjectFile};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use std::collections::BTreeMap;
@@ -43,6 +44,8 @@ pub struct Config {
     pub master_key_file: PathBuf,
     pub cvc_retention: Duration,
     pub rest_max_body: usize,
+    /// What new audit-log entries are hashed with (`audit_hash`; `auto` resolved).
+    pub audit_hash: HashFunction,
     pub server: ServerSettings,
     pub projects: BTreeMap<String, Arc<ProjectConfig>>,
     /// Development only: the `/demo` page and its token-minting session route.
@@ -174,6 +177,8 @@ impl Config {
                 "must be between 1024 and 67108864 bytes",
             ));
         }
+        let audit_hash = HashFunction::configured(&file.audit_hash)
+            .ok_or_else(|| invalid("audit_hash", "must be auto, sha256 or blake3"))?;
         let s = &file.server;
         if !(1..=256).contains(&s.threads) {
             return Err(invalid("server.threads", "must be between 1 and 256"));
@@ -217,6 +222,7 @@ impl Config {
             master_key_file: file.master_key_file,
             cvc_retention,
             rest_max_body: file.rest_max_body,
+            audit_hash,
             server,
             projects,
         })
@@ -387,6 +393,7 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.cvc_retention, Duration::from_secs(3600));
         assert_eq!(c.rest_max_body, 1024 * 1024);
+        assert_eq!(c.audit_hash, HashFunction::fastest());
         assert!(c.projects.is_empty());
     }
 
@@ -414,6 +421,19 @@ mod tests {
     }
 
     #[test]
+    fn audit_hash_pins_a_function_or_takes_the_faster() {
+        let hash = |yaml: &str| {
+            Config::from_yaml(yaml)
+                .unwrap_or_else(|e| unreachable!("{e}"))
+                .audit_hash
+        };
+        assert_eq!(hash("audit_hash: sha256"), HashFunction::Sha256);
+        assert_eq!(hash("audit_hash: blake3"), HashFunction::Blake3);
+        assert_eq!(hash("audit_hash: auto"), HashFunction::fastest());
+        assert!(err("audit_hash: SHA256").contains("must be auto, sha256 or blake3"));
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             ("listen: nope", "listen"),
@@ -421,6 +441,7 @@ mod tests {
             ("server: {threads: 0}", "server.threads"),
             ("server: {colour: red}", "colour"),
             ("cvc_retention: forever", "cvc_retention"),
+            ("audit_hash: md5", "audit_hash"),
             ("data_dir: /d\nmaster_key_file: /d/k", "master_key_file"),
             ("projects: [{id: 'a b', jwt: {keys: []}}]", "projects[0].id"),
             (

@@ -1,46 +1,64 @@
 //! The audit chain's hash: `hash = H(prev_hash || event JSON)`, H being SHA-256 or BLAKE3.
 //! Each entry's `hash` names its function: `blake3:` and 64 hex digits, or 64 hex digits
 //! alone for SHA-256 (every entry written before BLAKE3 was added). So a log verifies
-//! whichever wrote it, and may hold both.
+//! whichever wrote it, and may hold both; paycred versions before BLAKE3 read only SHA-256.
 //!
-//! The writer uses the faster of the two on the CPU it runs on ([`ChainHash::fastest`]), as
-//! TLS prefers AES-GCM where the CPU has AES instructions and ChaCha20 where it has none:
-//! SHA-256 where the CPU has SHA instructions (x86's SHA extensions, Armv8's SHA2), BLAKE3
-//! elsewhere. An entry of ~210 bytes costs, on this repo's bench machine: SHA-256 175 ns with
-//! the SHA extensions and 720 ns without them (OpenSSL's AVX2 code), BLAKE3 230 ns (its
-//! SSE4.1 code; docs/performance.md, session 15). Both are collision resistant; the chain is
-//! unkeyed either way (whoever can rewrite the log and the head the store records can
-//! rewrite the chain; `paycred audit --verify` prints the head to compare with a copy).
+//! The writer uses the function the configuration names (`audit_hash`), by default the
+//! faster of the two on the CPU it runs on ([`HashFunction::fastest`]), as TLS prefers
+//! AES-GCM where the CPU has AES instructions and ChaCha20 where it has none: SHA-256 where
+//! the CPU has SHA instructions (x86's SHA extensions, Armv8's SHA2), BLAKE3 elsewhere. One
+//! proxy entry (`cargo bench --bench audit_chain`, 232 bytes) on this repo's bench machine:
+//! SHA-256 204 ns with the SHA extensions and 592 ns without them, BLAKE3 263 ns
+//! (docs/performance.md, session 15). Both are collision resistant; the chain is unkeyed
+//! either way (whoever can rewrite the log and the head the store records can rewrite the
+//! chain; `paycred audit --verify` prints the head to compare with a copy kept elsewhere).
 
 use super::{AuditEntry, AuditEvent};
 
 /// What a BLAKE3 hash starts with.
 const BLAKE3_PREFIX: &str = "blake3:";
 
-/// A hash function the chain may use.
+/// A hash function the chain may use (`audit_hash` in the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainHash {
+pub enum HashFunction {
     /// Hex digits alone.
     Sha256,
     /// `blake3:` and hex digits.
     Blake3,
 }
 
-impl ChainHash {
+/// The faster of the two on this CPU (`audit_hash: auto`).
+impl Default for HashFunction {
+    fn default() -> Self {
+        HashFunction::fastest()
+    }
+}
+
+impl HashFunction {
     /// The faster of the two on this CPU (see the module's doc).
     pub fn fastest() -> Self {
         if has_sha_instructions() {
-            ChainHash::Sha256
+            HashFunction::Sha256
         } else {
-            ChainHash::Blake3
+            HashFunction::Blake3
+        }
+    }
+
+    /// `audit_hash` as configured: `auto` (the default), `sha256` or `blake3`.
+    pub fn configured(name: &str) -> Option<Self> {
+        match name {
+            "auto" => Some(HashFunction::default()),
+            "sha256" => Some(HashFunction::Sha256),
+            "blake3" => Some(HashFunction::Blake3),
+            _ => None,
         }
     }
 
     /// The function an entry's stored `hash` names; `None` for a form neither writes.
     pub fn named_by(hash: &str) -> Option<Self> {
         let (function, digits) = match hash.strip_prefix(BLAKE3_PREFIX) {
-            Some(digits) => (ChainHash::Blake3, digits),
-            None => (ChainHash::Sha256, hash),
+            Some(digits) => (HashFunction::Blake3, digits),
+            None => (HashFunction::Sha256, hash),
         };
         let lower_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
         (digits.len() == 64 && digits.bytes().all(|b| lower_hex(&b))).then_some(function)
@@ -50,13 +68,13 @@ impl ChainHash {
     pub fn hash(self, prev_hash: &str, event_json: &[u8]) -> String {
         let digest = match self {
             // OpenSSL's (linked already, for TLS): it uses the CPU's SHA extensions.
-            ChainHash::Sha256 => {
+            HashFunction::Sha256 => {
                 let mut h = openssl::sha::Sha256::new();
                 h.update(prev_hash.as_bytes());
                 h.update(event_json);
                 h.finish()
             }
-            ChainHash::Blake3 => {
+            HashFunction::Blake3 => {
                 let mut h = blake3::Hasher::new();
                 h.update(prev_hash.as_bytes());
                 h.update(event_json);
@@ -64,8 +82,8 @@ impl ChainHash {
             }
         };
         let prefix = match self {
-            ChainHash::Sha256 => "",
-            ChainHash::Blake3 => BLAKE3_PREFIX,
+            HashFunction::Sha256 => "",
+            HashFunction::Blake3 => BLAKE3_PREFIX,
         };
         // `hex::encode` goes char by char through an iterator (about 2k instructions a
         // hash); its slice form is a table lookup a byte. 32 bytes always fit in 64 digits.
@@ -84,14 +102,13 @@ impl ChainHash {
 
 /// Whether `entry.hash` is what the function it names makes of its `prev_hash` and event.
 pub fn hash_holds(entry: &AuditEntry) -> bool {
-    expected_hash(&entry.hash, &entry.prev_hash, &entry.event).as_deref()
-        == Some(entry.hash.as_str())
+    HashFunction::named_by(&entry.hash)
+        .and_then(|function| expected_hash(function, &entry.prev_hash, &entry.event))
+        .is_some_and(|expected| expected == entry.hash)
 }
 
-/// The hash an entry with `prev_hash` and `event` must carry, made with the function
-/// `stored` names (`None` if it names none).
-fn expected_hash(stored: &str, prev_hash: &str, event: &AuditEvent) -> Option<String> {
-    let function = ChainHash::named_by(stored)?;
+/// The hash `function` makes of an entry with `prev_hash` and `event`.
+fn expected_hash(function: HashFunction, prev_hash: &str, event: &AuditEvent) -> Option<String> {
     let event_json = serde_json::to_vec(event).ok()?;
     Some(function.hash(prev_hash, &event_json))
 }
@@ -125,9 +142,9 @@ mod tests {
         let blake3 = "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85";
         for cut in 0..=3 {
             let (prev, event) = "abc".split_at(cut);
-            assert_eq!(ChainHash::Sha256.hash(prev, event.as_bytes()), sha256);
+            assert_eq!(HashFunction::Sha256.hash(prev, event.as_bytes()), sha256);
             assert_eq!(
-                ChainHash::Blake3.hash(prev, event.as_bytes()),
+                HashFunction::Blake3.hash(prev, event.as_bytes()),
                 format!("blake3:{blake3}")
             );
         }
@@ -135,9 +152,9 @@ mod tests {
 
     #[test]
     fn a_hash_names_its_function() {
-        for function in [ChainHash::Sha256, ChainHash::Blake3] {
+        for function in [HashFunction::Sha256, HashFunction::Blake3] {
             assert_eq!(
-                ChainHash::named_by(&function.hash("", b"{}")),
+                HashFunction::named_by(&function.hash("", b"{}")),
                 Some(function)
             );
         }
@@ -153,7 +170,7 @@ mod tests {
             format!("blake3:{digits} "),
             format!("blake3:blake3:{}", "a".repeat(57)),
         ] {
-            assert_eq!(ChainHash::named_by(&not_a_hash), None, "{not_a_hash:?}");
+            assert_eq!(HashFunction::named_by(&not_a_hash), None, "{not_a_hash:?}");
         }
     }
 
@@ -167,7 +184,7 @@ mod tests {
             resource: "host=example.com status=200 templates=1".into(),
         };
         let json = serde_json::to_vec(&event).unwrap();
-        for function in [ChainHash::Sha256, ChainHash::Blake3] {
+        for function in [HashFunction::Sha256, HashFunction::Blake3] {
             let prev = function.hash("", b"{}");
             let mut entry = AuditEntry {
                 seq: 2,
@@ -180,7 +197,7 @@ mod tests {
             assert!(!hash_holds(&entry));
         }
         // The digits of one function under the other's name.
-        let sha = ChainHash::Sha256.hash("", &json);
+        let sha = HashFunction::Sha256.hash("", &json);
         let entry = AuditEntry {
             seq: 1,
             event,

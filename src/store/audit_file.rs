@@ -1,5 +1,5 @@
 //! The audit log's file, `audit.log` in the data dir: one JSON [`AuditEntry`] a line,
-//! hash-chained (`hash = H(prev_hash || event JSON)`, [`ChainHash`]), appended only by the
+//! hash-chained (`hash = H(prev_hash || event JSON)`, [`HashFunction`]), appended only by the
 //! audit writer and made durable with `fdatasync`.
 //!
 //! Each time the file is synced the store records the chain head apart from it
@@ -11,7 +11,7 @@
 //! before (else the file was changed, as above); an unfinished line at the end, which was
 //! never reported durable, is cut off.
 
-use super::audit_chain::{hash_holds, ChainHash};
+use super::audit_chain::{hash_holds, HashFunction};
 use super::{AuditEntry, AuditEvent};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -45,7 +45,7 @@ pub struct AuditFile {
     file: File,
     head: AuditHead,
     /// What new entries are hashed with.
-    chain: ChainHash,
+    hash_fn: HashFunction,
     /// The lines of one append, reused.
     buf: Vec<u8>,
 }
@@ -53,8 +53,13 @@ pub struct AuditFile {
 impl AuditFile {
     /// Opens (or creates) the log at `path` and checks it against `recorded`, the head the
     /// store recorded. Returns the log and the events found after the recorded head (written
-    /// after it was recorded), oldest first.
-    pub fn open(path: &Path, recorded: &AuditHead) -> Result<(Self, Vec<AuditEvent>), String> {
+    /// after it was recorded), oldest first. New entries are hashed with `hash_fn`; those
+    /// already there are checked with the function each names.
+    pub fn open(
+        path: &Path,
+        recorded: &AuditHead,
+        hash_fn: HashFunction,
+    ) -> Result<(Self, Vec<AuditEvent>), String> {
         let file = File::options()
             .read(true)
             .write(true)
@@ -129,7 +134,7 @@ impl AuditFile {
             Self {
                 file,
                 head,
-                chain: ChainHash::fastest(),
+                hash_fn,
                 buf: Vec::new(),
             },
             events,
@@ -151,7 +156,7 @@ impl AuditFile {
         for event in events {
             seq += 1;
             hash =
-                push_entry(&mut buf, seq, event, &hash, self.chain).map_err(|e| e.to_string())?;
+                push_entry(&mut buf, seq, event, &hash, self.hash_fn).map_err(|e| e.to_string())?;
             buf.push(b'\n');
         }
         let written = self.file.write_all_at(&buf, self.head.len);
@@ -244,7 +249,7 @@ pub(super) fn chained_after(head: &AuditHead, line: &[u8]) -> Option<AuditEntry>
 }
 
 /// Appends the stored JSON of the [`AuditEntry`] with `seq`, `event` and `prev_hash` to
-/// `out`, and returns the entry's hash, made with `chain`. The event is serialized once, in
+/// `out`, and returns the entry's hash, made with `hash_fn`. The event is serialized once, in
 /// place, and hashed from there. Byte for byte what serde writes for the entry
 /// (`tests::push_entry_is_what_serde_writes`); the hashes are hex (after `blake3:`), so
 /// nothing needs escaping.
@@ -253,14 +258,14 @@ pub(super) fn push_entry(
     seq: u64,
     event: &AuditEvent,
     prev_hash: &str,
-    chain: ChainHash,
+    hash_fn: HashFunction,
 ) -> serde_json::Result<String> {
     out.extend_from_slice(b"{\"seq\":");
     out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
     out.extend_from_slice(b",\"event\":");
     let event_start = out.len();
     push_event(out, event)?;
-    let hash = chain.hash(prev_hash, out.get(event_start..).unwrap_or_default());
+    let hash = hash_fn.hash(prev_hash, out.get(event_start..).unwrap_or_default());
     out.extend_from_slice(b",\"prev_hash\":\"");
     out.extend_from_slice(prev_hash.as_bytes());
     out.extend_from_slice(b"\",\"hash\":\"");
@@ -271,6 +276,8 @@ pub(super) fn push_entry(
 
 /// Appends what `serde_json` writes for `event`, at a quarter of its cost (one entry a proxied
 /// request): the keys are constants, and a string with nothing to escape is copied whole.
+/// `AuditEvent`'s fields in their declared order, as serde writes them (a field added is a
+/// compile error here; a reordered or renamed one fails the proptest below).
 fn push_event(out: &mut Vec<u8>, event: &AuditEvent) -> serde_json::Result<()> {
     // Destructured, so a field added to the event cannot be left out here.
     let AuditEvent {
@@ -297,7 +304,8 @@ fn push_event(out: &mut Vec<u8>, event: &AuditEvent) -> serde_json::Result<()> {
 
 /// Appends `s` as a JSON string, escaped as `serde_json` escapes it.
 fn push_json_string(out: &mut Vec<u8>, s: &str) -> serde_json::Result<()> {
-    // Without a short cut, so that it runs a vector of bytes at a time.
+    // One pass without an early exit and without a branch a byte, which the compiler may
+    // turn into vector code; these strings are short.
     let needs_escape = s.bytes().fold(false, |any, b| {
         any | (b < 0x20) | (b == b'"') | (b == b'\\')
     });
@@ -330,112 +338,126 @@ pub mod tests {
         range.map(event).collect()
     }
 
-    /// A new log in a new dir, holding events `0..n`.
-    fn log_of(n: usize) -> (tempfile::TempDir, std::path::PathBuf, AuditFile) {
+    /// Both hash functions, for the tests that run with each.
+    const BOTH: [HashFunction; 2] = [HashFunction::Sha256, HashFunction::Blake3];
+
+    /// A new log in a new dir, holding events `0..n` hashed with `hash_fn`.
+    fn log_of(
+        n: usize,
+        hash_fn: HashFunction,
+    ) -> (tempfile::TempDir, std::path::PathBuf, AuditFile) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
-        let (mut log, _) = AuditFile::open(&path, &AuditHead::default()).unwrap();
+        let (mut log, _) = AuditFile::open(&path, &AuditHead::default(), hash_fn).unwrap();
         log.append(&events(0..n)).unwrap();
         (dir, path, log)
     }
 
     #[test]
     fn appends_chain_and_read_back_across_reopens() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let (mut log, found) = AuditFile::open(&path, &AuditHead::default()).unwrap();
-        assert!(found.is_empty());
-        log.append(&events(0..3)).unwrap();
-        log.append(&events(3..10)).unwrap();
-        log.sync().unwrap();
-        let recorded = log.head().clone();
-        assert_eq!(recorded.seq, 10);
-        assert_eq!(recorded.len, std::fs::metadata(&path).unwrap().len());
-        log.append(&events(10..12)).unwrap();
-        drop(log);
-        // Reopened at the recorded head: the two written after it are found and kept.
-        let (mut log, found) = AuditFile::open(&path, &recorded).unwrap();
-        assert_eq!(found, events(10..12));
-        log.append(&events(12..13)).unwrap();
-        let entries = read_entries(&path).unwrap();
-        assert_eq!(crate::audit::verify(&entries), Ok(13));
-        assert_eq!(entries[12].event, event(12));
+        for hash_fn in BOTH {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(FILE_NAME);
+            let (mut log, found) = AuditFile::open(&path, &AuditHead::default(), hash_fn).unwrap();
+            assert!(found.is_empty());
+            log.append(&events(0..3)).unwrap();
+            log.append(&events(3..10)).unwrap();
+            log.sync().unwrap();
+            let recorded = log.head().clone();
+            assert_eq!(recorded.seq, 10);
+            assert_eq!(recorded.len, std::fs::metadata(&path).unwrap().len());
+            log.append(&events(10..12)).unwrap();
+            drop(log);
+            // Reopened at the recorded head: the two written after it are found and kept.
+            let (mut log, found) = AuditFile::open(&path, &recorded, hash_fn).unwrap();
+            assert_eq!(found, events(10..12));
+            log.append(&events(12..13)).unwrap();
+            let entries = read_entries(&path).unwrap();
+            assert_eq!(crate::audit::verify(&entries), Ok(13));
+            assert_eq!(entries[12].event, event(12));
+        }
     }
 
     #[test]
     fn an_unfinished_line_after_the_head_is_cut_off() {
-        let (_dir, path, mut log) = log_of(4);
-        let recorded = log.head().clone();
-        log.append(&events(4..6)).unwrap();
-        drop(log);
-        let full = std::fs::read(&path).unwrap();
-        // Half of the last line, then garbage that is not a chained entry.
-        for cut in [full.len() - 40, full.len() - 1] {
-            std::fs::write(&path, &full[..cut]).unwrap();
-            let (log, found) = AuditFile::open(&path, &recorded).unwrap();
-            assert_eq!(found, events(4..5));
-            assert_eq!(log.head().seq, 5);
-            assert_eq!(read_entries(&path).unwrap().len(), 5);
+        for hash_fn in BOTH {
+            let (_dir, path, mut log) = log_of(4, hash_fn);
+            let recorded = log.head().clone();
+            log.append(&events(4..6)).unwrap();
+            drop(log);
+            let full = std::fs::read(&path).unwrap();
+            // Half of the last line, then garbage that is not a chained entry.
+            for cut in [full.len() - 40, full.len() - 1] {
+                std::fs::write(&path, &full[..cut]).unwrap();
+                let (log, found) = AuditFile::open(&path, &recorded, hash_fn).unwrap();
+                assert_eq!(found, events(4..5));
+                assert_eq!(log.head().seq, 5);
+                assert_eq!(read_entries(&path).unwrap().len(), 5);
+            }
+            // Zeros a file system left after the last whole line.
+            let zeros = [full.clone(), vec![0; 300]].concat();
+            std::fs::write(&path, zeros).unwrap();
+            let (log, found) = AuditFile::open(&path, &recorded, hash_fn).unwrap();
+            assert_eq!((found.len(), log.head().seq), (2, 6));
+            assert_eq!(std::fs::read(&path).unwrap(), full);
+            // Zeros inside an unfinished write, with a whole line after them: all cut off.
+            let mut holed = full.clone();
+            let line5 = holed[..holed.len() - 1]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .unwrap();
+            let line4 = holed[..line5].iter().rposition(|&b| b == b'\n').unwrap();
+            holed[line4 + 10..line4 + 60].fill(0);
+            std::fs::write(&path, holed).unwrap();
+            let (log, found) = AuditFile::open(&path, &recorded, hash_fn).unwrap();
+            assert_eq!((found.len(), log.head().seq), (0, 4));
+            assert_eq!(read_entries(&path).unwrap().len(), 4);
+            // A whole line that does not follow is not cut off: the file was changed.
+            let bad = [full.clone(), b"{\"seq\":7}\n".to_vec()].concat();
+            std::fs::write(&path, bad).unwrap();
+            let err = AuditFile::open(&path, &recorded, hash_fn).unwrap_err();
+            assert!(err.contains("does not follow it (seq 7)"), "{err}");
         }
-        // Zeros a file system left after the last whole line.
-        let zeros = [full.clone(), vec![0; 300]].concat();
-        std::fs::write(&path, zeros).unwrap();
-        let (log, found) = AuditFile::open(&path, &recorded).unwrap();
-        assert_eq!((found.len(), log.head().seq), (2, 6));
-        assert_eq!(std::fs::read(&path).unwrap(), full);
-        // Zeros inside an unfinished write, with a whole line after them: all cut off.
-        let mut holed = full.clone();
-        let line5 = holed[..holed.len() - 1]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .unwrap();
-        let line4 = holed[..line5].iter().rposition(|&b| b == b'\n').unwrap();
-        holed[line4 + 10..line4 + 60].fill(0);
-        std::fs::write(&path, holed).unwrap();
-        let (log, found) = AuditFile::open(&path, &recorded).unwrap();
-        assert_eq!((found.len(), log.head().seq), (0, 4));
-        assert_eq!(read_entries(&path).unwrap().len(), 4);
-        // A whole line that does not follow is not cut off: the file was changed.
-        let bad = [full.clone(), b"{\"seq\":7}\n".to_vec()].concat();
-        std::fs::write(&path, bad).unwrap();
-        let err = AuditFile::open(&path, &recorded).unwrap_err();
-        assert!(err.contains("does not follow it (seq 7)"), "{err}");
     }
 
     #[test]
     fn a_rewind_drops_what_was_appended_after_the_head() {
-        let (_dir, path, mut log) = log_of(3);
-        let recorded = log.head().clone();
-        log.append(&events(3..5)).unwrap();
-        log.rewind(&recorded).unwrap();
-        log.append(&events(7..8)).unwrap();
-        let entries = read_entries(&path).unwrap();
-        assert_eq!(crate::audit::verify(&entries), Ok(4));
-        assert_eq!(entries[3].event, event(7));
+        for hash_fn in BOTH {
+            let (_dir, path, mut log) = log_of(3, hash_fn);
+            let recorded = log.head().clone();
+            log.append(&events(3..5)).unwrap();
+            log.rewind(&recorded).unwrap();
+            log.append(&events(7..8)).unwrap();
+            let entries = read_entries(&path).unwrap();
+            assert_eq!(crate::audit::verify(&entries), Ok(4));
+            assert_eq!(entries[3].event, event(7));
+        }
     }
 
     #[test]
     fn a_log_changed_or_cut_before_its_head_does_not_open() {
-        let (_dir, path, log) = log_of(5);
-        let recorded = log.head().clone();
-        drop(log);
-        let full = std::fs::read(&path).unwrap();
-        let last_line = full[..full.len() - 1]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .unwrap();
-        std::fs::write(&path, &full[..=last_line]).unwrap();
-        let err = AuditFile::open(&path, &recorded).unwrap_err();
-        assert!(err.contains("entries cut off"), "{err}");
-        // The same length, another last entry.
-        let text = String::from_utf8(full).unwrap().replace("n=4", "n=5");
-        std::fs::write(&path, text).unwrap();
-        let err = AuditFile::open(&path, &recorded).unwrap_err();
-        assert!(err.contains("does not match"), "{err}");
-        // A head with entries but no length.
-        let no_len = AuditHead { len: 0, ..recorded };
-        let err = AuditFile::open(&path, &no_len).unwrap_err();
-        assert!(err.contains("does not match"), "{err}");
+        for hash_fn in BOTH {
+            let (_dir, path, log) = log_of(5, hash_fn);
+            let recorded = log.head().clone();
+            drop(log);
+            let full = std::fs::read(&path).unwrap();
+            let last_line = full[..full.len() - 1]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .unwrap();
+            std::fs::write(&path, &full[..=last_line]).unwrap();
+            let err = AuditFile::open(&path, &recorded, hash_fn).unwrap_err();
+            assert!(err.contains("entries cut off"), "{err}");
+            // The same length, another last entry.
+            let text = String::from_utf8(full).unwrap().replace("n=4", "n=5");
+            std::fs::write(&path, text).unwrap();
+            let err = AuditFile::open(&path, &recorded, hash_fn).unwrap_err();
+            assert!(err.contains("does not match"), "{err}");
+            // A head with entries but no length.
+            let no_len = AuditHead { len: 0, ..recorded };
+            let err = AuditFile::open(&path, &no_len, hash_fn).unwrap_err();
+            assert!(err.contains("does not match"), "{err}");
+        }
     }
 
     #[test]
@@ -448,7 +470,7 @@ pub mod tests {
             resource: "host=example.com status=200 templates=4".into(),
         };
         let event_json = serde_json::to_vec(&event).unwrap();
-        for chain in [ChainHash::Sha256, ChainHash::Blake3] {
+        for chain in [HashFunction::Sha256, HashFunction::Blake3] {
             let prev = chain.hash("", b"{}");
             let mut out = b"...".to_vec();
             let hash = push_entry(&mut out, 42, &event, &prev, chain).unwrap();
@@ -519,13 +541,10 @@ pub mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
         let mut recorded = AuditHead::default();
-        for (i, chain) in [ChainHash::Sha256, ChainHash::Blake3, ChainHash::Sha256]
-            .into_iter()
-            .enumerate()
-        {
-            let (mut log, found) = AuditFile::open(&path, &recorded).unwrap();
+        let (sha256, blake3) = (HashFunction::Sha256, HashFunction::Blake3);
+        for (i, hash_fn) in [sha256, blake3, sha256].into_iter().enumerate() {
+            let (mut log, found) = AuditFile::open(&path, &recorded, hash_fn).unwrap();
             assert!(found.is_empty());
-            log.chain = chain;
             log.append(&events(i * 3..i * 3 + 3)).unwrap();
             log.sync().unwrap();
             recorded = log.head().clone();
@@ -534,16 +553,70 @@ pub mod tests {
         assert_eq!(crate::audit::verify(&entries), Ok(9));
         let named: Vec<_> = entries
             .iter()
-            .map(|e| ChainHash::named_by(&e.hash).unwrap())
+            .map(|e| HashFunction::named_by(&e.hash).unwrap())
             .collect();
-        assert_eq!(named[2..4], [ChainHash::Sha256, ChainHash::Blake3]);
-        assert_eq!(named[5..7], [ChainHash::Blake3, ChainHash::Sha256]);
+        assert_eq!(named, [[sha256; 3], [blake3; 3], [sha256; 3]].concat());
         // Entries after the recorded head are checked across the change too.
-        let (mut log, _) = AuditFile::open(&path, &recorded).unwrap();
-        log.chain = ChainHash::Blake3;
+        let (mut log, _) = AuditFile::open(&path, &recorded, blake3).unwrap();
         log.append(&events(9..11)).unwrap();
         drop(log);
-        let (_, found) = AuditFile::open(&path, &recorded).unwrap();
+        let (_, found) = AuditFile::open(&path, &recorded, sha256).unwrap();
         assert_eq!(found, events(9..11));
+    }
+
+    #[test]
+    fn an_entry_relabelled_to_the_other_function_does_not_open() {
+        for hash_fn in BOTH {
+            let (_dir, path, mut log) = log_of(3, hash_fn);
+            let recorded = log.head().clone();
+            log.append(&events(3..4)).unwrap();
+            drop(log);
+            // The same digits under the other function's name.
+            let relabel = |hash: &str| match hash_fn {
+                HashFunction::Sha256 => format!("blake3:{hash}"),
+                HashFunction::Blake3 => hash.trim_start_matches("blake3:").to_string(),
+            };
+            let relabel_line = |line: &str| {
+                let entry: AuditEntry = serde_json::from_str(line).unwrap();
+                line.replace(&entry.hash, &relabel(&entry.hash))
+            };
+            let good: Vec<String> = std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect();
+            // After the recorded head: a whole line that does not chain.
+            let mut lines = good.clone();
+            lines[3] = relabel_line(&lines[3]);
+            std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+            let err = AuditFile::open(&path, &recorded, hash_fn).unwrap_err();
+            assert!(err.contains("does not follow it (seq 4)"), "{err}");
+            // At the recorded head, relabelled in the line and in the head alike.
+            let mut lines = good[..3].to_vec();
+            lines[2] = relabel_line(&lines[2]);
+            let text = lines.join("\n") + "\n";
+            std::fs::write(&path, &text).unwrap();
+            let relabelled = AuditHead {
+                hash: relabel(&recorded.hash),
+                len: text.len() as u64,
+                ..recorded.clone()
+            };
+            assert!(HashFunction::named_by(&relabelled.hash).is_some());
+            let err = AuditFile::open(&path, &relabelled, hash_fn).unwrap_err();
+            assert!(err.contains("does not match"), "{err}");
+            // The untouched head opens; one whose hash names no function (in upper case, in
+            // the line and in the head alike) does not.
+            std::fs::write(&path, good[..3].join("\n") + "\n").unwrap();
+            assert!(AuditFile::open(&path, &recorded, hash_fn).is_ok());
+            let mut lines = good[..3].to_vec();
+            lines[2] = lines[2].replace(&recorded.hash, &recorded.hash.to_uppercase());
+            std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+            let nameless = AuditHead {
+                hash: recorded.hash.to_uppercase(),
+                ..recorded.clone()
+            };
+            let err = AuditFile::open(&path, &nameless, hash_fn).unwrap_err();
+            assert!(err.contains("does not match"), "{err}");
+        }
     }
 }

@@ -14,6 +14,7 @@
 //! into the file once, chain unchanged.
 
 use super::audit_batch::Sink;
+use super::audit_chain::HashFunction;
 use super::audit_file::{self, AuditFile, AuditHead};
 use super::group_commit::GroupCommit;
 use super::{corrupt, unavailable, AuditEvent, StoreError, StoreResult};
@@ -152,16 +153,17 @@ pub struct LogSink {
 impl LogSink {
     /// Opens the log of the store in `dir` against the head recorded in `meta`. Outbox
     /// events already in the log (a crash came before they were taken out) are not
-    /// appended again.
+    /// appended again. New entries are hashed with `hash_fn`.
     pub fn open(
         dir: &Path,
         meta: sled::Tree,
         outbox: sled::Tree,
         commit: Arc<GroupCommit>,
+        hash_fn: HashFunction,
     ) -> StoreResult<Self> {
         let recorded = recorded_head(&meta)?.unwrap_or_default();
         let (file, after_head) =
-            AuditFile::open(&path(dir), &recorded).map_err(StoreError::Corrupt)?;
+            AuditFile::open(&path(dir), &recorded, hash_fn).map_err(StoreError::Corrupt)?;
         // Each event found after the head stands for one outbox event equal to it.
         let mut after_head = after_head;
         let mut moved = Vec::new();
@@ -278,7 +280,7 @@ impl Sink for LogSink {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::store::audit_chain::ChainHash::Sha256;
+    use crate::store::audit_chain::HashFunction::Sha256;
     use crate::store::audit_file::tests::event;
     use crate::store::{when_unlocked, AuditEntry, SledStore, Store};
     use sled::transaction::TransactionError;
@@ -293,7 +295,7 @@ mod tests {
     fn sink(dir: &Path, db: &sled::Db) -> LogSink {
         let commit = Arc::new(GroupCommit::start(db.clone()).unwrap());
         let (meta, outbox) = (db.open_tree("meta").unwrap(), db.open_tree(OUTBOX).unwrap());
-        LogSink::open(dir, meta, outbox, commit).unwrap()
+        LogSink::open(dir, meta, outbox, commit, Default::default()).unwrap()
     }
 
     /// The events in the log of the store in `dir`, oldest first; the chain must verify.
@@ -363,7 +365,7 @@ mod tests {
             assert_eq!(head.map(|h| h.seq), Some(2));
         }
         // The store opens on it: the file reaches the recorded head.
-        let store = when_unlocked(|| SledStore::open(dir.path())).unwrap();
+        let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
         assert_eq!(store.audit_log().unwrap().len(), 2);
     }
 
@@ -418,7 +420,7 @@ mod tests {
     async fn a_log_kept_in_the_audit_tree_moves_into_the_file_chain_unchanged() {
         let dir = tempfile::tempdir().unwrap();
         let old = old_layout(dir.path());
-        let store = when_unlocked(|| SledStore::open(dir.path())).unwrap();
+        let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
         assert_eq!(store.audit_log().unwrap(), old);
         store.append_audit(event(6)).await.unwrap();
         let log = store.audit_log().unwrap();
@@ -446,7 +448,7 @@ mod tests {
                 .unwrap();
             db.flush().unwrap();
         }
-        let err = when_unlocked(|| SledStore::open(dir.path()))
+        let err = when_unlocked(|| SledStore::open(dir.path(), Default::default()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("not one chain ending at the head"), "{err}");
@@ -467,7 +469,7 @@ mod tests {
             tree.insert(1u64.to_be_bytes(), changed.as_bytes()).unwrap();
             db.flush().unwrap();
         }
-        let err = when_unlocked(|| SledStore::open(dir.path()))
+        let err = when_unlocked(|| SledStore::open(dir.path(), Default::default()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("not one chain"), "{err}");
@@ -478,7 +480,7 @@ mod tests {
     async fn a_store_does_not_open_on_a_damaged_log_but_it_can_still_be_read() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = when_unlocked(|| SledStore::open(dir.path())).unwrap();
+            let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
             for i in 0..3 {
                 store.append_audit(event(i)).await.unwrap();
             }
@@ -486,11 +488,12 @@ mod tests {
         let log_path = path(dir.path());
         let text = std::fs::read_to_string(&log_path).unwrap();
         std::fs::write(&log_path, text.replace("n=2", "n=9")).unwrap();
-        let err = when_unlocked(|| SledStore::open(dir.path()))
+        let err = when_unlocked(|| SledStore::open(dir.path(), Default::default()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("does not match the head"), "{err}");
-        let (entries, head) = when_unlocked(|| SledStore::read_audit(dir.path())).unwrap();
+        let (entries, head) =
+            when_unlocked(|| SledStore::read_audit(dir.path(), Default::default())).unwrap();
         assert_eq!(entries.len(), 3);
         assert!(crate::audit::verify(&entries).is_err());
         assert_eq!(head.map(|h| h.seq), Some(3));

@@ -244,7 +244,7 @@ pub struct AuditEvent {
 }
 
 /// A chained audit entry as stored: `hash = H(prev_hash || event json)`, H named by the
-/// hash ([`audit_chain::ChainHash`]).
+/// hash ([`audit_chain::HashFunction`]).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AuditEntry {
     pub seq: u64,

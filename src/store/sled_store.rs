@@ -3,6 +3,7 @@
 //! ([`super::group_commit`]) for durability.
 
 use super::audit_batch::AuditBatcher;
+use super::audit_chain::HashFunction;
 use super::audit_file::AuditHead;
 use super::audit_log::{self, to_outbox, LogSink};
 use super::group_commit::GroupCommit;
@@ -59,8 +60,9 @@ fn abort(e: StoreError) -> ConflictableTransactionError<StoreError> {
 }
 
 impl SledStore {
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: &Path) -> StoreResult<Self> {
+    /// Opens (or creates) the store in `dir`; new audit entries are hashed with
+    /// `audit_hash`.
+    pub fn open(dir: &Path, audit_hash: HashFunction) -> StoreResult<Self> {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
@@ -74,7 +76,13 @@ impl SledStore {
         let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
         let (meta, outbox) = (tree("meta")?, tree(audit_log::OUTBOX)?);
         audit_log::move_tree_into_file(&db, dir, &meta)?;
-        let sink = LogSink::open(dir, meta.clone(), outbox.clone(), commit.clone())?;
+        let sink = LogSink::open(
+            dir,
+            meta.clone(),
+            outbox.clone(),
+            commit.clone(),
+            audit_hash,
+        )?;
         Ok(Self {
             pm: tree("pm")?,
             idem: tree("idem")?,
@@ -112,15 +120,19 @@ impl SledStore {
     /// The audit log (read with the server stopped: sled locks the directory) and the head
     /// recorded apart from it, without checking one against the other (`paycred audit`).
     /// Events of committed changes still in the outbox are moved into the log first, as a
-    /// start would, unless the log is damaged (then it is only read).
-    pub fn read_audit(dir: &Path) -> StoreResult<(Vec<AuditEntry>, Option<AuditHead>)> {
+    /// start would (hashed with `audit_hash`), unless the log is damaged (then it is only
+    /// read).
+    pub fn read_audit(
+        dir: &Path,
+        audit_hash: HashFunction,
+    ) -> StoreResult<(Vec<AuditEntry>, Option<AuditHead>)> {
         let db = sled::Config::new().path(dir).open().map_err(unavailable)?;
         let meta = db.open_tree("meta").map_err(unavailable)?;
         let outbox = db.open_tree(audit_log::OUTBOX).map_err(unavailable)?;
         audit_log::move_tree_into_file(&db, dir, &meta)?;
         if !outbox.is_empty() {
             let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
-            if let Ok(mut sink) = LogSink::open(dir, meta.clone(), outbox, commit) {
+            if let Ok(mut sink) = LogSink::open(dir, meta.clone(), outbox, commit, audit_hash) {
                 sink.drain().map_err(StoreError::Unavailable)?;
             }
         }

@@ -98,12 +98,13 @@ pub fn open_offline(
         ));
     }
     let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
-    let store = crate::store::SledStore::open(&config.data_dir).map_err(|e| {
-        format!(
-            "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
-            config.data_dir.display()
-        )
-    })?;
+    let store =
+        crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|e| {
+            format!(
+                "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
+                config.data_dir.display()
+            )
+        })?;
     Ok((master, Arc::new(store)))
 }
 
@@ -377,7 +378,8 @@ mod tests {
     /// A vault (master key `42…`) over a new store in its own directory.
     fn fresh() -> (tempfile::TempDir, Arc<dyn Store>, Vault) {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let store: Arc<dyn Store> =
+            Arc::new(SledStore::open(dir.path(), Default::default()).unwrap());
         let v = vault(&store, "42");
         (dir, store, v)
     }

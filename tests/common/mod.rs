@@ -114,6 +114,8 @@ pub struct Options {
     pub proxy_timeout: &'static str,
     /// `RUST_LOG` of the server; default `PAYCRED_TEST_LOG`, else `debug`.
     pub log_level: Option<&'static str>,
+    /// `audit_hash` (`auto`, `sha256` or `blake3`).
+    pub audit_hash: &'static str,
 }
 
 impl Default for Options {
@@ -124,6 +126,7 @@ impl Default for Options {
             extra_project_yaml: String::new(),
             proxy_timeout: "5s",
             log_level: None,
+            audit_hash: "auto",
         }
     }
 }
@@ -193,6 +196,7 @@ impl Server {
              master_key_file: {d}/master.key\n\
              cvc_retention: {retention}\n\
              rest_max_body: {max}\n\
+             audit_hash: {audit_hash}\n\
              server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s}}\n\
              projects:\n\
              \x20 - id: {PROJECT}\n\
@@ -222,6 +226,7 @@ impl Server {
              {extra}",
             retention = opts.cvc_retention,
             max = opts.rest_max_body,
+            audit_hash = opts.audit_hash,
             extra = opts.extra_project_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
             guard_hosts = GUARD_HOSTS,
