@@ -60,8 +60,8 @@ impl HashFunction {
             Some(digits) => (HashFunction::Blake3, digits),
             None => (HashFunction::Sha256, hash),
         };
-        let lower_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-        (digits.len() == 64 && digits.bytes().all(|b| lower_hex(&b))).then_some(function)
+        let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        (digits.len() == 64 && digits.bytes().all(lower_hex)).then_some(function)
     }
 
     /// `H(prev_hash || event_json)` in its stored form.
