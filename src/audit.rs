@@ -164,7 +164,7 @@ mod tests {
                 } else {
                     HashFunction::Blake3
                 };
-                let hash = function.hash(&prev, &serde_json::to_vec(&event).unwrap_or_default());
+                let hash = function.hash_event(&prev, &event).unwrap_or_default();
                 let entry = AuditEntry {
                     seq,
                     event,
@@ -229,8 +229,9 @@ mod tests {
         // Recomputing the hash of a changed entry breaks the next link instead.
         let mut c = chain(5);
         c[2].event.resource = "pm_x".into();
-        let json = serde_json::to_vec(&c[2].event).unwrap_or_default();
-        c[2].hash = HashFunction::Blake3.hash(&c[2].prev_hash, &json);
+        c[2].hash = HashFunction::Blake3
+            .hash_event(&c[2].prev_hash, &c[2].event)
+            .unwrap_or_default();
         assert_eq!(verify(&c).map_err(|b| b.seq), Err(4));
         // A SHA-256 entry's digits named BLAKE3.
         let mut c = chain(5);

@@ -66,24 +66,20 @@ impl HashFunction {
 
     /// `H(prev_hash || event_json)` in its stored form.
     pub fn hash(self, prev_hash: &str, event_json: &[u8]) -> String {
-        let digest = match self {
+        let (prefix, digest) = match self {
             // OpenSSL's (linked already, for TLS): it uses the CPU's SHA extensions.
             HashFunction::Sha256 => {
                 let mut h = openssl::sha::Sha256::new();
                 h.update(prev_hash.as_bytes());
                 h.update(event_json);
-                h.finish()
+                ("", h.finish())
             }
             HashFunction::Blake3 => {
                 let mut h = blake3::Hasher::new();
                 h.update(prev_hash.as_bytes());
                 h.update(event_json);
-                *h.finalize().as_bytes()
+                (BLAKE3_PREFIX, *h.finalize().as_bytes())
             }
-        };
-        let prefix = match self {
-            HashFunction::Sha256 => "",
-            HashFunction::Blake3 => BLAKE3_PREFIX,
         };
         // `hex::encode` goes char by char through an iterator (about 2k instructions a
         // hash); its slice form is a table lookup a byte. 32 bytes always fit in 64 digits.
@@ -98,19 +94,20 @@ impl HashFunction {
             Err(_) => String::new(),
         }
     }
+
+    /// The hash of an entry with `prev_hash` and `event`: [`Self::hash`] of the event's
+    /// JSON as serde writes it (and the writer, `audit_file::push_event`, byte for byte).
+    pub fn hash_event(self, prev_hash: &str, event: &AuditEvent) -> Option<String> {
+        let event_json = serde_json::to_vec(event).ok()?;
+        Some(self.hash(prev_hash, &event_json))
+    }
 }
 
 /// Whether `entry.hash` is what the function it names makes of its `prev_hash` and event.
 pub fn hash_holds(entry: &AuditEntry) -> bool {
     HashFunction::named_by(&entry.hash)
-        .and_then(|function| expected_hash(function, &entry.prev_hash, &entry.event))
+        .and_then(|function| function.hash_event(&entry.prev_hash, &entry.event))
         .is_some_and(|expected| expected == entry.hash)
-}
-
-/// The hash `function` makes of an entry with `prev_hash` and `event`.
-fn expected_hash(function: HashFunction, prev_hash: &str, event: &AuditEvent) -> Option<String> {
-    let event_json = serde_json::to_vec(event).ok()?;
-    Some(function.hash(prev_hash, &event_json))
 }
 
 /// Whether the CPU has instructions for SHA-256.
@@ -183,12 +180,11 @@ mod tests {
             entity: "e".into(),
             resource: "host=example.com status=200 templates=1".into(),
         };
-        let json = serde_json::to_vec(&event).unwrap();
         for function in [HashFunction::Sha256, HashFunction::Blake3] {
             let prev = function.hash("", b"{}");
             let mut entry = AuditEntry {
                 seq: 2,
-                hash: function.hash(&prev, &json),
+                hash: function.hash_event(&prev, &event).unwrap(),
                 prev_hash: prev,
                 event: event.clone(),
             };
@@ -197,7 +193,7 @@ mod tests {
             assert!(!hash_holds(&entry));
         }
         // The digits of one function under the other's name.
-        let sha = HashFunction::Sha256.hash("", &json);
+        let sha = HashFunction::Sha256.hash_event("", &event).unwrap();
         let entry = AuditEntry {
             seq: 1,
             event,

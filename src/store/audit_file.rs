@@ -470,11 +470,11 @@ pub mod tests {
             resource: "host=example.com status=200 templates=4".into(),
         };
         let event_json = serde_json::to_vec(&event).unwrap();
-        for chain in [HashFunction::Sha256, HashFunction::Blake3] {
-            let prev = chain.hash("", b"{}");
+        for hash_fn in BOTH {
+            let prev = hash_fn.hash("", b"{}");
             let mut out = b"...".to_vec();
-            let hash = push_entry(&mut out, 42, &event, &prev, chain).unwrap();
-            assert_eq!(hash, chain.hash(&prev, &event_json));
+            let hash = push_entry(&mut out, 42, &event, &prev, hash_fn).unwrap();
+            assert_eq!(hash, hash_fn.hash(&prev, &event_json));
             let entry = AuditEntry {
                 seq: 42,
                 event: event.clone(),
