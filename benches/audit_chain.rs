@@ -1,7 +1,7 @@
 //! The audit chain's hash functions on one proxy entry (the previous hash and a 168-byte
 //! event, like the one the proxy writes a request): SHA-256 against BLAKE3 on this CPU. By
 //! default the writer picks SHA-256 where the CPU has SHA instructions and BLAKE3 elsewhere
-//! (`paycred::store::audit_chain`); this shows what that choice is worth here. Compare the
+//! (`paycred::audit::chain`); this shows what that choice is worth here. Compare the
 //! two lines of one run, not runs. `OPENSSL_ia32cap=":~0x20000000"` masks the SHA
 //! extensions from OpenSSL's SHA-256, to see a CPU without them.
 
@@ -11,8 +11,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use paycred::store::audit_chain::HashFunction;
-use paycred::store::AuditEvent;
+use paycred::audit::chain::HashFunction;
+use paycred::audit::AuditEvent;
 
 fn audit_chain(c: &mut Criterion) {
     let mut group = c.benchmark_group("audit_chain");

@@ -9,7 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use paycred::store::{AuditEvent, SledStore, Store};
+use paycred::audit::AuditEvent;
+use paycred::store::{SledStore, Store};
 use std::time::{Duration, Instant};
 
 #[global_allocator]

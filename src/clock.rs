@@ -39,6 +39,17 @@ impl Clock for ManualClock {
     }
 }
 
+/// Unix microseconds of `t` (how records keep time); saturates far in the future.
+pub fn micros(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+/// The time of `micros` unix microseconds (the epoch for a value out of range).
+pub fn from_micros(micros: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
 /// RFC 3339 / ISO 8601 text with millisecond precision, e.g. `2026-11-21T22:31:12.123Z`.
 pub fn iso8601(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);

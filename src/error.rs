@@ -1,8 +1,10 @@
 //! `ApiError`: every error a caller can see, and the one mapping to the envelope of the
 //! specification's section 7 (`{"error": {status, type, title, message, details?}}`).
 //!
-//! Errors from the store, the vault and auth convert into it; a 5xx never carries the
-//! underlying detail (that goes to the log, without secrets).
+//! Errors from the store and the vault convert into it (each module says how); a 5xx
+//! never carries the underlying detail (that goes to the log, without secrets).
+//!
+//! A leaf: imports nothing of paycred.
 
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -199,26 +201,6 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
-
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        tracing::error!(error = %e, "store error");
-        match e {
-            crate::store::StoreError::Unavailable(_) => ApiError::new(
-                ErrorKind::ServiceUnavailable,
-                "storage temporarily unavailable",
-            ),
-            _ => ApiError::internal(),
-        }
-    }
-}
-
-impl From<crate::vault::VaultError> for ApiError {
-    fn from(e: crate::vault::VaultError) -> Self {
-        tracing::error!(error = %e, "vault error");
-        ApiError::internal()
-    }
-}
 
 /// Handlers answer `Result<T, ApiError>`.
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -2,144 +2,46 @@
 //! short-lived, mandate-bounded credentials, and proxies requests to payment APIs with
 //! card values substituted in, so callers never handle them.
 //!
-//! `main.rs` only parses the command line; [`build_server`] builds the same server that
-//! the tests and benches run.
+//! The layers, each importing only those below it (no module imports one above):
+//!
+//! ```text
+//! cli/           the command line (`main.rs` only parses and calls it)
+//! server         start-up: store, keys, the pingora server
+//! edge/          the HTTP edge: the gateway's phase table, routing, rate limits,
+//!                idempotency, REST handling
+//! api/ proxy/    the handlers: REST resources; the proxy route and its forwarding
+//! service/       what handlers and the proxy share: card intake, credentials of intents
+//! app            the shared state handed to handlers ([`app::App`])
+//! auth/          JWT → Principal; minting development tokens
+//! template/      the template language and its streaming scanner
+//! audit/ vault/  the audit log; encryption at rest and keys
+//! store/         persistence (the `Store` trait, the sled backend)
+//! domain/        pure rules: cards, mandates, issuers
+//! config/ ops/ dev/ http
+//!                configuration; logs and metrics; development tools; HTTP plumbing
+//! error clock secret
+//!                leaves: the error envelope, time, secret types
+//! ```
 
 pub mod api;
+pub mod app;
 pub mod audit;
 pub mod auth;
-pub mod card;
+pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod demo;
 pub mod dev;
+pub mod domain;
+pub mod edge;
 pub mod error;
-pub mod gateway;
 pub mod http;
-pub mod idempotency;
-pub mod issuer;
-pub mod logging;
-pub mod mandate;
-pub mod metrics;
-pub mod mint;
-pub mod openapi;
+pub mod ops;
 pub mod proxy;
-pub mod ratelimit;
 pub mod secret;
+pub mod server;
+pub mod service;
 pub mod store;
 pub mod template;
 pub mod vault;
 
-use api::App;
-use config::Config;
-use pingora::server::configuration::ServerConf;
-use pingora::server::Server;
-use std::sync::Arc;
-use std::time::Duration;
-
-/// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Config(#[from] config::ConfigError),
-    #[error(transparent)]
-    Vault(#[from] vault::VaultError),
-    #[error("data_dir {dir}: {source}")]
-    Store {
-        dir: String,
-        source: store::StoreError,
-    },
-    #[error("listener: {0}")]
-    Listener(String),
-}
-
-/// Opens the store and keys and builds the shared application state.
-pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
-    let master = vault::master::MasterKey::load(&config.master_key_file)?;
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::Store {
-        dir: config.data_dir.display().to_string(),
-        source: store::StoreError::Unavailable(e.to_string()),
-    })?;
-    let store: Arc<dyn store::Store> = Arc::new(
-        store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|source| {
-            StartError::Store {
-                dir: config.data_dir.display().to_string(),
-                source,
-            }
-        })?,
-    );
-    let vault = Arc::new(vault::Vault::new(
-        master,
-        store.clone(),
-        config.cvc_retention,
-    ));
-    spawn_cvc_sweeper(Arc::downgrade(&vault));
-    idempotency::spawn_sweeper(Arc::downgrade(&store));
-    let auth = auth::Authenticator::new(config.projects.clone());
-    // Derived from the master key, so sandbox credentials (cryptograms) survive restarts.
-    let issuer = Arc::new(issuer::Sandbox::new(
-        *vault.derive_secret("paycred/sandbox-issuer"),
-    ));
-    Ok(Arc::new(App {
-        config: Arc::new(config),
-        store,
-        vault,
-        auth,
-        clock: Arc::new(clock::SystemClock),
-        metrics: metrics::Metrics::default(),
-        issuer,
-        verifying: Default::default(),
-    }))
-}
-
-/// Destroys expired CVC keys even when no request touches them.
-fn spawn_cvc_sweeper(vault: std::sync::Weak<vault::Vault>) {
-    let _ = std::thread::Builder::new()
-        .name("paycred-cvc-sweep".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(5));
-            let Some(vault) = vault.upgrade() else { return };
-            let now = u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0);
-            vault.sweep_cvc_keys(now);
-        });
-}
-
-/// Builds the pingora server with paycred's one listener. Call `run` (or `run_forever`) on it.
-pub fn build_server(config: Config) -> Result<Server, StartError> {
-    let server_conf = ServerConf {
-        threads: config.server.threads,
-        grace_period_seconds: Some(config.server.grace_period.as_secs()),
-        graceful_shutdown_timeout_seconds: Some(config.server.graceful_shutdown_timeout.as_secs()),
-        upstream_keepalive_pool_size: config.server.upstream_keepalive_pool_size,
-        pid_file: config.data_dir.join("paycred.pid").display().to_string(),
-        upgrade_sock: config
-            .data_dir
-            .join("paycred-upgrade.sock")
-            .display()
-            .to_string(),
-        ..ServerConf::default()
-    };
-    let listen = config.listen.to_string();
-    let tls = config.tls.clone();
-    let app = build_app(config)?;
-    let ca_roots = proxy::load_ca_roots(&app.config.projects).map_err(StartError::Listener)?;
-    let mut server = Server::new_with_opt_and_conf(None, server_conf);
-    server.bootstrap();
-    let mut service = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        gateway::Gateway::new(app, ca_roots),
-        "paycred",
-    );
-    match tls {
-        Some(tls) => service
-            .add_tls(
-                &listen,
-                &tls.cert_file.display().to_string(),
-                &tls.key_file.display().to_string(),
-            )
-            .map_err(|e| StartError::Listener(e.to_string()))?,
-        None => service.add_tcp(&listen),
-    }
-    server.add_service(service);
-    Ok(server)
-}
+pub use server::{build_app, build_server, StartError};

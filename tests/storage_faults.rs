@@ -6,9 +6,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use http::Method;
-use paycred::api::{self, ApiRequest, App};
+use paycred::app::App;
 use paycred::auth::{Authenticator, Principal, Role};
 use paycred::config::Config;
+use paycred::edge::rest::{self as api, ApiRequest};
 use paycred::http::Response;
 use paycred::store::faulty::FaultyStore;
 use paycred::store::{SledStore, Store};
@@ -25,7 +26,7 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
-    let (_, public) = paycred::mint::generate_ed25519().unwrap();
+    let (_, public) = paycred::auth::mint::generate_ed25519().unwrap();
     let key = dir.path().join("ed.pem");
     std::fs::write(&key, public).unwrap();
     let yaml = format!(
@@ -44,7 +45,7 @@ fn env() -> Env {
         store.clone(),
         std::time::Duration::from_secs(3600),
     ));
-    let issuer = Arc::new(paycred::issuer::Sandbox::new(
+    let issuer = Arc::new(paycred::domain::issuer::Sandbox::new(
         *vault.derive_secret("paycred/sandbox-issuer"),
     ));
     let app = Arc::new(App {
@@ -75,7 +76,7 @@ fn principal() -> Principal {
 
 /// Runs one request the way the gateway does; an error becomes its envelope.
 async fn call(app: &App, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let route = api::route(path).unwrap();
+    let route = paycred::edge::routes::route(path).unwrap();
     let p = principal();
     let req = ApiRequest {
         method: &method,

@@ -4,18 +4,19 @@
 //! The card number and cvc are sealed by the vault before anything is stored; responses
 //! carry only bin, last4, expiry, brand and display data.
 
-use super::client_encryption::{card_input, pick_source, Source};
-use super::{query_pairs, App};
+use super::query_pairs;
+use crate::app::App;
 use crate::auth::Principal;
-use crate::card::{self, Brand, Funding};
 use crate::clock::iso8601;
+use crate::domain::card::{self, Brand, Funding};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
-use crate::store::{AuditEvent, Inserted, PaymentMethodRecord, Scope, StoredCard, TokenRecord};
+use crate::service::intake::{card_input, pick_source, Source};
+use crate::service::{aad, audit_event};
+use crate::store::{Inserted, PaymentMethodRecord, Scope, StoredCard, TokenRecord};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
 /// Default and largest `limit` of a list.
@@ -66,9 +67,7 @@ struct TokenView {
 }
 
 fn micros_to_iso(micros: i64) -> String {
-    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
-        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    iso8601(t)
+    iso8601(crate::clock::from_micros(micros))
 }
 
 /// Credential types a card can produce: network tokens and virtual cards for the brands
@@ -149,16 +148,6 @@ fn created_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card:
     view(app, rec, card::display_create(brand), true)
 }
 
-/// Where a sealed field of a payment method is bound (the vault's `aad`).
-pub fn number_aad(project: &str, pm_id: &str) -> String {
-    ["pm/", project, "/", pm_id, "/number"].concat()
-}
-
-/// Where a sealed cvc is bound.
-pub fn cvc_aad(project: &str, pm_id: &str) -> String {
-    ["pm/", project, "/", pm_id, "/cvc"].concat()
-}
-
 /// `POST /projects/:projectId/payment-methods`
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     let mut obj = super::json_object(body)?;
@@ -193,14 +182,16 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     let id = format!("pm_{}", uuid::Uuid::new_v4().simple());
     let now_micros = i64::try_from(now.unix_timestamp_nanos() / 1000).unwrap_or(0);
     let fingerprint = app.vault.fingerprint(project, &valid.number)?;
-    let number_sealed =
-        app.vault
-            .seal(project, &number_aad(project, &id), valid.number.as_bytes())?;
+    let number_sealed = app.vault.seal(
+        project,
+        &aad::pm_number(project, &id),
+        valid.number.as_bytes(),
+    )?;
     // A token's cvc keeps the retention it started with when the token was stored.
     let cvc_stored_secs = card.cvc_stored_secs.unwrap_or_else(|| app.now_secs());
     let cvc_sealed = app
         .vault
-        .seal_cvc(&cvc_aad(project, &id), &valid.cvc, cvc_stored_secs);
+        .seal_cvc(&aad::pm_cvc(project, &id), &valid.cvc, cvc_stored_secs);
     let token_vault = app
         .config
         .project(project)
@@ -252,7 +243,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
             .clone_from(&rec.card.expiration_year);
         refreshed.card.cvc_sealed =
             app.vault
-                .seal_cvc(&cvc_aad(project, &existing.id), &cvc, cvc_stored_secs);
+                .seal_cvc(&aad::pm_cvc(project, &existing.id), &cvc, cvc_stored_secs);
         let audit = audit_event(app, principal, "paymentMethod.update", &existing.id);
         (refreshed, audit)
     };
@@ -262,17 +253,6 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     match inserted? {
         Inserted::Created => Response::json(201, &created_view(app, &rec)),
         Inserted::Existing(existing) => Response::json(200, &created_view(app, &existing)),
-    }
-}
-
-/// An audit event for this principal.
-pub fn audit_event(app: &App, principal: &Principal, action: &str, resource: &str) -> AuditEvent {
-    AuditEvent {
-        at_micros: i64::try_from(app.clock.now().unix_timestamp_nanos() / 1000).unwrap_or(0),
-        action: action.to_string(),
-        project: principal.project.clone(),
-        entity: principal.entity.clone(),
-        resource: resource.to_string(),
     }
 }
 

@@ -12,84 +12,28 @@
 //!   [`MAX_FAILED_VERIFICATIONS`] the intent is locked (it stays `verify`, and every further
 //!   attempt answers 409 `conflict`). Two verifications of one intent at once: 409.
 
-use super::payment_methods::{audit_event, cvc_aad, number_aad};
-use super::App;
+use crate::app::App;
+use crate::audit::AuditEvent;
 use crate::auth::Principal;
 use crate::clock::iso8601;
+use crate::clock::{from_micros, micros};
+use crate::domain::issuer::{
+    CardFacts, Credential, CredentialType, IssueRequest, Issued, IssuerError,
+};
+use crate::domain::mandate::{parse_mandates, Mandates};
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
-use crate::issuer::{CardFacts, Credential, CredentialType, IssueRequest, Issued, IssuerError};
-use crate::mandate::{parse_mandates, Mandates};
-use crate::store::{
-    AuditEvent, IntentRecord, IntentStatus, PaymentMethodRecord, Scope, UseOutcome,
-    VerificationAttempt,
-};
-use parking_lot::Mutex;
+use crate::service::intents::{open_number, reveal};
+use crate::service::{aad, audit_event};
+use crate::store::{IntentRecord, IntentStatus, Scope};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashSet};
-use time::{Duration, OffsetDateTime};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use time::Duration;
 use zeroize::Zeroizing;
 
 /// Lifetime of a credential when no `expirationDate` mandate is sooner.
 pub const CREDENTIAL_LIFETIME: Duration = Duration::hours(24);
-
-/// Wrong verification codes after which an intent is locked.
-pub const MAX_FAILED_VERIFICATIONS: u32 = 5;
-
-/// Where an intent's credential is sealed (the vault's `aad`).
-pub fn credential_aad(project: &str, intent_id: &str) -> String {
-    format!("pi/{project}/{intent_id}/credential")
-}
-
-/// Intents being verified right now, so that two attempts on one intent cannot interleave.
-#[derive(Debug, Default)]
-pub struct InFlight(Mutex<HashSet<String>>);
-
-/// Holds an intent's place in [`InFlight`]; released on drop.
-struct InFlightGuard<'a> {
-    set: &'a InFlight,
-    key: String,
-}
-
-impl InFlight {
-    fn enter(&self, key: String) -> Option<InFlightGuard<'_>> {
-        if self.0.lock().insert(key.clone()) {
-            Some(InFlightGuard { set: self, key })
-        } else {
-            None
-        }
-    }
-}
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.set.0.lock().remove(&self.key);
-    }
-}
-
-fn micros(t: OffsetDateTime) -> i64 {
-    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
-}
-
-fn from_micros(m: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(m) * 1000)
-        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
-}
-
-fn scope<'a>(project: &'a str, entity: &'a str) -> Scope<'a> {
-    Scope { project, entity }
-}
-
-fn audit(app: &App, project: &str, entity: &str, action: &str, resource: &str) -> AuditEvent {
-    AuditEvent {
-        at_micros: micros(app.clock.now()),
-        action: action.to_string(),
-        project: project.to_string(),
-        entity: entity.to_string(),
-        resource: resource.to_string(),
-    }
-}
 
 /// The purchase intent object of create and get responses.
 #[derive(Serialize)]
@@ -118,13 +62,13 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
         let c = reveal(app, rec).await?;
         if c.is_some() {
             app.store
-                .append_audit(audit(
-                    app,
-                    &rec.project,
-                    &rec.entity,
-                    "purchaseIntent.reveal",
-                    &rec.id,
-                ))
+                .append_audit(AuditEvent {
+                    at_micros: app.now_micros(),
+                    action: "purchaseIntent.reveal".to_string(),
+                    project: rec.project.clone(),
+                    entity: rec.entity.clone(),
+                    resource: rec.id.clone(),
+                })
                 .await?;
         }
         c
@@ -155,57 +99,6 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
     )?;
     response.intent = Some(rec.id.clone());
     Ok(response)
-}
-
-/// The intent's credential in clear (no audit here): sealed with the intent, or for `pan`
-/// read from the payment method while the project enables `pan`. `None` when there is none
-/// (e.g. the payment method is gone).
-async fn reveal(app: &App, rec: &IntentRecord) -> ApiResult<Option<Credential>> {
-    match (&rec.credential_sealed, rec.credential_type) {
-        (_, CredentialType::Pan) => {
-            stored_card_credential(app, &rec.project, &rec.entity, &rec.payment_method_id).await
-        }
-        (Some(sealed), _) => {
-            let plain =
-                app.vault
-                    .open(&rec.project, &credential_aad(&rec.project, &rec.id), sealed)?;
-            let c: Credential = serde_json::from_slice(&plain).map_err(|_| {
-                tracing::error!(intent = %rec.id, "sealed credential does not decode");
-                ApiError::internal()
-            })?;
-            Ok(Some(c))
-        }
-        (None, _) => Ok(None),
-    }
-}
-
-/// The stored card of a payment method: number, expiry, and the cvc while it is retained.
-fn card_of(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Credential> {
-    let number = open_number(app, pm)?;
-    let cvc = pm.card.cvc_sealed.as_ref().and_then(|sealed| {
-        app.vault
-            .open_cvc(&cvc_aad(&pm.project, &pm.id), sealed, app.now_secs())
-    });
-    Ok(Credential {
-        number: number.to_string(),
-        expiration_month: pm.card.expiration_month.clone(),
-        expiration_year: pm.card.expiration_year.clone(),
-        cvc: cvc.map(|c| c.to_string()),
-        cryptogram: None,
-    })
-}
-
-fn open_number(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Zeroizing<String>> {
-    let plain = app.vault.open(
-        &pm.project,
-        &number_aad(&pm.project, &pm.id),
-        &pm.card.number_sealed,
-    )?;
-    let number = std::str::from_utf8(&plain).map_err(|_| {
-        tracing::error!(payment_method = %pm.id, "stored card number is not text");
-        ApiError::internal()
-    })?;
-    Ok(Zeroizing::new(number.to_string()))
 }
 
 fn string_field<'a>(
@@ -279,7 +172,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
 
     let project = principal.project.as_str();
     let entity = principal.entity.as_str();
-    let sc = scope(project, entity);
+    let sc = Scope { project, entity };
     let Some(pm) = app.store.get_payment_method(sc, &pm_id).await? else {
         return Err(ApiError::not_found("Payment method"));
     };
@@ -325,7 +218,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
             let plain = Zeroizing::new(serde_json::to_vec(c).map_err(|_| ApiError::internal())?);
             Some(
                 app.vault
-                    .seal(project, &credential_aad(project, &id), &plain)?,
+                    .seal(project, &aad::intent_credential(project, &id), &plain)?,
             )
         }
     };
@@ -367,203 +260,12 @@ pub async fn show(
     status_code: u16,
 ) -> ApiResult<Response> {
     principal.require_private()?;
-    let sc = scope(&principal.project, &principal.entity);
+    let sc = Scope {
+        project: &principal.project,
+        entity: &principal.entity,
+    };
     match app.store.get_intent(sc, id).await? {
         Some(rec) => respond(app, status_code, &rec).await,
         None => Err(ApiError::not_found("Purchase intent")),
     }
 }
-
-/// `POST /projects/:projectId/purchase-intents/:id/verify`, public or private role of the
-/// intent's entity. Body `{"code": "..."}` (optional; empty body or `{}` asks for the next step).
-///
-/// Answers 200 `{status, nextAction}`: `nextAction` is `{"type": "otp", ...}` while a code is
-/// needed and `null` once the intent is `active`. 409 `conflict`: the intent is locked after
-/// five wrong codes, is not waiting for verification (`expired`, `canceled`, `unavailable`), or
-/// another verification of it is running.
-pub async fn verify(
-    app: &App,
-    principal: &Principal,
-    id: &str,
-    body: &[u8],
-) -> ApiResult<Response> {
-    let code = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        let obj = super::json_object(body)?;
-        if let Some(k) = obj.keys().find(|k| k.as_str() != "code") {
-            return Err(ApiError::invalid_field(k, "unknown field"));
-        }
-        match obj.get("code") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(c)) => Some(Zeroizing::new(c.clone())),
-            Some(_) => return Err(ApiError::invalid_field("code", "must be a string")),
-        }
-    };
-    let project = principal.project.as_str();
-    let entity = principal.entity.as_str();
-    let sc = scope(project, entity);
-    let Some(_guard) = app.verifying.enter(format!("{project}\0{entity}\0{id}")) else {
-        return Err(ApiError::new(
-            ErrorKind::Conflict,
-            "Another verification of this purchase intent is in progress.",
-        ));
-    };
-    let Some(rec) = app.store.get_intent(sc, id).await? else {
-        return Err(ApiError::not_found("Purchase intent"));
-    };
-    match rec.status_at(micros(app.clock.now())) {
-        IntentStatus::Active => return verify_answer("active", None),
-        IntentStatus::Verify => {}
-        other => {
-            return Err(ApiError::new(
-                ErrorKind::Conflict,
-                format!(
-                    "The purchase intent is {}; there is nothing to verify.",
-                    other.as_str()
-                ),
-            ))
-        }
-    }
-    if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS {
-        return Err(locked());
-    }
-    let Some(code) = code else {
-        return verify_answer("verify", Some(otp_step(&rec, None)));
-    };
-    let attempt = if crate::issuer::Sandbox::otp_matches(&code) {
-        VerificationAttempt::Passed
-    } else {
-        VerificationAttempt::Failed
-    };
-    let event = audit(app, project, entity, "purchaseIntent.verify", id);
-    let Some(rec) = app
-        .store
-        .record_verification(sc, id, attempt, event)
-        .await?
-    else {
-        return Err(ApiError::not_found("Purchase intent"));
-    };
-    match (attempt, rec.status) {
-        (VerificationAttempt::Passed, IntentStatus::Active) => verify_answer("active", None),
-        (VerificationAttempt::Failed, _)
-            if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS =>
-        {
-            Err(locked())
-        }
-        _ => verify_answer("verify", Some(otp_step(&rec, Some("invalidCode")))),
-    }
-}
-
-fn locked() -> ApiError {
-    ApiError::new(
-        ErrorKind::Conflict,
-        format!(
-            "Verification is locked after {MAX_FAILED_VERIFICATIONS} wrong codes; create a new purchase intent."
-        ),
-    )
-}
-
-fn otp_step(rec: &IntentRecord, error: Option<&str>) -> Value {
-    let mut step = json!({
-        "type": "otp",
-        "channel": "sms",
-        "length": crate::issuer::sandbox::SANDBOX_OTP.len(),
-        "attemptsRemaining": MAX_FAILED_VERIFICATIONS.saturating_sub(rec.failed_verifications),
-    });
-    if let (Some(e), Some(obj)) = (error, step.as_object_mut()) {
-        obj.insert("error".into(), Value::String(e.into()));
-    }
-    step
-}
-
-fn verify_answer(status: &str, next: Option<Value>) -> ApiResult<Response> {
-    Response::json(
-        200,
-        &json!({ "status": status, "nextAction": next.unwrap_or(Value::Null) }),
-    )
-}
-
-/// For the proxy: the newest `active`, unexpired intent of `kind` for the payment method, and
-/// its credential. `Ok(None)` when there is none. The proxy audits the reveal: its
-/// `proxy.use` entry lists the intent.
-/// (`pan` templates read the stored card: see [`stored_card_credential`].)
-pub async fn active_credential(
-    app: &App,
-    project: &str,
-    entity: &str,
-    payment_method_id: &str,
-    kind: CredentialType,
-) -> ApiResult<Option<(String, Credential)>> {
-    let sc = scope(project, entity);
-    let Some(rec) = app
-        .store
-        .newest_active_intent(sc, payment_method_id, kind, app.clock.now())
-        .await?
-    else {
-        return Ok(None);
-    };
-    let Some(credential) = reveal(app, &rec).await? else {
-        return Ok(None);
-    };
-    Ok(Some((rec.id, credential)))
-}
-
-/// For the proxy's `pan` templates: the stored card of the payment method (cvc only while it
-/// is retained), when the project has `pan: enabled`. The proxy audits the reveal: its
-/// `proxy.use` entry lists the payment method.
-/// `Ok(None)` when the payment method does not exist in this scope or pan is disabled.
-pub async fn stored_card_credential(
-    app: &App,
-    project: &str,
-    entity: &str,
-    payment_method_id: &str,
-) -> ApiResult<Option<Credential>> {
-    if !app.config.project(project).is_some_and(|p| p.pan_enabled) {
-        return Ok(None);
-    }
-    let sc = scope(project, entity);
-    let Some(pm) = app.store.get_payment_method(sc, payment_method_id).await? else {
-        return Ok(None);
-    };
-    card_of(app, &pm).map(Some)
-}
-
-/// For the proxy: counts one use of the intent whose credential a forwarded request carried.
-/// 404 `notFound` for an unknown intent; 409 `conflict` when it can no longer be used
-/// (expired, usage limit reached, not active).
-pub async fn record_proxy_use(
-    app: &App,
-    project: &str,
-    entity: &str,
-    intent_id: &str,
-) -> ApiResult<()> {
-    let outcome = app
-        .store
-        .record_use(scope(project, entity), intent_id, app.clock.now())
-        .await?;
-    let why = match outcome {
-        UseOutcome::Recorded(_) => return Ok(()),
-        UseOutcome::NotFound => return Err(ApiError::not_found("Purchase intent")),
-        UseOutcome::NotActive => "is not active",
-        UseOutcome::Expired => "has expired",
-        UseOutcome::UsageLimitReached => "has used up its usage limit",
-    };
-    Err(ApiError::new(
-        ErrorKind::Conflict,
-        format!("The purchase intent {why}."),
-    ))
-}
-
-/// Reveals the credential of one intent for the sandbox authorization endpoint (no audit:
-/// it is compared, never answered).
-pub(crate) async fn credential_for_matching(
-    app: &App,
-    rec: &IntentRecord,
-) -> ApiResult<Option<Credential>> {
-    reveal(app, rec).await
-}
-
-#[cfg(test)]
-#[path = "purchase_intents_tests.rs"]
-mod tests;

@@ -13,13 +13,13 @@
 //!   `amountOverMaximum`, `mccNotAllowed`); the usage count is re-checked atomically when the
 //!   use is recorded.
 
-use super::purchase_intents::credential_for_matching;
-use super::App;
+use crate::app::App;
 use crate::auth::Principal;
+use crate::domain::issuer::CredentialType;
+use crate::domain::mandate::{Authorization, Currency, DeclineReason, Mcc};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
-use crate::issuer::CredentialType;
-use crate::mandate::{Authorization, Currency, DeclineReason, Mcc};
+use crate::service::intents::reveal;
 use crate::store::{IntentStatus, Scope, UseOutcome};
 use rust_decimal::Decimal;
 use serde_json::{json, Map, Value};
@@ -175,7 +175,7 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
     });
     let mut found = None;
     for rec in intents {
-        let Some(c) = credential_for_matching(app, &rec).await? else {
+        let Some(c) = reveal(app, &rec).await? else {
             continue;
         };
         if constant_time_eq(c.number.as_bytes(), req.number.as_bytes())

@@ -3,14 +3,14 @@
 //! `{id, fingerprint, createdAt, maskedData}` (201). `tokenId` on create payment method
 //! consumes it once, within [`TOKEN_LIFETIME`], for the same project and entity only.
 
-use super::client_encryption::{card_input, pick_source, Source};
-use super::payment_methods::audit_event;
-use super::App;
+use crate::app::App;
 use crate::auth::Principal;
-use crate::card;
 use crate::clock::iso8601;
+use crate::domain::card;
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
+use crate::service::intake::{card_input, pick_source, Source};
+use crate::service::{aad, audit_event};
 use crate::store::{CardTokenRecord, Scope};
 use serde::Serialize;
 use serde_json::Value;
@@ -19,16 +19,6 @@ use time::OffsetDateTime;
 
 /// How long an unused token works.
 pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
-
-/// Where a token's sealed number is bound.
-pub fn number_aad(project: &str, id: &str) -> String {
-    ["tok/", project, "/", id, "/number"].concat()
-}
-
-/// Where a token's sealed cvc is bound.
-pub fn cvc_aad(project: &str, id: &str) -> String {
-    ["tok/", project, "/", id, "/cvc"].concat()
-}
 
 /// The Token object of the specification (§2.1), plus `expiresAt`.
 #[derive(Debug, Serialize)]
@@ -74,12 +64,12 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         expiration_year: valid.expiration_year.clone(),
         number_sealed: Some(app.vault.seal(
             project,
-            &number_aad(project, &id),
+            &aad::token_number(project, &id),
             valid.number.as_bytes(),
         )?),
         cvc_sealed: app
             .vault
-            .seal_cvc(&cvc_aad(project, &id), &valid.cvc, app.now_secs()),
+            .seal_cvc(&aad::token_cvc(project, &id), &valid.cvc, app.now_secs()),
         used: false,
         id,
     };
@@ -111,7 +101,7 @@ mod tests {
     use crate::auth::{Authenticator, Role};
     use crate::clock::ManualClock;
     use crate::config::Config;
-    use crate::issuer::Sandbox;
+    use crate::domain::issuer::Sandbox;
     use crate::store::{SledStore, Store};
     use crate::vault::master::MasterKey;
     use crate::vault::Vault;
@@ -120,7 +110,7 @@ mod tests {
     use time::macros::datetime;
 
     fn app(dir: &std::path::Path) -> (Arc<App>, Arc<ManualClock>) {
-        let (_, public) = crate::mint::generate_ed25519().unwrap();
+        let (_, public) = crate::auth::mint::generate_ed25519().unwrap();
         let key = dir.join("ed.pem");
         std::fs::write(&key, public).unwrap();
         let yaml = format!(
@@ -194,7 +184,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let sealed = rec.card.cvc_sealed.as_ref().unwrap();
-        let aad = super::super::payment_methods::cvc_aad("p1", &rec.id);
+        let aad = crate::service::aad::pm_cvc("p1", &rec.id);
         let stored = u64::try_from(datetime!(2026-11-21 10:00 UTC).unix_timestamp()).unwrap();
         let open = |secs: u64| app.vault.open_cvc(&aad, sealed, stored + secs).is_some();
         assert!(open(3 * 3600 - 1), "within the token's retention");

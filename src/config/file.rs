@@ -39,9 +39,9 @@ pub struct FileConfig {
     /// The projects (tenants) this service answers for.
     #[serde(default)]
     pub projects: Vec<ProjectFile>,
-    /// Development only: serve the demo page at `/demo` (see `crate::demo`).
+    /// Development only: serve the demo page at `/demo` (see `crate::dev::demo`).
     #[serde(default)]
-    pub demo: Option<crate::demo::DemoFile>,
+    pub demo: Option<DemoFile>,
 }
 
 /// `tls:`
@@ -103,7 +103,7 @@ pub struct ProjectFile {
     pub proxy: ProxyFile,
     /// Requests per second per project and per entity; none when absent.
     #[serde(default)]
-    pub rate_limits: Option<crate::ratelimit::RateLimitsFile>,
+    pub rate_limits: Option<RateLimitsFile>,
 }
 
 /// `projects[].jwt:`
@@ -199,4 +199,39 @@ fn default_max_lifetime() -> String {
 }
 fn default_proxy_timeout() -> String {
     "30s".into()
+}
+
+/// `projects[].rate_limits:` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsFile {
+    /// Limit of the whole project (all its entities together).
+    #[serde(default)]
+    pub project: Option<LimitFile>,
+    /// Limit of each entity (JWT `sub`) of the project.
+    #[serde(default)]
+    pub entity: Option<LimitFile>,
+}
+
+/// One limit as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitFile {
+    /// Sustained requests per second (may be fractional, e.g. 0.5).
+    pub per_second: f64,
+    /// Requests allowed at once above the sustained rate; default: `per_second` (at least 1).
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+/// `demo:` in the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DemoFile {
+    /// Project the demo works in.
+    pub project: String,
+    /// `kid` of that project's JWT key that `private_key_file` belongs to.
+    pub kid: String,
+    /// PEM private key matching one of the project's `jwt.keys` (dev only).
+    pub private_key_file: PathBuf,
 }

@@ -4,8 +4,9 @@
 //! message that names the key; `paycred check` runs the same code.
 
 pub mod file;
+pub mod rate_limits;
 
-use crate::store::audit_chain::HashFunction;
+use crate::audit::chain::HashFunction;
 use file::{FileConfig, ProjectFile};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use std::collections::BTreeMap;
@@ -35,6 +36,9 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The checked `demo:` section (development only: the `/demo` page).
+pub type DemoConfig = file::DemoFile;
+
 /// The checked configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -49,7 +53,7 @@ pub struct Config {
     pub server: ServerSettings,
     pub projects: BTreeMap<String, Arc<ProjectConfig>>,
     /// Development only: the `/demo` page and its token-minting session route.
-    pub demo: Option<crate::demo::DemoConfig>,
+    pub demo: Option<DemoConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -75,7 +79,7 @@ pub struct ProjectConfig {
     pub pan_enabled: bool,
     pub token_vault_key: bool,
     pub proxy: ProxyConfig,
-    pub rate_limits: crate::ratelimit::RateLimits,
+    pub rate_limits: rate_limits::RateLimits,
 }
 
 /// A project's JWT verification key. The algorithm comes from the key, never the token.
@@ -319,7 +323,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
     if let Some(ca) = &p.proxy.ca_file {
         require_file(&format!("{key}.proxy.ca_file"), ca)?;
     }
-    let rate_limits = crate::ratelimit::validate(key, p.rate_limits.as_ref())
+    let rate_limits = rate_limits::validate(key, p.rate_limits.as_ref())
         .map_err(|(k, message)| invalid(k, message))?;
     let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
     if timeout.is_zero() {

@@ -6,10 +6,11 @@
 //! - `virtualCard` / `networkToken`: the credential of the entity's newest `active` purchase
 //!   intent of that type for the payment method.
 
-use crate::api::{purchase_intents, App};
+use crate::app::App;
 use crate::auth::Principal;
+use crate::domain::issuer::{Credential, CredentialType};
 use crate::error::ApiError;
-use crate::issuer::{Credential, CredentialType};
+use crate::service::intents;
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
 use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
@@ -159,7 +160,7 @@ pub async fn fetch(
             } else {
                 CredentialType::NetworkToken
             };
-            let found = purchase_intents::active_credential(
+            let found = intents::active_credential(
                 app,
                 &principal.project,
                 &principal.entity,
@@ -194,13 +195,9 @@ async fn stored_card(
             "pan credentials are not enabled for this project".into()
         ));
     }
-    let found = purchase_intents::stored_card_credential(
-        app,
-        &principal.project,
-        &principal.entity,
-        payment_method,
-    )
-    .await?;
+    let found =
+        intents::stored_card_credential(app, &principal.project, &principal.entity, payment_method)
+            .await?;
     Ok(match found {
         Some(c) => Ok(CredentialValues::new(c, payment_method.to_string(), None)),
         None => Err("unknown payment method".into()),

@@ -7,7 +7,7 @@
 //! and the chunk is scanned again. Each credential is fetched once per request.
 
 use super::credentials::{self, Lookup};
-use crate::api::App;
+use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
@@ -348,7 +348,7 @@ impl Substitution {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::issuer::Credential;
+    use crate::domain::issuer::Credential;
     use credentials::CredentialValues;
     use std::cell::Cell;
     use std::task::Poll;

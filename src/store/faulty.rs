@@ -174,7 +174,7 @@ impl Store for FaultyStore {
         &self,
         scope: Scope<'_>,
         pm_id: &str,
-        kind: crate::issuer::CredentialType,
+        kind: crate::domain::issuer::CredentialType,
         now: time::OffsetDateTime,
     ) -> StoreResult<Option<IntentRecord>> {
         self.read()?;

@@ -1,30 +1,27 @@
-//! Persistence behind one trait, [`Store`], so the embedded sled backend
-//! ([`sled_store::SledStore`]) can later be joined by a networked one.
+//! Persistence behind one trait, [`Store`]: the embedded sled backend ([`sled::SledStore`])
+//! is the default; records are in [`records`], sealed values in [`sealed`].
 //!
 //! Everything is scoped by (project, entity): a lookup with another scope finds nothing,
 //! exactly as for an id that never existed. A write returns only after it is durable.
+//!
+//! May import: `audit` (the log the store writes), `config`, `clock`, `error`, `secret`.
+//! Never the vault, the handlers or the edge.
 
-pub mod audit_batch;
-pub mod audit_chain;
-pub mod audit_file;
-pub mod audit_log;
-pub mod audit_tally;
-pub mod card_tokens;
+#[cfg(any(test, feature = "test-support"))]
 pub mod faulty;
-pub mod group_commit;
-pub mod idempotency;
-pub mod keys;
 pub mod pm_cache;
-pub mod sled_store;
+pub mod records;
+pub mod sealed;
+pub mod sled;
 
+use crate::audit::{AuditEntry, AuditEvent, AuditHead};
+use crate::error::ApiError;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-pub use audit_file::AuditHead;
-pub use card_tokens::{CardTokenRecord, TokenTake};
-pub use idempotency::IdempotentRecord;
-pub use sled_store::SledStore;
+pub use records::*;
+pub use sealed::Sealed;
+pub use sled::SledStore;
 
 /// A store failure. The message never carries card data.
 #[derive(Debug, thiserror::Error)]
@@ -39,14 +36,27 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "store error");
+        match e {
+            StoreError::Unavailable(_) => ApiError::new(
+                crate::error::ErrorKind::ServiceUnavailable,
+                "storage temporarily unavailable",
+            ),
+            _ => ApiError::internal(),
+        }
+    }
+}
+
 /// A backend error as [`StoreError::Unavailable`] (its text only: sled and io errors carry no
 /// card data).
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
 /// A value that does not decode, as [`StoreError::Corrupt`].
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
@@ -72,193 +82,12 @@ pub(crate) fn when_unlocked<T, E: std::fmt::Display>(
     }
 }
 
-/// Who owns a record.
-#[derive(Debug, Clone, Copy)]
-pub struct Scope<'a> {
-    pub project: &'a str,
-    pub entity: &'a str,
-}
-
-/// A stored payment method. Card number and cvc are sealed by the vault.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PaymentMethodRecord {
-    pub id: String,
-    pub project: String,
-    pub entity: String,
-    /// Unix time in microseconds; orders lists newest first.
-    pub created_micros: i64,
-    pub card: StoredCard,
-    /// Keyed HMAC of the number, per project.
-    pub fingerprint: String,
-    /// Present when the project has its own token-vault key.
-    pub token: Option<TokenRecord>,
-}
-
-/// The card part of a payment method.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StoredCard {
-    pub brand: String,
-    pub funding: String,
-    pub bin: String,
-    pub last4: String,
-    pub expiration_month: String,
-    pub expiration_year: String,
-    /// The number, sealed under the project's data key.
-    pub number_sealed: crate::vault::Sealed,
-    /// The cvc, sealed under a short-lived cvc key (unreadable once that key is destroyed).
-    pub cvc_sealed: Option<crate::vault::Sealed>,
-}
-
-/// The token-vault entry of a card.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct TokenRecord {
-    pub id: String,
-    pub fingerprint: String,
-    pub created_micros: i64,
-    pub masked_data: String,
-}
-
-/// The stored status of a purchase intent. `expired` is not stored: it is computed from the
-/// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum IntentStatus {
-    Active,
-    Verify,
-    Unavailable,
-    Expired,
-    Canceled,
-}
-
-impl IntentStatus {
-    /// The API name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IntentStatus::Active => "active",
-            IntentStatus::Verify => "verify",
-            IntentStatus::Unavailable => "unavailable",
-            IntentStatus::Expired => "expired",
-            IntentStatus::Canceled => "canceled",
-        }
-    }
-}
-
-/// A stored purchase intent. The credential is sealed by the vault (`pan` intents store
-/// none: they read the payment method's card when revealed).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct IntentRecord {
-    pub id: String,
-    pub project: String,
-    pub entity: String,
-    pub payment_method_id: String,
-    pub credential_type: crate::issuer::CredentialType,
-    pub status: IntentStatus,
-    pub created_micros: i64,
-    pub expires_micros: i64,
-    pub mandates: crate::mandate::Mandates,
-    /// The issued credential (JSON), sealed under `pi/{project}/{id}/credential`.
-    pub credential_sealed: Option<crate::vault::Sealed>,
-    /// Approved uses so far.
-    pub uses: u32,
-    /// Wrong verification codes so far.
-    pub failed_verifications: u32,
-}
-
-impl IntentRecord {
-    /// The status a caller sees at `now_micros`: a `verify` or `active` intent past
-    /// `expiresAt`, or an active one whose usage limit is used up, is `expired`.
-    pub fn status_at(&self, now_micros: i64) -> IntentStatus {
-        match self.status {
-            IntentStatus::Active | IntentStatus::Verify if now_micros >= self.expires_micros => {
-                IntentStatus::Expired
-            }
-            IntentStatus::Active
-                if self
-                    .mandates
-                    .usage_limit
-                    .is_some_and(|limit| self.uses >= limit) =>
-            {
-                IntentStatus::Expired
-            }
-            s => s,
-        }
-    }
-}
-
-/// What [`Store::record_use`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UseOutcome {
-    /// Counted; the number of uses including this one.
-    Recorded(u32),
-    /// No such intent in this scope.
-    NotFound,
-    /// Not `active` (verify, unavailable, canceled).
-    NotActive,
-    /// Past `expiresAt`.
-    Expired,
-    /// The usage limit is used up.
-    UsageLimitReached,
-}
-
-/// One verification attempt, as [`Store::record_verification`] applies it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerificationAttempt {
-    /// The code was right: the intent turns `active` and its payment method counts as verified.
-    Passed,
-    /// A wrong code: counted.
-    Failed,
-}
-
-/// What an insert found.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Inserted {
-    /// The record was stored.
-    Created,
-    /// The entity already has this card (same fingerprint): the existing record, as
-    /// [`Refresh`] changed it.
-    Existing(Box<PaymentMethodRecord>),
-}
-
 /// What a second create of a card the entity already has makes of the stored record, and
 /// the audit event of that change: given the stored record, the record to store in its place.
 /// (The payment-method API takes the new expiry and cvc, the cvc sealed for the stored
 /// record's id.)
 pub type Refresh<'a> =
     &'a (dyn Fn(&PaymentMethodRecord) -> (PaymentMethodRecord, AuditEvent) + Send + Sync);
-
-/// One page of a list.
-#[derive(Debug, Clone)]
-pub struct Page<T> {
-    pub items: Vec<T>,
-    pub total: usize,
-}
-
-/// An audit-log entry. Carries ids and outcomes, never card values.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct AuditEvent {
-    pub at_micros: i64,
-    pub action: String,
-    pub project: String,
-    pub entity: String,
-    pub resource: String,
-}
-
-/// A chained audit entry as stored: `hash = H(prev_hash || event json)`, H named by the
-/// hash ([`audit_chain::HashFunction`]).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct AuditEntry {
-    pub seq: u64,
-    pub event: AuditEvent,
-    pub prev_hash: String,
-    pub hash: String,
-}
-
-/// Counters that show how the store works (for `/metrics`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StoreStats {
-    pub durable_writes: u64,
-    pub flushes: u64,
-}
 
 /// The persistence interface of paycred.
 #[async_trait]
@@ -343,7 +172,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         scope: Scope<'_>,
         pm_id: &str,
-        kind: crate::issuer::CredentialType,
+        kind: crate::domain::issuer::CredentialType,
         now: time::OffsetDateTime,
     ) -> StoreResult<Option<IntentRecord>>;
 

@@ -76,7 +76,7 @@ mod tests {
                 last4: "4242".into(),
                 expiration_month: "12".into(),
                 expiration_year: "2030".into(),
-                number_sealed: crate::vault::Sealed::from_stored("k1.sealed"),
+                number_sealed: crate::store::Sealed::from_stored("k1.sealed"),
                 cvc_sealed: None,
             },
             fingerprint: "f".into(),

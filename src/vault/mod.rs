@@ -11,9 +11,8 @@
 pub mod client_keys;
 pub mod cvc;
 pub mod master;
-pub mod sealed;
 
-pub use sealed::Sealed;
+pub use crate::store::Sealed;
 
 use crate::store::Store;
 use hmac::{Hmac, Mac};
@@ -81,62 +80,11 @@ impl std::fmt::Debug for Vault {
     }
 }
 
-/// The master key and the store of `config`, for a command run with the server stopped
-/// (sled opens the data directory exclusively), about a project the config names.
-pub fn open_offline(
-    config: &crate::config::Config,
-    project: &str,
-) -> Result<(MasterKey, Arc<dyn Store>), String> {
-    if config.project(project).is_none() {
-        return Err(format!("project {project:?} is not in the config"));
+impl From<VaultError> for crate::error::ApiError {
+    fn from(e: VaultError) -> Self {
+        tracing::error!(error = %e, "vault error");
+        crate::error::ApiError::internal()
     }
-    // Opening a missing directory would make an empty store there and act on it.
-    if !config.data_dir.is_dir() {
-        return Err(format!(
-            "data_dir {} does not exist (relative paths start from the current directory)",
-            config.data_dir.display()
-        ));
-    }
-    let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
-    let store =
-        crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|e| {
-            format!(
-                "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
-                config.data_dir.display()
-            )
-        })?;
-    Ok((master, Arc::new(store)))
-}
-
-/// What `paycred data-key` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataKeyCommand {
-    /// Print the project's data keys, the current one marked.
-    List,
-    /// Add a data key and make it current.
-    Rotate,
-}
-
-/// Runs `paycred data-key` on the store of `config` (server stopped); the lines to print.
-pub fn run_data_key_command(
-    config: &crate::config::Config,
-    project: &str,
-    command: DataKeyCommand,
-) -> Result<Vec<String>, String> {
-    let (master, store) = open_offline(config, project)?;
-    let vault = Vault::new(master, store, config.cvc_retention);
-    if command == DataKeyCommand::Rotate {
-        let id = vault.rotate_data_key(project).map_err(|e| e.to_string())?;
-        return Ok(vec![format!("{id}\tcurrent")]);
-    }
-    let (ids, current) = vault.data_key_ids(project).map_err(|e| e.to_string())?;
-    Ok(ids
-        .into_iter()
-        .map(|id| {
-            let state = if id == current { "current" } else { "opens" };
-            format!("{id}\t{state}")
-        })
-        .collect())
 }
 
 impl Vault {

@@ -51,7 +51,7 @@ fn ec_pair() -> KeyPair {
 }
 
 fn ed_pair() -> KeyPair {
-    let (private, public) = paycred::mint::generate_ed25519().unwrap();
+    let (private, public) = paycred::auth::mint::generate_ed25519().unwrap();
     KeyPair {
         private_pem: private.to_string(),
         public_pem: public,
@@ -481,7 +481,7 @@ pub fn token_for(
     role: &str,
     ttl: u64,
 ) -> String {
-    paycred::mint::mint(
+    paycred::auth::mint::mint(
         private_pem.as_bytes(),
         Some(kid),
         project,

@@ -1,0 +1,255 @@
+//! Authentication: a bearer JWT becomes a [`Principal`] {project, entity, role}.
+//!
+//! The token is verified with the keys of the project it names as `iss`; the algorithm
+//! comes from the configured key, never from the token (`none` and HMAC cannot match an
+//! RSA, P-256 or Ed25519 key). Then:
+//! - missing, malformed, badly signed or expired token, unknown `kid`, lifetime over the
+//!   project's maximum, missing `sub`/`roles` → 401 `unauthorized`;
+//! - a valid token of another project than the path's → 403 `forbidden`.
+//!
+//! Verified tokens are cached (bounded, keyed by the whole token) until their `exp`.
+
+pub mod mint;
+
+use crate::config::ProjectConfig;
+use crate::error::ApiError;
+use jsonwebtoken::{decode, decode_header, Validation};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Accepted clock skew, seconds.
+pub const LEEWAY_SECS: u64 = 30;
+/// Longest token accepted, bytes.
+pub const MAX_TOKEN_LEN: usize = 8 * 1024;
+/// Verified tokens kept.
+const CACHE_CAPACITY: usize = 8 * 1024;
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Backend calls: everything.
+    Private,
+    /// Frontend SDK calls: collecting cards, verification.
+    Public,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Private => "private",
+            Role::Public => "public",
+        }
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub project: String,
+    pub entity: String,
+    pub role: Role,
+    /// Token expiry, unix seconds.
+    pub exp: u64,
+}
+
+impl Principal {
+    /// 403 unless the role is private.
+    pub fn require_private(&self) -> Result<(), ApiError> {
+        match self.role {
+            Role::Private => Ok(()),
+            Role::Public => Err(ApiError::forbidden(
+                "This route needs a private-role token.",
+            )),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct IssuerOnly {
+    iss: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    exp: u64,
+    #[serde(default)]
+    iat: Option<u64>,
+    #[serde(default)]
+    roles: Vec<String>,
+}
+
+/// Verifies tokens for every configured project.
+pub struct Authenticator {
+    projects: BTreeMap<String, Arc<ProjectConfig>>,
+    /// Keyed by the whole token: a hit is the very token that was verified.
+    cache: quick_cache::sync::Cache<String, Arc<Principal>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Authenticator({} projects)", self.projects.len())
+    }
+}
+
+fn denied(message: &str) -> ApiError {
+    ApiError::unauthorized(message)
+}
+
+/// Entity ids become store keys: bounded, printable, no `\0`.
+pub fn valid_entity(sub: &str) -> bool {
+    (1..=256).contains(&sub.len()) && !sub.chars().any(|c| c.is_control())
+}
+
+impl Authenticator {
+    pub fn new(projects: BTreeMap<String, Arc<ProjectConfig>>) -> Self {
+        Self {
+            projects,
+            cache: quick_cache::sync::Cache::new(CACHE_CAPACITY),
+        }
+    }
+
+    /// Authenticates `authorization` (the header value) for a request on `path_project`.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        path_project: &str,
+        now: u64,
+    ) -> Result<Arc<Principal>, ApiError> {
+        let header = authorization
+            .ok_or_else(|| denied("Missing API key: send Authorization: Bearer <JWT>."))?;
+        let token = bearer_token(header)
+            .ok_or_else(|| denied("Invalid API key: expected Authorization: Bearer <JWT>."))?;
+        let principal = self.verify(token, now)?;
+        if principal.project != path_project {
+            return Err(ApiError::forbidden(
+                "The token was issued for another project.",
+            ));
+        }
+        Ok(principal)
+    }
+
+    /// Verifies a token (cached) without looking at the path.
+    pub fn verify(&self, token: &str, now: u64) -> Result<Arc<Principal>, ApiError> {
+        let invalid = || denied("Invalid API key.");
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(invalid());
+        }
+        if let Some(p) = self.cache.get(token) {
+            if p.exp + LEEWAY_SECS > now {
+                return Ok(p);
+            }
+            self.cache.remove(token);
+            return Err(denied("Invalid API key: the token has expired."));
+        }
+        let header = decode_header(token).map_err(|_| invalid())?;
+        let unverified: IssuerOnly =
+            jsonwebtoken::dangerous::insecure_decode_claims(token).map_err(|_| invalid())?;
+        let Some(serde_json::Value::String(iss)) = unverified.iss else {
+            return Err(invalid());
+        };
+        let project = self.projects.get(&iss).ok_or_else(invalid)?;
+        let keys: Vec<_> = match &header.kid {
+            Some(kid) => project.jwt_keys.iter().filter(|k| &k.kid == kid).collect(),
+            None => project.jwt_keys.iter().collect(),
+        };
+        if keys.is_empty() {
+            return Err(invalid());
+        }
+        let mut last_error = invalid();
+        for key in keys {
+            let mut v = Validation::new(key.alg);
+            v.leeway = LEEWAY_SECS;
+            v.validate_exp = true;
+            v.validate_nbf = true;
+            v.validate_aud = false;
+            v.set_required_spec_claims(&["exp", "iss", "sub"]);
+            v.set_issuer(&[iss.as_str()]);
+            let claims = match decode::<Claims>(token, &key.key, &v) {
+                Ok(data) => data.claims,
+                Err(e) => {
+                    if matches!(e.kind(), jsonwebtoken::errors::ErrorKind::ExpiredSignature) {
+                        last_error = denied("Invalid API key: the token has expired.");
+                    }
+                    continue;
+                }
+            };
+            let principal = check_claims(claims, project, now)?;
+            let principal = Arc::new(principal);
+            self.cache.insert(token.to_string(), principal.clone());
+            return Ok(principal);
+        }
+        Err(last_error)
+    }
+}
+
+fn check_claims(c: Claims, project: &ProjectConfig, now: u64) -> Result<Principal, ApiError> {
+    let max = project.jwt_max_lifetime.as_secs();
+    match c.iat {
+        Some(iat) if iat > now + LEEWAY_SECS => {
+            return Err(denied("Invalid API key: issued in the future."));
+        }
+        Some(iat) if c.exp.saturating_sub(iat) > max => {
+            return Err(denied(
+                "Invalid API key: the token lives longer than this project allows.",
+            ));
+        }
+        None if c.exp.saturating_sub(now) > max + LEEWAY_SECS => {
+            return Err(denied(
+                "Invalid API key: the token lives longer than this project allows.",
+            ));
+        }
+        _ => {}
+    }
+    if !valid_entity(&c.sub) {
+        return Err(denied("Invalid API key: bad subject."));
+    }
+    let role = if c.roles.iter().any(|r| r == "private") {
+        Role::Private
+    } else if c.roles.iter().any(|r| r == "public") {
+        Role::Public
+    } else {
+        return Err(denied("Invalid API key: no role."));
+    };
+    Ok(Principal {
+        project: c.iss,
+        entity: c.sub,
+        role,
+        exp: c.exp,
+    })
+}
+
+/// The token of `Bearer <token>` (scheme case-insensitive).
+pub fn bearer_token(header: &[u8]) -> Option<&str> {
+    let s = std::str::from_utf8(header).ok()?.trim();
+    let (scheme, token) = s.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token(b"bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token(b"Basic abc"), None);
+        assert_eq!(bearer_token(b"Bearer "), None);
+        assert_eq!(bearer_token(b"abc"), None);
+    }
+
+    #[test]
+    fn entity_ids() {
+        assert!(valid_entity("user_42"));
+        assert!(!valid_entity(""));
+        assert!(!valid_entity("a\0b"));
+        assert!(!valid_entity(&"x".repeat(257)));
+    }
+}

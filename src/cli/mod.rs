@@ -1,0 +1,284 @@
+//! The `paycred` command line: `serve` runs the server ([`crate::server`]); the other
+//! commands work on the config, the keys and the store of a deployment.
+//!
+//! - [`keys`]: `data-key`, `client-key`, `master-key`.
+//! - [`audit`]: `audit [--verify]`.
+//!
+//! May import anything below it; nothing imports it but `main.rs`.
+
+pub mod audit;
+pub mod keys;
+
+use crate::config::Config;
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "paycred", version, about = "Payment credential service")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve {
+        /// Configuration file.
+        #[arg(short = 'c', long = "config", conflicts_with = "dev")]
+        config: Option<PathBuf>,
+        /// A ready local setup in ./paycred-dev (keys, project `dev`, localhost targets).
+        #[arg(long)]
+        dev: bool,
+        /// Directory of the --dev setup.
+        #[arg(long, default_value = "./paycred-dev", requires = "dev")]
+        dev_dir: PathBuf,
+        /// Listen address for --dev: loopback only, since the dev setup serves the demo,
+        /// whose session route hands out tokens.
+        #[arg(long, default_value = "127.0.0.1:8080", requires = "dev")]
+        listen: SocketAddr,
+    },
+    /// Mint a development JWT signed with a private key.
+    Jwt {
+        /// PEM private key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA).
+        #[arg(long)]
+        key: PathBuf,
+        /// Key id for the token header.
+        #[arg(long)]
+        kid: Option<String>,
+        /// Project id (`iss`).
+        #[arg(long)]
+        project: String,
+        /// Entity id (`sub`).
+        #[arg(long)]
+        sub: String,
+        /// `private` or `public`.
+        #[arg(long, value_parser = ["private", "public"])]
+        role: String,
+        /// Lifetime, e.g. 5m.
+        #[arg(long, default_value = "5m")]
+        ttl: humantime::Duration,
+    },
+    /// Validate a configuration file (the same checks as `serve`).
+    Check {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
+    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. Run with
+    /// the server stopped.
+    Audit {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// Check every link of the chain; exit 1 naming the first broken entry's seq.
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Client encryption keys (`encryptedCard`): list, rotate, retire. Run with the server stopped.
+    ClientKey {
+        #[command(subcommand)]
+        action: ClientKeyAction,
+        #[arg(short = 'c', long = "config", global = true)]
+        config: Option<PathBuf>,
+        /// Project id.
+        #[arg(long, global = true)]
+        project: Option<String>,
+    },
+    /// Data keys (they seal card numbers and credentials): list, rotate. Run with the server
+    /// stopped.
+    DataKey {
+        #[command(subcommand)]
+        action: DataKeyAction,
+        #[arg(short = 'c', long = "config", global = true)]
+        config: Option<PathBuf>,
+        /// Project id.
+        #[arg(long, global = true)]
+        project: Option<String>,
+    },
+    /// Print a new random master key (64 hex characters), or write it to a new file that only
+    /// its owner can read.
+    MasterKey {
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DataKeyAction {
+    /// List the project's data keys: the current one seals, the others still open.
+    List,
+    /// Add a data key and make it current; values sealed before keep opening with theirs.
+    Rotate,
+}
+
+#[derive(Subcommand)]
+pub enum ClientKeyAction {
+    /// List the project's keys (current, still decrypting, retired).
+    List,
+    /// Add a key and make it current; older keys keep decrypting until retired.
+    Rotate,
+    /// Refuse `encryptedCard`s made with this key from now on.
+    Retire {
+        #[arg(long)]
+        kid: String,
+    },
+}
+
+/// The loaded config and the project of a key command, which needs both `-c` and
+/// `--project`; or the failure to exit with.
+fn project_config(
+    command: &str,
+    config: Option<PathBuf>,
+    project: Option<String>,
+) -> Result<(Config, String), ExitCode> {
+    let (Some(path), Some(project)) = (config, project) else {
+        return Err(fail(format!("{command} needs -c FILE and --project P")));
+    };
+    match Config::load(&path) {
+        Ok(config) => Ok((config, project)),
+        Err(e) => Err(fail(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Prints a command's lines, or fails with its message.
+fn print_lines(result: Result<Vec<String>, String>) -> ExitCode {
+    match result {
+        Ok(lines) => {
+            for line in lines {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("paycred: {message}");
+    ExitCode::FAILURE
+}
+
+/// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
+fn serve(
+    config: Option<PathBuf>,
+    dev: bool,
+    dev_dir: &std::path::Path,
+    listen: SocketAddr,
+) -> Result<(), String> {
+    let path = if dev {
+        let setup =
+            crate::dev::prepare(dev_dir, listen).map_err(|e| format!("--dev setup: {e}"))?;
+        println!("{}", crate::dev::banner(&setup, listen));
+        setup.config_file
+    } else {
+        config.ok_or("give -c FILE, or --dev for a local setup")?
+    };
+    let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let server = crate::build_server(config).map_err(|e| e.to_string())?;
+    server.run(pingora::server::RunArgs::default());
+    Ok(())
+}
+
+/// Runs the command line of `std::env::args`.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            config,
+            dev,
+            dev_dir,
+            listen,
+        } => {
+            let log = crate::ops::logging::init();
+            let served = serve(config, dev, &dev_dir, listen);
+            // Written before the error below, and before the process ends.
+            drop(log);
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        Command::Jwt {
+            key,
+            kid,
+            project,
+            sub,
+            role,
+            ttl,
+        } => {
+            let pem = match std::fs::read(&key) {
+                Ok(p) => zeroize::Zeroizing::new(p),
+                Err(e) => return fail(format!("{}: {e}", key.display())),
+            };
+            let now = u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0);
+            match crate::auth::mint::mint(
+                &pem,
+                kid.as_deref(),
+                &project,
+                &sub,
+                &role,
+                ttl.into(),
+                now,
+            ) {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("{}: {e}", key.display())),
+            }
+        }
+        Command::Check { config } => match Config::load(&config) {
+            Ok(c) => match crate::vault::master::MasterKey::load(&c.master_key_file) {
+                Ok(_) => {
+                    println!("{}: ok ({} projects)", config.display(), c.projects.len());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("{}: {e}", config.display())),
+            },
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::ClientKey {
+            action,
+            config,
+            project,
+        } => {
+            let (config, project) = match project_config("client-key", config, project) {
+                Ok(found) => found,
+                Err(code) => return code,
+            };
+            print_lines(keys::client_key(&config, &project, action))
+        }
+        Command::DataKey {
+            action,
+            config,
+            project,
+        } => {
+            let (config, project) = match project_config("data-key", config, project) {
+                Ok(found) => found,
+                Err(code) => return code,
+            };
+            print_lines(keys::data_key(&config, &project, action))
+        }
+        Command::Audit { config, verify } => match Config::load(&config) {
+            Ok(c) => match audit::run(&c, verify, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            },
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::MasterKey { out } => {
+            let key = crate::vault::master::MasterKey::generate_hex();
+            match out {
+                Some(path) => match crate::dev::write_private(&path, key.as_bytes()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(format!("{}: {e}", path.display())),
+                },
+                None => {
+                    println!("{}", key.as_str());
+                    ExitCode::SUCCESS
+                }
+            }
+        }
+    }
+}

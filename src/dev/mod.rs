@@ -1,0 +1,103 @@
+//! `paycred serve --dev`: a ready local setup in `./paycred-dev` — a master key, a project
+//! `dev` with a fresh Ed25519 key pair (private key kept there for `paycred jwt`), data
+//! in `./paycred-dev/data`, localhost targets allowed. A second run reuses all of it.
+
+pub mod demo;
+
+use crate::auth::mint::generate_ed25519;
+use crate::vault::master::MasterKey;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Files of the development setup.
+#[derive(Debug, Clone)]
+pub struct DevSetup {
+    pub dir: PathBuf,
+    pub config_file: PathBuf,
+    pub private_key: PathBuf,
+}
+
+/// Writes a new file readable by its owner only (0600), on disk when it returns. An existing
+/// file is left alone (an error): replacing a master key would make every card sealed under it
+/// unreadable. A write that fails removes what it created, so that a retry can succeed.
+pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    let written = file.write_all(contents).and_then(|()| file.sync_all());
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+/// Creates what is missing of the development setup in `dir`.
+pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(dir)?;
+    let master = dir.join("master.key");
+    if !master.exists() {
+        write_private(&master, MasterKey::generate_hex().as_bytes())?;
+    }
+    let private_key = dir.join("dev-private.pem");
+    let public_key = dir.join("dev-public.pem");
+    if !private_key.exists() || !public_key.exists() {
+        let (private, public) = generate_ed25519()?;
+        let _ = std::fs::remove_file(&private_key);
+        write_private(&private_key, private.as_bytes())?;
+        std::fs::write(&public_key, public)?;
+    }
+    let config_file = dir.join("paycred.yaml");
+    let config = format!(
+        "# Written by `paycred serve --dev`: a local development setup. Not for production.\n\
+         listen: {listen}\n\
+         data_dir: {data}\n\
+         master_key_file: {master}\n\
+         cvc_retention: 1h\n\
+         projects:\n\
+         \x20 - id: dev\n\
+         \x20   jwt:\n\
+         \x20     keys: [{{kid: dev-1, public_key_file: {public}}}]\n\
+         \x20     max_lifetime: 1h\n\
+         \x20   pan: enabled\n\
+         \x20   token_vault_key: true\n\
+         \x20   proxy:\n\
+         \x20     allowed_hosts: [localhost, 127.0.0.1]\n\
+         \x20     allow_http: true\n\
+         \x20     allow_private_networks: true\n\
+         # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
+         demo: {{project: dev, kid: dev-1, private_key_file: {private}}}\n",
+        private = private_key.display(),
+        data = dir.join("data").display(),
+        master = master.display(),
+        public = public_key.display(),
+    );
+    std::fs::write(&config_file, config)?;
+    Ok(DevSetup {
+        dir: dir.to_path_buf(),
+        config_file,
+        private_key,
+    })
+}
+
+/// The copy-paste example printed at start.
+pub fn banner(setup: &DevSetup, listen: SocketAddr) -> String {
+    let key = setup.private_key.display();
+    format!(
+        "paycred dev server on http://{listen} (project `dev`, files in {dir})\n\
+         Demo page (card encryption, verification in the browser): http://{listen}/demo\n\
+         \n\
+         Try it:\n\
+         \x20 TOKEN=$(paycred jwt --key {key} --kid dev-1 --project dev --sub user_1 --role private)\n\
+         \x20 curl -s -X POST http://{listen}/projects/dev/payment-methods \\\n\
+         \x20   -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\\n\
+         \x20   -d '{{\"entityId\":\"user_1\",\"card\":{{\"number\":\"4242424242424242\",\"expirationMonth\":\"12\",\"expirationYear\":\"2030\",\"cvc\":\"123\"}}}}'\n\
+         \x20 curl -s http://{listen}/projects/dev/payment-methods -H \"Authorization: Bearer $TOKEN\"\n",
+        dir = setup.dir.display(),
+    )
+}

@@ -1,0 +1,228 @@
+//! `Idempotency-Key` on the REST POST routes, with Stripe's semantics:
+//!
+//! - The key is scoped by (project, entity) of the token: two entities may use the same key.
+//! - The first request with a key runs; a 2xx answer is stored (status and body, the body
+//!   sealed by the vault) for 24 h.
+//! - The same key again with the same request (method, path, body bytes and the token's
+//!   role) answers the stored response, with `Idempotent-Replayed: true`, without running
+//!   anything.
+//! - An answer that shows a purchase intent (a create) is stored as the intent's id, not as
+//!   its body: a replay shows the same intent as it is then, with the credential only under
+//!   GET's rules (while `active`, the cvc while retained, each reveal audited). So a replay
+//!   never outlives the cvc's retention or the payment method's deletion, and no credential
+//!   is kept for replays. It follows the intent both ways: a create answered `verify` (no
+//!   credential yet) replays with the credential once the intent is verified, as GET would.
+//! - The same key with another request: 409 `conflict`.
+//! - While the first request with a key is still running, another one with that key gets
+//!   409 `conflict` at once (it does not wait); the caller retries later and gets the replay.
+//! - Errors (4xx validation failures, 5xx) are not stored: the same key may be retried.
+//!
+//! In-flight keys are held in memory (one process owns the sled store), so a crash never
+//! leaves a key locked. Known window: a crash after the write became durable but before the
+//! stored response did leaves the key free, so a retry runs again (a payment method then
+//! answers 200 with the existing card, found by fingerprint; a purchase intent is issued anew).
+//! The proxy route is not covered: its `Idempotency-Key` header goes to the target, whose own
+//! idempotency applies.
+
+use crate::app::App;
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::http::Response;
+use crate::store::{IdempotentRecord, Scope};
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::time::Duration;
+
+/// How long a response is replayed.
+pub const TTL: Duration = Duration::from_secs(24 * 3600);
+/// Longest accepted key.
+pub const MAX_KEY_LEN: usize = 255;
+/// The request header.
+pub const HEADER: &str = "idempotency-key";
+
+/// The `Idempotency-Key` header of a request, checked: 1–255 visible ASCII characters.
+pub fn key_from(headers: &http::HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get(HEADER) else {
+        return Ok(None);
+    };
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_KEY_LEN || !bytes.iter().all(|b| b.is_ascii_graphic())
+    {
+        return Err(ApiError::invalid_field(
+            "Idempotency-Key",
+            "1 to 255 visible ASCII characters",
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Keys whose first request is running.
+pub type InFlight = crate::app::InFlight<Vec<u8>>;
+
+pub(crate) fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(method.as_bytes());
+    h.update([0]);
+    h.update(path.as_bytes());
+    h.update([0]);
+    h.update(body);
+    hex::encode(h.finalize())
+}
+
+/// The intent id of a purchase-intent answer stored whole, as records were before
+/// [`IdempotentRecord::intent_id`] (and `role`) existed: such a record is replayed as the
+/// intent is now, like a new one. Only `id` and `credentialType` are read from the body.
+fn legacy_intent_id(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct IntentShape {
+        id: String,
+        #[serde(rename = "credentialType")]
+        _credential_type: serde::de::IgnoredAny,
+    }
+    serde_json::from_slice::<IntentShape>(body)
+        .ok()
+        .map(|shape| shape.id)
+}
+
+pub(crate) fn aad(principal: &Principal, key: &str) -> String {
+    format!("idem/{}/{}/{key}", principal.project, principal.entity)
+}
+
+fn micros(app: &App) -> i64 {
+    i64::try_from(app.clock.now().unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+/// Runs `execute` at most once per (project, entity, key) within [`TTL`].
+pub async fn run<F>(
+    app: &App,
+    in_flight: &InFlight,
+    principal: &Principal,
+    request: (&str, &str, &[u8]),
+    key: &str,
+    execute: F,
+) -> ApiResult<Response>
+where
+    F: Future<Output = ApiResult<Response>>,
+{
+    let (method, path, body) = request;
+    let scope = Scope {
+        project: &principal.project,
+        entity: &principal.entity,
+    };
+    let fp = fingerprint(method, path, body);
+    let Some(_held) = in_flight.enter(crate::store::sled::idempotency::key(scope, key)) else {
+        return Err(ApiError::new(
+            ErrorKind::Conflict,
+            "A request with this Idempotency-Key is still in progress; retry later.",
+        ));
+    };
+    let now = micros(app);
+    if let Some(rec) = app.store.get_idempotent(scope, key, now).await? {
+        let other_role = rec
+            .role
+            .as_deref()
+            .is_some_and(|role| role != principal.role.as_str());
+        if rec.fingerprint != fp || other_role {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                "This Idempotency-Key was used with a different request.",
+            ));
+        }
+        let body = match &rec.body_sealed {
+            Some(sealed) => Some(app.vault.open(
+                &principal.project,
+                &aad(principal, key),
+                sealed,
+            )?),
+            None => None,
+        };
+        let intent_id = match (&rec.intent_id, &rec.role, &body) {
+            (Some(id), _, _) => Some(id.clone()),
+            (None, None, Some(body)) if path.ends_with("/purchase-intents") => {
+                legacy_intent_id(body)
+            }
+            _ => None,
+        };
+        if let Some(intent_id) = intent_id {
+            let shown =
+                crate::api::purchase_intents::show(app, principal, &intent_id, rec.status).await?;
+            return Ok(shown.with_header("Idempotent-Replayed", "true".to_string()));
+        }
+        let body = body.map(|b| Bytes::from(b.to_vec()));
+        return Ok(Response {
+            status: rec.status,
+            headers: vec![("Idempotent-Replayed", "true".to_string())],
+            body,
+            intent: None,
+        });
+    }
+    let response = execute.await?;
+    if (200..300).contains(&response.status) {
+        let body_sealed = match (&response.intent, &response.body) {
+            (Some(_), _) | (None, None) => None,
+            (None, Some(b)) => Some(
+                app.vault
+                    .seal(&principal.project, &aad(principal, key), b)?,
+            ),
+        };
+        let rec = IdempotentRecord {
+            fingerprint: fp,
+            status: response.status,
+            body_sealed,
+            intent_id: response.intent.clone(),
+            role: Some(principal.role.as_str().to_string()),
+            created_micros: now,
+            expires_micros: now.saturating_add(i64::try_from(TTL.as_micros()).unwrap_or(0)),
+        };
+        // The work is done and durable: answer it even if the record cannot be stored.
+        if let Err(e) = app.store.put_idempotent(scope, key, &rec).await {
+            tracing::error!(error = %e, "storing an idempotent response");
+        }
+    }
+    Ok(response)
+}
+
+/// Removes expired responses every minute while the store lives.
+pub fn spawn_sweeper(store: std::sync::Weak<dyn crate::store::Store>) {
+    let _ = std::thread::Builder::new()
+        .name("paycred-idem-sweep".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(60));
+            let Some(store) = store.upgrade() else { return };
+            let now = i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000)
+                .unwrap_or(i64::MAX);
+            if let Err(e) = store.sweep_idempotent(now) {
+                tracing::warn!(error = %e, "sweeping idempotent responses");
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(key_from(&h).ok(), Some(None));
+        h.insert(HEADER, http::HeaderValue::from_static("abc-123_x"));
+        assert_eq!(key_from(&h).ok(), Some(Some("abc-123_x".into())));
+        h.insert(HEADER, http::HeaderValue::from_static("a b"));
+        assert!(key_from(&h).is_err());
+        h.insert(
+            HEADER,
+            http::HeaderValue::from_str(&"k".repeat(256)).unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(key_from(&h).is_err());
+    }
+
+    #[test]
+    fn fingerprints_cover_method_path_and_body() {
+        let a = fingerprint("POST", "/p", b"{}");
+        assert_eq!(a, fingerprint("POST", "/p", b"{}"));
+        assert_ne!(a, fingerprint("POST", "/q", b"{}"));
+        assert_ne!(a, fingerprint("POST", "/p", b"{ }"));
+        assert_ne!(a, fingerprint("PUT", "/p", b"{}"));
+    }
+}

@@ -1,0 +1,218 @@
+//! Rate limits per project and per entity: token buckets from each project's optional
+//! `rate_limits:` config key, checked right after authentication on every REST and proxy
+//! route. Over the limit: 429 `rateLimited` with `Retry-After` (whole seconds until a token
+//! is back).
+//!
+//! A refused request costs one map lookup and no store access, and every entity has its
+//! own bucket, so a noisy entity is turned away early without slowing other entities. The
+//! entity buckets are sharded (one lock per shard) and bounded: past [`MAX_ENTITIES_PER_SHARD`]
+//! full (idle) buckets are dropped, which is exact since a full bucket equals a new one.
+
+use crate::config::rate_limits::{Limit, RateLimits};
+use crate::config::ProjectConfig;
+use crate::error::{ApiError, ErrorKind};
+use parking_lot::Mutex;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS: usize = 32;
+/// Entity buckets kept per shard before idle ones are dropped.
+pub const MAX_ENTITIES_PER_SHARD: usize = 8192;
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new(limit: Limit, now: Instant) -> Self {
+        Self {
+            tokens: limit.burst,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, limit: Limit, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * limit.per_second).min(limit.burst);
+        self.last = now;
+    }
+
+    /// Takes a token, or says how long until one is back.
+    fn take(&mut self, limit: Limit, now: Instant) -> Result<(), Duration> {
+        self.refill(limit, now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                (1.0 - self.tokens) / limit.per_second,
+            ))
+        }
+    }
+
+    /// Gives back a token taken for a request that was refused by another limit.
+    fn give_back(&mut self, limit: Limit) {
+        self.tokens = (self.tokens + 1.0).min(limit.burst);
+    }
+
+    fn is_full(&self, limit: Limit, now: Instant) -> bool {
+        let mut b = *self;
+        b.refill(limit, now);
+        b.tokens >= limit.burst
+    }
+}
+
+type Shard = Mutex<HashMap<(Arc<str>, String), Bucket>>;
+
+/// The buckets of every project and entity.
+pub struct Limiter {
+    limits: HashMap<Arc<str>, RateLimits>,
+    projects: HashMap<Arc<str>, Mutex<Bucket>>,
+    entities: Vec<Shard>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Limiter({} projects limited)", self.limits.len())
+    }
+}
+
+/// 429 with `Retry-After`.
+fn limited(wait: Duration, what: &str) -> ApiError {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut e = ApiError::new(
+        ErrorKind::RateLimited,
+        format!("Too many requests for this {what}; retry after {secs} s."),
+    );
+    e.headers.push(("Retry-After", secs.max(1).to_string()));
+    e
+}
+
+impl Limiter {
+    /// Buckets for the projects that configure limits.
+    pub fn new(projects: &BTreeMap<String, Arc<ProjectConfig>>) -> Self {
+        let now = Instant::now();
+        let mut limits = HashMap::new();
+        let mut buckets = HashMap::new();
+        for (id, p) in projects {
+            let l = p.rate_limits;
+            if l.project.is_none() && l.entity.is_none() {
+                continue;
+            }
+            let id: Arc<str> = Arc::from(id.as_str());
+            if let Some(pl) = l.project {
+                buckets.insert(id.clone(), Mutex::new(Bucket::new(pl, now)));
+            }
+            limits.insert(id, l);
+        }
+        Self {
+            limits,
+            projects: buckets,
+            entities: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    fn shard(&self, project: &str, entity: &str) -> &Shard {
+        let mut h = DefaultHasher::new();
+        project.hash(&mut h);
+        entity.hash(&mut h);
+        let i = usize::try_from(h.finish() % SHARDS as u64).unwrap_or(0);
+        &self.entities[i]
+    }
+
+    /// Counts one request of `entity` in `project`; 429 when a limit is reached.
+    pub fn check(&self, project: &str, entity: &str) -> Result<(), ApiError> {
+        let Some((pid, limits)) = self.limits.get_key_value(project) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let mut took_entity = false;
+        if let Some(el) = limits.entity {
+            let mut shard = self.shard(project, entity).lock();
+            if shard.len() >= MAX_ENTITIES_PER_SHARD {
+                shard.retain(|_, b| !b.is_full(el, now));
+            }
+            let bucket = shard
+                .entry((pid.clone(), entity.to_string()))
+                .or_insert_with(|| Bucket::new(el, now));
+            bucket.take(el, now).map_err(|w| limited(w, "entity"))?;
+            took_entity = true;
+        }
+        if let (Some(pl), Some(bucket)) = (limits.project, self.projects.get(project)) {
+            if let Err(wait) = bucket.lock().take(pl, now) {
+                if let (true, Some(el)) = (took_entity, limits.entity) {
+                    if let Some(b) = self
+                        .shard(project, entity)
+                        .lock()
+                        .get_mut(&(pid.clone(), entity.to_string()))
+                    {
+                        b.give_back(el);
+                    }
+                }
+                return Err(limited(wait, "project"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::file::{LimitFile, RateLimitsFile};
+    use crate::config::rate_limits::validate;
+
+    fn limit(per_second: f64, burst: f64) -> Limit {
+        Limit { per_second, burst }
+    }
+
+    #[test]
+    fn a_bucket_allows_the_burst_then_the_rate() {
+        let t0 = Instant::now();
+        let l = limit(2.0, 3.0);
+        let mut b = Bucket::new(l, t0);
+        for _ in 0..3 {
+            assert!(b.take(l, t0).is_ok());
+        }
+        let wait = b.take(l, t0).err();
+        assert_eq!(wait, Some(Duration::from_millis(500)));
+        assert!(b.take(l, t0 + Duration::from_millis(500)).is_ok());
+        assert!(b.take(l, t0 + Duration::from_millis(600)).is_err());
+        assert!(b.is_full(l, t0 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_at_least_one() {
+        let e = limited(Duration::from_millis(1), "entity");
+        assert_eq!(e.status(), 429);
+        assert_eq!(e.headers, vec![("Retry-After", "1".to_string())]);
+        let e = limited(Duration::from_millis(2100), "entity");
+        assert_eq!(e.headers, vec![("Retry-After", "3".to_string())]);
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let f = |per_second: f64, burst: Option<u32>| RateLimitsFile {
+            project: None,
+            entity: Some(LimitFile { per_second, burst }),
+        };
+        assert!(validate("projects[0]", Some(&f(5.0, None))).is_ok());
+        let e = validate("projects[0]", Some(&f(0.0, None))).err();
+        assert_eq!(
+            e.map(|e| e.0),
+            Some("projects[0].rate_limits.entity.per_second".into())
+        );
+        let e = validate("projects[0]", Some(&f(1.0, Some(0)))).err();
+        assert_eq!(
+            e.map(|e| e.0),
+            Some("projects[0].rate_limits.entity.burst".into())
+        );
+        let ok = validate("p", Some(&f(0.5, None))).ok();
+        assert_eq!(ok.and_then(|l| l.entity).map(|l| l.burst), Some(1.0));
+    }
+}

@@ -1,0 +1,188 @@
+//! Routing: a request path to a [`Route`] (the resource it names and its project), the
+//! methods each route answers, and the label metrics and logs use. Both path forms of the
+//! specification are served: `/projects/:projectId/...` and `/tenants/:tenantId/...`.
+
+use crate::config::valid_id;
+use http::Method;
+
+/// What a path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    Health,
+    Metrics,
+    /// `GET /openapi.json`
+    OpenApi,
+    PaymentMethods,
+    PaymentMethod(String),
+    /// `/purchase-intents` (also `/tenants/:t/purchase-intent`, singular).
+    PurchaseIntents,
+    PurchaseIntent(String),
+    /// `POST .../purchase-intents/:id/verify`
+    PurchaseIntentVerify(String),
+    /// `POST /projects/:projectId/sandbox/authorizations`
+    SandboxAuthorizations,
+    /// `ANY /projects/:projectId/proxy`, forwarded by `gateway` (never dispatched here).
+    Proxy,
+    /// `GET /projects/:projectId/client-encryption-key`
+    ClientEncryptionKey,
+    /// `POST /projects/:projectId/tokens` (the token vault)
+    Tokens,
+}
+
+/// A matched path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The `:projectId` (or `:tenantId`) of the path; `None` for service routes.
+    pub project: Option<String>,
+    pub resource: Resource,
+}
+
+impl Route {
+    /// Methods the route answers, for 405 and `Allow`.
+    pub fn allowed(&self) -> &'static [Method] {
+        match self.resource {
+            Resource::Health
+            | Resource::Metrics
+            | Resource::OpenApi
+            | Resource::ClientEncryptionKey => &[Method::GET],
+            Resource::Tokens => &[Method::POST],
+            Resource::PaymentMethods => &[Method::GET, Method::POST],
+            Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
+            Resource::PurchaseIntents => &[Method::POST],
+            Resource::PurchaseIntent(_) => &[Method::GET],
+            Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations => &[Method::POST],
+            Resource::Proxy => &[
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+                Method::HEAD,
+                Method::OPTIONS,
+            ],
+        }
+    }
+
+    /// The `Allow` header value.
+    pub fn allow_header(&self) -> String {
+        self.allowed()
+            .iter()
+            .map(Method::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// A label for metrics and logs: the route's shape, never its ids.
+    pub fn label(&self) -> &'static str {
+        match self.resource {
+            Resource::Health => "health",
+            Resource::Metrics => "metrics",
+            Resource::OpenApi => "openapi",
+            Resource::PaymentMethods => "payment_methods",
+            Resource::PaymentMethod(_) => "payment_method",
+            Resource::PurchaseIntents => "purchase_intents",
+            Resource::PurchaseIntent(_) => "purchase_intent",
+            Resource::PurchaseIntentVerify(_) => "purchase_intent_verify",
+            Resource::SandboxAuthorizations => "sandbox_authorizations",
+            Resource::Proxy => "proxy",
+            Resource::ClientEncryptionKey => "client_encryption_key",
+            Resource::Tokens => "tokens",
+        }
+    }
+
+    /// Whether the route needs a JWT.
+    pub fn needs_auth(&self) -> bool {
+        self.project.is_some()
+    }
+}
+
+/// Matches a path (without query) to a route. Both path forms of the specification are
+/// served: `/projects/:projectId/...` and `/tenants/:tenantId/...`.
+pub fn route(path: &str) -> Option<Route> {
+    let path = path
+        .strip_suffix('/')
+        .filter(|p| !p.is_empty())
+        .unwrap_or(path);
+    let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    let service = |resource| {
+        Some(Route {
+            project: None,
+            resource,
+        })
+    };
+    match segments.as_slice() {
+        ["health"] => service(Resource::Health),
+        ["metrics"] => service(Resource::Metrics),
+        ["openapi.json"] => service(Resource::OpenApi),
+        ["projects" | "tenants", project, rest @ ..] if valid_id(project) => {
+            let resource = match rest {
+                ["payment-methods"] => Resource::PaymentMethods,
+                ["payment-methods", id] if valid_id(id) => Resource::PaymentMethod(id.to_string()),
+                ["purchase-intents" | "purchase-intent"] => Resource::PurchaseIntents,
+                ["purchase-intents" | "purchase-intent", id] if valid_id(id) => {
+                    Resource::PurchaseIntent(id.to_string())
+                }
+                ["purchase-intents" | "purchase-intent", id, "verify"] if valid_id(id) => {
+                    Resource::PurchaseIntentVerify(id.to_string())
+                }
+                ["sandbox", "authorizations"] => Resource::SandboxAuthorizations,
+                ["proxy"] => Resource::Proxy,
+                ["client-encryption-key"] => Resource::ClientEncryptionKey,
+                ["tokens"] => Resource::Tokens,
+                _ => return None,
+            };
+            Some(Route {
+                project: Some(project.to_string()),
+                resource,
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let r = route("/projects/p1/payment-methods").unwrap_or_else(|| unreachable!());
+        assert_eq!(r.project.as_deref(), Some("p1"));
+        assert_eq!(r.resource, Resource::PaymentMethods);
+        assert_eq!(
+            route("/tenants/p1/payment-methods/pm_1/").map(|r| r.resource),
+            Some(Resource::PaymentMethod("pm_1".into()))
+        );
+        assert_eq!(route("/health").map(|r| r.resource), Some(Resource::Health));
+        for (path, resource) in [
+            ("/projects/p1/purchase-intents", Resource::PurchaseIntents),
+            ("/tenants/p1/purchase-intent", Resource::PurchaseIntents),
+            ("/tenants/p1/purchase-intents/", Resource::PurchaseIntents),
+            (
+                "/tenants/p1/purchase-intent/pi_1",
+                Resource::PurchaseIntent("pi_1".into()),
+            ),
+            (
+                "/projects/p1/purchase-intents/pi_1/verify",
+                Resource::PurchaseIntentVerify("pi_1".into()),
+            ),
+            (
+                "/projects/p1/sandbox/authorizations",
+                Resource::SandboxAuthorizations,
+            ),
+        ] {
+            assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");
+        }
+        for bad in [
+            "",
+            "/",
+            "/projects",
+            "/projects/p1",
+            "/projects/p1/nope",
+            "/projects/a b/payment-methods",
+            "health",
+        ] {
+            assert_eq!(route(bad), None, "{bad:?}");
+        }
+    }
+}

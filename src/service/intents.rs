@@ -1,0 +1,134 @@
+//! Purchase intents' credentials, as the REST API and the proxy both reach them: revealing
+//! an intent's credential, the credential a proxy template names, and counting a use.
+
+use super::aad;
+use crate::app::App;
+use crate::domain::issuer::{Credential, CredentialType};
+use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::store::{IntentRecord, PaymentMethodRecord, Scope, UseOutcome};
+use zeroize::Zeroizing;
+
+/// The intent's credential in clear (no audit here: the REST answer and the proxy each
+/// audit what they reveal, and the sandbox's authorization only compares it): sealed with the intent, or for `pan`
+/// read from the payment method while the project enables `pan`. `None` when there is none
+/// (e.g. the payment method is gone).
+pub async fn reveal(app: &App, rec: &IntentRecord) -> ApiResult<Option<Credential>> {
+    match (&rec.credential_sealed, rec.credential_type) {
+        (_, CredentialType::Pan) => {
+            stored_card_credential(app, &rec.project, &rec.entity, &rec.payment_method_id).await
+        }
+        (Some(sealed), _) => {
+            let plain = app.vault.open(
+                &rec.project,
+                &aad::intent_credential(&rec.project, &rec.id),
+                sealed,
+            )?;
+            let c: Credential = serde_json::from_slice(&plain).map_err(|_| {
+                tracing::error!(intent = %rec.id, "sealed credential does not decode");
+                ApiError::internal()
+            })?;
+            Ok(Some(c))
+        }
+        (None, _) => Ok(None),
+    }
+}
+
+/// The stored card of a payment method: number, expiry, and the cvc while it is retained.
+fn card_of(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Credential> {
+    let number = open_number(app, pm)?;
+    let cvc = pm.card.cvc_sealed.as_ref().and_then(|sealed| {
+        app.vault
+            .open_cvc(&aad::pm_cvc(&pm.project, &pm.id), sealed, app.now_secs())
+    });
+    Ok(Credential {
+        number: number.to_string(),
+        expiration_month: pm.card.expiration_month.clone(),
+        expiration_year: pm.card.expiration_year.clone(),
+        cvc: cvc.map(|c| c.to_string()),
+        cryptogram: None,
+    })
+}
+
+pub fn open_number(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Zeroizing<String>> {
+    let plain = app.vault.open(
+        &pm.project,
+        &aad::pm_number(&pm.project, &pm.id),
+        &pm.card.number_sealed,
+    )?;
+    let number = std::str::from_utf8(&plain).map_err(|_| {
+        tracing::error!(payment_method = %pm.id, "stored card number is not text");
+        ApiError::internal()
+    })?;
+    Ok(Zeroizing::new(number.to_string()))
+}
+
+/// For the proxy: the newest `active`, unexpired intent of `kind` for the payment method, and
+/// its credential. `Ok(None)` when there is none. The proxy audits the reveal: its
+/// `proxy.use` entry lists the intent.
+/// (`pan` templates read the stored card: see [`stored_card_credential`].)
+pub async fn active_credential(
+    app: &App,
+    project: &str,
+    entity: &str,
+    payment_method_id: &str,
+    kind: CredentialType,
+) -> ApiResult<Option<(String, Credential)>> {
+    let sc = Scope { project, entity };
+    let Some(rec) = app
+        .store
+        .newest_active_intent(sc, payment_method_id, kind, app.clock.now())
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Some(credential) = reveal(app, &rec).await? else {
+        return Ok(None);
+    };
+    Ok(Some((rec.id, credential)))
+}
+
+/// For the proxy's `pan` templates: the stored card of the payment method (cvc only while it
+/// is retained), when the project has `pan: enabled`. The proxy audits the reveal: its
+/// `proxy.use` entry lists the payment method.
+/// `Ok(None)` when the payment method does not exist in this scope or pan is disabled.
+pub async fn stored_card_credential(
+    app: &App,
+    project: &str,
+    entity: &str,
+    payment_method_id: &str,
+) -> ApiResult<Option<Credential>> {
+    if !app.config.project(project).is_some_and(|p| p.pan_enabled) {
+        return Ok(None);
+    }
+    let sc = Scope { project, entity };
+    let Some(pm) = app.store.get_payment_method(sc, payment_method_id).await? else {
+        return Ok(None);
+    };
+    card_of(app, &pm).map(Some)
+}
+
+/// For the proxy: counts one use of the intent whose credential a forwarded request carried.
+/// 404 `notFound` for an unknown intent; 409 `conflict` when it can no longer be used
+/// (expired, usage limit reached, not active).
+pub async fn record_proxy_use(
+    app: &App,
+    project: &str,
+    entity: &str,
+    intent_id: &str,
+) -> ApiResult<()> {
+    let outcome = app
+        .store
+        .record_use(Scope { project, entity }, intent_id, app.clock.now())
+        .await?;
+    let why = match outcome {
+        UseOutcome::Recorded(_) => return Ok(()),
+        UseOutcome::NotFound => return Err(ApiError::not_found("Purchase intent")),
+        UseOutcome::NotActive => "is not active",
+        UseOutcome::Expired => "has expired",
+        UseOutcome::UsageLimitReached => "has used up its usage limit",
+    };
+    Err(ApiError::new(
+        ErrorKind::Conflict,
+        format!("The purchase intent {why}."),
+    ))
+}

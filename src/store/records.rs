@@ -1,0 +1,219 @@
+//! The records paycred stores, as every backend reads and writes them. Card numbers,
+//! cvcs and credentials appear only sealed ([`Sealed`](super::Sealed)).
+
+use serde::{Deserialize, Serialize};
+
+/// Who owns a record.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    pub project: &'a str,
+    pub entity: &'a str,
+}
+
+/// A stored payment method. Card number and cvc are sealed by the vault.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PaymentMethodRecord {
+    pub id: String,
+    pub project: String,
+    pub entity: String,
+    /// Unix time in microseconds; orders lists newest first.
+    pub created_micros: i64,
+    pub card: StoredCard,
+    /// Keyed HMAC of the number, per project.
+    pub fingerprint: String,
+    /// Present when the project has its own token-vault key.
+    pub token: Option<TokenRecord>,
+}
+
+/// The card part of a payment method.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredCard {
+    pub brand: String,
+    pub funding: String,
+    pub bin: String,
+    pub last4: String,
+    pub expiration_month: String,
+    pub expiration_year: String,
+    /// The number, sealed under the project's data key.
+    pub number_sealed: crate::store::Sealed,
+    /// The cvc, sealed under a short-lived cvc key (unreadable once that key is destroyed).
+    pub cvc_sealed: Option<crate::store::Sealed>,
+}
+
+/// The token-vault entry of a card.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub fingerprint: String,
+    pub created_micros: i64,
+    pub masked_data: String,
+}
+
+/// The stored status of a purchase intent. `expired` is not stored: it is computed from the
+/// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntentStatus {
+    Active,
+    Verify,
+    Unavailable,
+    Expired,
+    Canceled,
+}
+
+impl IntentStatus {
+    /// The API name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentStatus::Active => "active",
+            IntentStatus::Verify => "verify",
+            IntentStatus::Unavailable => "unavailable",
+            IntentStatus::Expired => "expired",
+            IntentStatus::Canceled => "canceled",
+        }
+    }
+}
+
+/// A stored purchase intent. The credential is sealed by the vault (`pan` intents store
+/// none: they read the payment method's card when revealed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IntentRecord {
+    pub id: String,
+    pub project: String,
+    pub entity: String,
+    pub payment_method_id: String,
+    pub credential_type: crate::domain::issuer::CredentialType,
+    pub status: IntentStatus,
+    pub created_micros: i64,
+    pub expires_micros: i64,
+    pub mandates: crate::domain::mandate::Mandates,
+    /// The issued credential (JSON), sealed under `pi/{project}/{id}/credential`.
+    pub credential_sealed: Option<crate::store::Sealed>,
+    /// Approved uses so far.
+    pub uses: u32,
+    /// Wrong verification codes so far.
+    pub failed_verifications: u32,
+}
+
+impl IntentRecord {
+    /// The status a caller sees at `now_micros`: a `verify` or `active` intent past
+    /// `expiresAt`, or an active one whose usage limit is used up, is `expired`.
+    pub fn status_at(&self, now_micros: i64) -> IntentStatus {
+        match self.status {
+            IntentStatus::Active | IntentStatus::Verify if now_micros >= self.expires_micros => {
+                IntentStatus::Expired
+            }
+            IntentStatus::Active
+                if self
+                    .mandates
+                    .usage_limit
+                    .is_some_and(|limit| self.uses >= limit) =>
+            {
+                IntentStatus::Expired
+            }
+            s => s,
+        }
+    }
+}
+
+/// What [`Store::record_use`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UseOutcome {
+    /// Counted; the number of uses including this one.
+    Recorded(u32),
+    /// No such intent in this scope.
+    NotFound,
+    /// Not `active` (verify, unavailable, canceled).
+    NotActive,
+    /// Past `expiresAt`.
+    Expired,
+    /// The usage limit is used up.
+    UsageLimitReached,
+}
+
+/// One verification attempt, as [`Store::record_verification`] applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerificationAttempt {
+    /// The code was right: the intent turns `active` and its payment method counts as verified.
+    Passed,
+    /// A wrong code: counted.
+    Failed,
+}
+
+/// What an insert found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inserted {
+    /// The record was stored.
+    Created,
+    /// The entity already has this card (same fingerprint): the existing record, as
+    /// [`Refresh`] changed it.
+    Existing(Box<PaymentMethodRecord>),
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub total: usize,
+}
+
+/// Counters that show how the store works (for `/metrics`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreStats {
+    pub durable_writes: u64,
+    pub flushes: u64,
+}
+
+/// A card stored in the token vault (`POST /projects/:p/tokens`). Number and cvc are sealed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CardTokenRecord {
+    pub id: String,
+    pub fingerprint: String,
+    pub masked_data: String,
+    pub created_micros: i64,
+    /// Unused tokens stop working at this time.
+    pub expires_micros: i64,
+    pub expiration_month: String,
+    pub expiration_year: String,
+    /// The number under the project's data key; `None` once consumed.
+    pub number_sealed: Option<crate::store::Sealed>,
+    /// The cvc under a short-lived cvc key; `None` once consumed.
+    pub cvc_sealed: Option<crate::store::Sealed>,
+    /// Set when a payment method was created from it.
+    pub used: bool,
+}
+
+/// What consuming a token found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenTake {
+    /// The token, now marked used (the returned copy still carries the sealed data).
+    Taken(Box<CardTokenRecord>),
+    /// No such token in this scope.
+    Unknown,
+    /// Used before.
+    Used,
+    /// Past its expiry.
+    Expired,
+}
+
+/// The first response to an idempotent request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IdempotentRecord {
+    /// SHA-256 (hex) of method, path and body of the first request.
+    pub fingerprint: String,
+    /// HTTP status of the first response.
+    pub status: u16,
+    /// Its body, sealed by the vault; `None` for an empty body, and for an answer that showed
+    /// a purchase intent (see `intent_id`).
+    pub body_sealed: Option<crate::store::Sealed>,
+    /// The purchase intent the first answer showed. A replay shows that intent as it is then,
+    /// so its credential is never kept here. `None` for other answers and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<String>,
+    /// The role of the first request's token (`private` or `public`): a request of the other
+    /// role with the same key is a different request. `None` in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    pub created_micros: i64,
+    pub expires_micros: i64,
+}

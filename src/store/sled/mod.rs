@@ -1,0 +1,670 @@
+//! The embedded backend: sled trees laid out as in [`super::keys`], multi-tree
+//! transactions for every write that touches more than one key, and group commit
+//! ([`super::group_commit`]) for durability.
+
+pub mod audit_outbox;
+pub mod card_tokens;
+pub mod group_commit;
+pub mod idempotency;
+pub mod keys;
+
+use crate::audit::chain::HashFunction;
+use crate::audit::writer::AuditBatcher;
+use crate::audit::{AuditEntry, AuditEvent, AuditHead};
+use crate::domain::issuer::CredentialType;
+use crate::store::pm_cache::RecordCache;
+use crate::store::{
+    corrupt, unavailable, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Refresh,
+    Scope, Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
+};
+use async_trait::async_trait;
+use audit_outbox::{self as audit_log, to_outbox, LogSink};
+use group_commit::GroupCommit;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+use std::path::Path;
+use std::sync::Arc;
+
+/// sled-backed [`Store`].
+#[derive(Debug)]
+pub struct SledStore {
+    db: sled::Db,
+    pm: sled::Tree,
+    /// Stored responses of `Idempotency-Key` requests.
+    idem: sled::Tree,
+    pm_time: sled::Tree,
+    pm_fp: sled::Tree,
+    pm_verified: sled::Tree,
+    pi: sled::Tree,
+    pi_by_pm: sled::Tree,
+    pi_pm_n: sled::Tree,
+    keyrings: sled::Tree,
+    /// Audit events of committed changes, on their way into the log ([`audit_log`]).
+    outbox: sled::Tree,
+    meta: sled::Tree,
+    /// The audit log's file.
+    audit_path: std::path::PathBuf,
+    card_tokens: sled::Tree,
+    client_keys: sled::Tree,
+    commit: Arc<GroupCommit>,
+    audit_writer: AuditBatcher,
+    /// Decoded `pm` records (the proxy reads one per request).
+    pm_cache: RecordCache,
+}
+
+fn tx_error(e: TransactionError<StoreError>) -> StoreError {
+    match e {
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => unavailable(e),
+    }
+}
+
+fn abort(e: StoreError) -> ConflictableTransactionError<StoreError> {
+    ConflictableTransactionError::Abort(e)
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`; new audit entries are hashed with
+    /// `audit_hash`.
+    pub fn open(dir: &Path, audit_hash: HashFunction) -> StoreResult<Self> {
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::HighThroughput)
+            // No timer-driven flushes: every write that must be durable waits for a group
+            // commit (`durable`), and a timer would only add background work whose amount
+            // depends on wall time.
+            .flush_every_ms(None)
+            .open()
+            .map_err(unavailable)?;
+        let tree = |name: &str| db.open_tree(name).map_err(unavailable);
+        let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
+        let (meta, outbox) = (tree("meta")?, tree(audit_log::OUTBOX)?);
+        audit_log::move_tree_into_file(&db, dir, &meta)?;
+        let sink = LogSink::open(
+            dir,
+            meta.clone(),
+            outbox.clone(),
+            commit.clone(),
+            audit_hash,
+        )?;
+        Ok(Self {
+            pm: tree("pm")?,
+            idem: tree("idem")?,
+            pm_time: tree("pm_time")?,
+            pm_fp: tree("pm_fp")?,
+            pm_verified: tree("pm_verified")?,
+            pi: tree("pi")?,
+            pi_by_pm: tree("pi_by_pm")?,
+            pi_pm_n: tree("pi_pm_n")?,
+            keyrings: tree("keyrings")?,
+            outbox,
+            meta,
+            audit_path: audit_log::path(dir),
+            card_tokens: tree("card_tokens")?,
+            client_keys: tree("client_keys")?,
+            audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
+            commit,
+            db,
+            pm_cache: RecordCache::default(),
+        })
+    }
+
+    async fn durable(&self) -> StoreResult<()> {
+        self.commit.durable().await.map_err(StoreError::Unavailable)
+    }
+
+    /// [`Self::durable`] for a change that wrote an event into the outbox: then the audit
+    /// writer moves it into the log.
+    async fn durable_audited(&self) -> StoreResult<()> {
+        let durable = self.durable().await;
+        self.audit_writer.wake();
+        durable
+    }
+
+    /// The audit log (read with the server stopped: sled locks the directory) and the head
+    /// recorded apart from it, without checking one against the other (`paycred audit`).
+    /// Events of committed changes still in the outbox are moved into the log first, as a
+    /// start would (hashed with `audit_hash`), unless the log is damaged (then it is only
+    /// read).
+    pub fn read_audit(
+        dir: &Path,
+        audit_hash: HashFunction,
+    ) -> StoreResult<(Vec<AuditEntry>, Option<AuditHead>)> {
+        let db = sled::Config::new().path(dir).open().map_err(unavailable)?;
+        let meta = db.open_tree("meta").map_err(unavailable)?;
+        let outbox = db.open_tree(audit_log::OUTBOX).map_err(unavailable)?;
+        audit_log::move_tree_into_file(&db, dir, &meta)?;
+        if !outbox.is_empty() {
+            let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
+            if let Ok(mut sink) = LogSink::open(dir, meta.clone(), outbox, commit, audit_hash) {
+                sink.drain().map_err(StoreError::Unavailable)?;
+            }
+        }
+        let entries = crate::audit::file::read_entries(&audit_log::path(dir)).map_err(corrupt)?;
+        Ok((entries, audit_log::recorded_head(&meta)?))
+    }
+
+    fn decode_pm(bytes: &[u8]) -> StoreResult<PaymentMethodRecord> {
+        serde_json::from_slice(bytes).map_err(corrupt)
+    }
+
+    fn decode_pi(bytes: &[u8]) -> StoreResult<IntentRecord> {
+        serde_json::from_slice(bytes).map_err(corrupt)
+    }
+
+    /// Ids of a payment method's intents, newest first (read outside a transaction; the
+    /// `pi_pm_n` counter tells a transaction whether the list is still complete).
+    fn intent_ids_of(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<Vec<String>> {
+        let prefix = keys::pi_by_pm_prefix(scope, pm_id);
+        self.pi_by_pm
+            .scan_prefix(&prefix)
+            .keys()
+            .map(|k| {
+                let k = k.map_err(unavailable)?;
+                keys::id_from_pm_time(prefix.len(), &k)
+                    .map(str::to_string)
+                    .ok_or_else(|| corrupt("bad pi_by_pm key"))
+            })
+            .collect()
+    }
+
+    /// Reads, changes and writes back one intent in a transaction; `None` when absent.
+    fn update_intent<T>(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        change: impl Fn(&mut IntentRecord) -> (bool, T),
+    ) -> StoreResult<Option<(IntentRecord, T, bool)>> {
+        let key = keys::pi(scope, id);
+        self.pi
+            .transaction(|t_pi| {
+                let Some(bytes) = t_pi.get(&key)? else {
+                    return Ok(None);
+                };
+                let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                let (changed, out) = change(&mut rec);
+                if changed {
+                    let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                    t_pi.insert(key.as_slice(), value)?;
+                }
+                Ok(Some((rec, out, changed)))
+            })
+            .map_err(tx_error)
+    }
+}
+
+fn micros(t: time::OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+fn count_value(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+fn read_count(v: Option<sled::IVec>) -> u64 {
+    v.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+
+/// Why a delete transaction must be run again.
+const RETRY_DELETE: &str = "intent index changed during delete";
+
+#[async_trait]
+impl Store for SledStore {
+    async fn insert_payment_method(
+        &self,
+        pm: &PaymentMethodRecord,
+        audit: AuditEvent,
+        refresh: Refresh<'_>,
+    ) -> StoreResult<Inserted> {
+        let scope = Scope {
+            project: &pm.project,
+            entity: &pm.entity,
+        };
+        let pm_key = keys::pm(scope, &pm.id);
+        let time_key = keys::pm_time(scope, pm.created_micros, &pm.id);
+        let fp_key = keys::pm_fingerprint(scope, &pm.fingerprint);
+        let value = serde_json::to_vec(pm).map_err(corrupt)?;
+        let outcome = (&self.pm, &self.pm_time, &self.pm_fp, &self.outbox)
+            .transaction(|(t_pm, t_time, t_fp, t_outbox)| {
+                if let Some(existing_id) = t_fp.get(&fp_key)? {
+                    let existing_id = std::str::from_utf8(&existing_id)
+                        .map_err(|e| abort(corrupt(e)))?
+                        .to_string();
+                    let existing_key = keys::pm(scope, &existing_id);
+                    if let Some(bytes) = t_pm.get(&existing_key)? {
+                        let existing = Self::decode_pm(&bytes).map_err(abort)?;
+                        let (refreshed, audit) = refresh(&existing);
+                        let value =
+                            serde_json::to_vec(&refreshed).map_err(|e| abort(corrupt(e)))?;
+                        t_pm.insert(existing_key, value)?;
+                        to_outbox(t_outbox, &audit)?;
+                        return Ok(Inserted::Existing(Box::new(refreshed)));
+                    }
+                }
+                t_pm.insert(pm_key.as_slice(), value.as_slice())?;
+                t_time.insert(time_key.as_slice(), &[] as &[u8])?;
+                t_fp.insert(fp_key.as_slice(), pm.id.as_bytes())?;
+                to_outbox(t_outbox, &audit)?;
+                Ok(Inserted::Created)
+            })
+            .map_err(tx_error)?;
+        if let Inserted::Existing(refreshed) = &outcome {
+            self.pm_cache.invalidate(&keys::pm(scope, &refreshed.id));
+        }
+        self.durable_audited().await?;
+        Ok(outcome)
+    }
+
+    async fn get_payment_method(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+    ) -> StoreResult<Option<Arc<PaymentMethodRecord>>> {
+        let key = keys::pm(scope, id);
+        if let Some(record) = self.pm_cache.get(&key) {
+            return Ok(Some(record));
+        }
+        let read_at = self.pm_cache.generation();
+        match self.pm.get(&key).map_err(unavailable)? {
+            Some(bytes) => {
+                let record = Arc::new(Self::decode_pm(&bytes)?);
+                self.pm_cache.fill(&key, &record, read_at);
+                Ok(Some(record))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn list_payment_methods(
+        &self,
+        scope: Scope<'_>,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Page<PaymentMethodRecord>> {
+        let prefix = keys::scope_prefix(scope);
+        let mut items = Vec::new();
+        let mut total = 0;
+        for entry in self.pm_time.scan_prefix(&prefix).keys() {
+            let key = entry.map_err(unavailable)?;
+            total += 1;
+            if total <= offset || items.len() >= limit {
+                continue;
+            }
+            let id = keys::id_from_pm_time(prefix.len(), &key)
+                .ok_or_else(|| corrupt("bad pm_time key"))?;
+            if let Some(bytes) = self.pm.get(keys::pm(scope, id)).map_err(unavailable)? {
+                items.push(Self::decode_pm(&bytes)?);
+            }
+        }
+        Ok(Page { items, total })
+    }
+
+    async fn delete_payment_method(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let pm_key = keys::pm(scope, id);
+        let ref_key = keys::pm_ref(scope, id);
+        // sled transactions cannot scan, so the intents are listed first and the transaction
+        // checks the per-method counter: an intent created in between makes it run again.
+        let mut attempts = 0;
+        let deleted = loop {
+            let intent_ids = self.intent_ids_of(scope, id)?;
+            let outcome = (
+                &self.pm,
+                &self.pm_time,
+                &self.pm_fp,
+                &self.outbox,
+                &self.pi,
+                &self.pi_pm_n,
+                &self.pm_verified,
+            )
+                .transaction(
+                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified)| {
+                        let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
+                            return Ok(false);
+                        };
+                        if read_count(t_n.get(&ref_key)?) != intent_ids.len() as u64 {
+                            return Err(abort(StoreError::Unavailable(RETRY_DELETE.into())));
+                        }
+                        for intent_id in &intent_ids {
+                            let key = keys::pi(scope, intent_id);
+                            let Some(bytes) = t_pi.get(&key)? else {
+                                continue;
+                            };
+                            let mut intent = Self::decode_pi(&bytes).map_err(abort)?;
+                            if intent.status != IntentStatus::Canceled {
+                                intent.status = IntentStatus::Canceled;
+                                let value =
+                                    serde_json::to_vec(&intent).map_err(|e| abort(corrupt(e)))?;
+                                t_pi.insert(key.as_slice(), value)?;
+                            }
+                        }
+                        t_n.remove(ref_key.as_slice())?;
+                        t_verified.remove(ref_key.as_slice())?;
+                        let rec = Self::decode_pm(&bytes).map_err(abort)?;
+                        t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
+                        t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
+                        to_outbox(t_outbox, &audit)?;
+                        Ok(true)
+                    },
+                );
+            match outcome {
+                Err(TransactionError::Abort(StoreError::Unavailable(m)))
+                    if m == RETRY_DELETE && attempts < 16 =>
+                {
+                    attempts += 1;
+                }
+                other => break other.map_err(tx_error)?,
+            }
+        };
+        if deleted {
+            self.pm_cache.invalidate(&pm_key);
+            self.durable_audited().await?;
+        }
+        Ok(deleted)
+    }
+
+    async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool> {
+        let scope = Scope {
+            project: &intent.project,
+            entity: &intent.entity,
+        };
+        let pm_key = keys::pm(scope, &intent.payment_method_id);
+        let ref_key = keys::pm_ref(scope, &intent.payment_method_id);
+        let pi_key = keys::pi(scope, &intent.id);
+        let index_key = keys::pi_by_pm(
+            scope,
+            &intent.payment_method_id,
+            intent.created_micros,
+            &intent.id,
+        );
+        let value = serde_json::to_vec(intent).map_err(corrupt)?;
+        let inserted = (
+            &self.pm,
+            &self.pi,
+            &self.pi_by_pm,
+            &self.pi_pm_n,
+            &self.outbox,
+        )
+            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox)| {
+                if t_pm.get(&pm_key)?.is_none() {
+                    return Ok(false);
+                }
+                let n = read_count(t_n.get(&ref_key)?);
+                t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
+                t_pi.insert(pi_key.as_slice(), value.as_slice())?;
+                t_index.insert(index_key.as_slice(), &[] as &[u8])?;
+                to_outbox(t_outbox, &audit)?;
+                Ok(true)
+            })
+            .map_err(tx_error)?;
+        if inserted {
+            self.durable_audited().await?;
+        }
+        Ok(inserted)
+    }
+
+    async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>> {
+        match self.pi.get(keys::pi(scope, id)).map_err(unavailable)? {
+            Some(bytes) => Ok(Some(Self::decode_pi(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>> {
+        self.pi
+            .scan_prefix(keys::scope_prefix(scope))
+            .values()
+            .map(|v| Self::decode_pi(&v.map_err(unavailable)?))
+            .collect()
+    }
+
+    async fn set_intent_status(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        status: IntentStatus,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let updated = self.update_intent(scope, id, |rec| {
+            let changed = rec.status != status;
+            rec.status = status;
+            (changed, ())
+        })?;
+        if updated.as_ref().is_some_and(|(_, _, changed)| *changed) {
+            self.durable().await?;
+        }
+        Ok(updated.map(|(rec, _, _)| rec))
+    }
+
+    async fn record_verification(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        attempt: VerificationAttempt,
+        audit: AuditEvent,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let key = keys::pi(scope, id);
+        let updated = (&self.pi, &self.pm_verified, &self.outbox)
+            .transaction(|(t_pi, t_verified, t_outbox)| {
+                let Some(bytes) = t_pi.get(&key)? else {
+                    return Ok(None);
+                };
+                let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                if rec.status != IntentStatus::Verify {
+                    return Ok(Some(rec));
+                }
+                match attempt {
+                    VerificationAttempt::Passed => {
+                        rec.status = IntentStatus::Active;
+                        t_verified
+                            .insert(keys::pm_ref(scope, &rec.payment_method_id), &[] as &[u8])?;
+                        to_outbox(t_outbox, &audit)?;
+                    }
+                    VerificationAttempt::Failed => {
+                        rec.failed_verifications = rec.failed_verifications.saturating_add(1);
+                    }
+                }
+                let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                t_pi.insert(key.as_slice(), value)?;
+                Ok(Some(rec))
+            })
+            .map_err(tx_error)?;
+        if updated.is_some() {
+            self.durable_audited().await?;
+        }
+        Ok(updated)
+    }
+
+    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool> {
+        self.pm_verified
+            .contains_key(keys::pm_ref(scope, pm_id))
+            .map_err(unavailable)
+    }
+
+    async fn record_use(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<UseOutcome> {
+        let now = micros(now);
+        let updated = self.update_intent(scope, id, |rec| {
+            if rec.status != IntentStatus::Active {
+                return (false, UseOutcome::NotActive);
+            }
+            if now >= rec.expires_micros {
+                return (false, UseOutcome::Expired);
+            }
+            if rec.mandates.usage_limit.is_some_and(|l| rec.uses >= l) {
+                return (false, UseOutcome::UsageLimitReached);
+            }
+            rec.uses = rec.uses.saturating_add(1);
+            (true, UseOutcome::Recorded(rec.uses))
+        })?;
+        match updated {
+            None => Ok(UseOutcome::NotFound),
+            Some((_, outcome, changed)) => {
+                if changed {
+                    self.durable().await?;
+                }
+                Ok(outcome)
+            }
+        }
+    }
+
+    async fn newest_active_intent(
+        &self,
+        scope: Scope<'_>,
+        pm_id: &str,
+        kind: CredentialType,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let now = micros(now);
+        for id in self.intent_ids_of(scope, pm_id)? {
+            let Some(bytes) = self.pi.get(keys::pi(scope, &id)).map_err(unavailable)? else {
+                continue;
+            };
+            let rec = Self::decode_pi(&bytes)?;
+            if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
+                return Ok(Some(rec));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+        self.audit_writer
+            .append(audit)
+            .await
+            .map_err(StoreError::Unavailable)
+    }
+
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        self.audit_writer.append_nowait(audit);
+    }
+
+    fn count_audit(&self, audit: AuditEvent) {
+        self.audit_writer.count(audit);
+    }
+
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<crate::store::IdempotentRecord>> {
+        idempotency::get(&self.idem, scope, key, now_micros)
+    }
+
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &crate::store::IdempotentRecord,
+    ) -> StoreResult<()> {
+        idempotency::put(&self.idem, scope, key, record)?;
+        self.durable().await
+    }
+
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
+        idempotency::sweep(&self.idem, now_micros)
+    }
+
+    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+        self.audit_writer
+            .settle()
+            .map_err(StoreError::Unavailable)?;
+        crate::audit::file::read_entries(&self.audit_path).map_err(corrupt)
+    }
+
+    fn audit_head(&self) -> StoreResult<Option<AuditHead>> {
+        audit_log::recorded_head(&self.meta)
+    }
+
+    fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(self
+            .keyrings
+            .get(project)
+            .map_err(unavailable)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>> {
+        match self
+            .keyrings
+            .compare_and_swap(project, None as Option<&[u8]>, Some(keyring))
+            .map_err(unavailable)?
+        {
+            Ok(()) => {
+                // Made durable by the flush of the write that first uses it.
+                Ok(keyring.to_vec())
+            }
+            Err(current) => Ok(current.current.map(|v| v.to_vec()).unwrap_or_default()),
+        }
+    }
+
+    fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool> {
+        let swapped = card_tokens::swap(&self.keyrings, project, Some(expected), keyring)?;
+        // Durable now: values sealed from here on name the new key.
+        self.db.flush().map_err(unavailable)?;
+        Ok(swapped)
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            durable_writes: self.commit.waits(),
+            flushes: self.commit.flushes(),
+        }
+    }
+
+    async fn insert_card_token(
+        &self,
+        scope: Scope<'_>,
+        token: &crate::store::CardTokenRecord,
+    ) -> StoreResult<()> {
+        card_tokens::insert(&self.card_tokens, scope, token)?;
+        self.durable().await
+    }
+
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<crate::store::TokenTake> {
+        let taken = card_tokens::take(&self.card_tokens, scope, id, now_micros)?;
+        self.durable().await?;
+        Ok(taken)
+    }
+
+    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(self
+            .client_keys
+            .get(project)
+            .map_err(unavailable)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn swap_client_keys(
+        &self,
+        project: &str,
+        expected: Option<&[u8]>,
+        keyset: &[u8],
+    ) -> StoreResult<bool> {
+        let swapped = card_tokens::swap(&self.client_keys, project, expected, keyset)?;
+        // Durable now: the keys encrypt what browsers send from here on.
+        self.db.flush().map_err(unavailable)?;
+        Ok(swapped)
+    }
+}
+
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        let _ = self.db.flush();
+    }
+}
