@@ -17,7 +17,6 @@ use crate::store::{Inserted, PaymentMethodRecord, Scope, StoredCard, TokenRecord
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use zeroize::Zeroizing;
 
 /// Default and largest `limit` of a list.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -174,18 +173,18 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     let card = card_input(app, principal, source, raw).await?;
     let input = card.input;
     let now = app.clock.now();
-    let mut valid =
+    let valid =
         card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
     drop(input);
 
     let project = principal.project.as_str();
     let id = format!("pm_{}", uuid::Uuid::new_v4().simple());
-    let now_micros = i64::try_from(now.unix_timestamp_nanos() / 1000).unwrap_or(0);
+    let now_micros = crate::clock::micros(now);
     let fingerprint = app.vault.fingerprint(project, &valid.number)?;
     let number_sealed = app.vault.seal(
         project,
         &aad::pm_number(project, &id),
-        valid.number.as_bytes(),
+        valid.number.expose().as_bytes(),
     )?;
     // A token's cvc keeps the retention it started with when the token was stored.
     let cvc_stored_secs = card.cvc_stored_secs.unwrap_or_else(|| app.now_secs());
@@ -207,12 +206,8 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
                 Funding::Debit => "debit".into(),
                 Funding::Credit => "credit".into(),
             },
-            bin: valid.number.get(..6).unwrap_or_default().to_string(),
-            last4: valid
-                .number
-                .get(valid.number.len().saturating_sub(4)..)
-                .unwrap_or_default()
-                .to_string(),
+            bin: valid.number.bin().to_string(),
+            last4: valid.number.last4().to_string(),
             expiration_month: valid.expiration_month.clone(),
             expiration_year: valid.expiration_year.clone(),
             number_sealed,
@@ -223,13 +218,13 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
             id: format!("tok_{}", uuid::Uuid::new_v4().simple()),
             fingerprint,
             created_micros: now_micros,
-            masked_data: card::mask(&valid.number),
+            masked_data: valid.number.masked(),
         }),
     };
     // The entity already has this card: it keeps its id, and takes this request's expiry
     // (a reissued card) and cvc (the way to give a card its cvc again once it is erased).
     // Only the cvc is kept for that, to seal for the stored id; the number goes now.
-    let cvc = Zeroizing::new(std::mem::take(&mut valid.cvc));
+    let cvc = valid.cvc.clone();
     drop(valid);
     let refresh = |existing: &PaymentMethodRecord| {
         let mut refreshed = existing.clone();

@@ -19,21 +19,21 @@ use crate::domain::issuer::CredentialType;
 use crate::domain::mandate::{Authorization, Currency, DeclineReason, Mcc};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
+use crate::secret::{constant_time_eq, CardNumber, Cryptogram, Cvc};
 use crate::service::intents::reveal;
 use crate::store::{IntentStatus, Scope, UseOutcome};
 use rust_decimal::Decimal;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use zeroize::Zeroizing;
 
 /// One parsed authorization request.
 struct AuthRequest {
-    number: Zeroizing<String>,
+    number: CardNumber,
     expiration_month: String,
     expiration_year: String,
-    cvc: Option<Zeroizing<String>>,
-    cryptogram: Option<Zeroizing<String>>,
+    cvc: Option<Cvc>,
+    cryptogram: Option<Cryptogram>,
     authorization: Authorization,
 }
 
@@ -76,11 +76,11 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
             }
         }
     };
-    let number = string("number", true).map(Zeroizing::new);
+    let number = string("number", true).map(CardNumber::new);
     let month = string("expirationMonth", true);
     let year = string("expirationYear", true);
-    let cvc = string("cvc", false).map(Zeroizing::new);
-    let cryptogram = string("cryptogram", false).map(Zeroizing::new);
+    let cvc = string("cvc", false).map(Cvc::new);
+    let cryptogram = string("cryptogram", false).map(Cryptogram::new);
     let currency = string("currency", true);
     let mcc = string("mcc", false);
     if cvc.is_some() && cryptogram.is_some() {
@@ -142,8 +142,9 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether a sent secret is the issued one (constant time).
+fn same(sent: &str, issued: &str) -> bool {
+    constant_time_eq(sent.as_bytes(), issued.as_bytes())
 }
 
 fn decline(reason: DeclineReason) -> ApiResult<Response> {
@@ -178,7 +179,7 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
         let Some(c) = reveal(app, &rec).await? else {
             continue;
         };
-        if constant_time_eq(c.number.as_bytes(), req.number.as_bytes())
+        if same(c.number.expose(), req.number.expose())
             && c.expiration_month == req.expiration_month
             && c.expiration_year == req.expiration_year
         {
@@ -191,15 +192,15 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
     };
     let secret_ok = match rec.credential_type {
         CredentialType::NetworkToken => match (&req.cryptogram, &credential.cryptogram) {
-            (Some(sent), Some(issued)) => constant_time_eq(sent.as_bytes(), issued.as_bytes()),
+            (Some(sent), Some(issued)) => same(sent.expose(), issued.expose()),
             _ => false,
         },
         CredentialType::VirtualCard => match (&req.cvc, &credential.cvc) {
-            (Some(sent), Some(issued)) => constant_time_eq(sent.as_bytes(), issued.as_bytes()),
+            (Some(sent), Some(issued)) => same(sent.expose(), issued.expose()),
             _ => false,
         },
         CredentialType::Pan => match (&req.cvc, &credential.cvc) {
-            (Some(sent), Some(retained)) => constant_time_eq(sent.as_bytes(), retained.as_bytes()),
+            (Some(sent), Some(retained)) => same(sent.expose(), retained.expose()),
             (Some(_), None) => true,
             (None, _) => false,
         },

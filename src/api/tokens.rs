@@ -15,7 +15,6 @@ use crate::store::{CardTokenRecord, Scope};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use time::OffsetDateTime;
 
 /// How long an unused token works.
 pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
@@ -53,11 +52,11 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
 
     let project = principal.project.as_str();
     let id = format!("tok_{}", uuid::Uuid::new_v4().simple());
-    let micros = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(0);
+    let micros = crate::clock::micros;
     let expires = now + TOKEN_LIFETIME;
     let rec = CardTokenRecord {
         fingerprint: app.vault.fingerprint(project, &valid.number)?,
-        masked_data: valid.masked(),
+        masked_data: valid.number.masked(),
         created_micros: micros(now),
         expires_micros: micros(expires),
         expiration_month: valid.expiration_month.clone(),
@@ -65,7 +64,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         number_sealed: Some(app.vault.seal(
             project,
             &aad::token_number(project, &id),
-            valid.number.as_bytes(),
+            valid.number.expose().as_bytes(),
         )?),
         cvc_sealed: app
             .vault
@@ -128,7 +127,7 @@ mod tests {
             std::time::Duration::from_secs(3 * 3600),
         ));
         let clock = Arc::new(ManualClock::new(datetime!(2026-11-21 10:00 UTC)));
-        let issuer = Arc::new(Sandbox::new(*vault.derive_secret("test")));
+        let issuer = Arc::new(Sandbox::new(vault.derive_secret("test")));
         let app = Arc::new(App {
             auth: Authenticator::new(config.projects.clone()),
             config: Arc::new(config),
