@@ -1,6 +1,6 @@
-//! Purchase intents (spec §2.2, §3, §4.5, §4.6; DESIGN.md §4–6): create and get on both path
-//! forms, verification (`verify` → `active`), and the two functions the proxy resolves
-//! templates with ([`active_credential`], [`stored_card_credential`], [`record_proxy_use`]).
+//! Purchase intents: create (`POST .../purchase-intents`, also `/tenants/:t/purchase-intent`)
+//! and get, on both path forms. Verification is in [`super::verify`]; what the proxy and
+//! the sandbox reach of an intent's credential is in `service::intents`.
 //!
 //! - The credential comes from `app.issuer` (the sandbox by default) and is stored sealed by
 //!   the vault under `pi/{project}/{id}/credential`; `pan` intents store none and read the
@@ -8,9 +8,6 @@
 //! - The credential object (`card`, `token` or `pan`) appears only while the intent is
 //!   `active`; every reveal appends an audit event (ids only, never values).
 //! - `expired` is computed at read time: past `expiresAt`, or the usage limit used up.
-//! - Verification: the sandbox's one step is `otp`. Wrong codes are counted; after
-//!   [`MAX_FAILED_VERIFICATIONS`] the intent is locked (it stays `verify`, and every further
-//!   attempt answers 409 `conflict`). Two verifications of one intent at once: 409.
 
 use crate::app::App;
 use crate::audit::AuditEvent;

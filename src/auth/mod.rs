@@ -8,6 +8,8 @@
 //! - a valid token of another project than the path's → 403 `forbidden`.
 //!
 //! Verified tokens are cached (bounded, keyed by the whole token) until their `exp`.
+//!
+//! May import: `config`, `secret`, `error`.
 
 pub mod mint;
 

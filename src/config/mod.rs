@@ -2,6 +2,8 @@
 //! serde structs of [`file`](mod@file) and checked by [`Config::from_file`] into a [`Config`] that
 //! the rest of the service trusts. Unknown keys and bad values stop the start with a
 //! message that names the key; `paycred check` runs the same code.
+//!
+//! May import: `audit::chain` (the hash setting), `error`. Everything else may import it.
 
 pub mod file;
 pub mod rate_limits;

@@ -116,7 +116,7 @@ impl IntentRecord {
     }
 }
 
-/// What [`Store::record_use`] did.
+/// What [`Store::record_use`](super::Store::record_use) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UseOutcome {
     /// Counted; the number of uses including this one.
@@ -131,7 +131,7 @@ pub enum UseOutcome {
     UsageLimitReached,
 }
 
-/// One verification attempt, as [`Store::record_verification`] applies it.
+/// One verification attempt, as [`Store::record_verification`](super::Store::record_verification) applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VerificationAttempt {
     /// The code was right: the intent turns `active` and its payment method counts as verified.
@@ -146,7 +146,7 @@ pub enum Inserted {
     /// The record was stored.
     Created,
     /// The entity already has this card (same fingerprint): the existing record, as
-    /// [`Refresh`] changed it.
+    /// [`Refresh`](super::Refresh) changed it.
     Existing(Box<PaymentMethodRecord>),
 }
 

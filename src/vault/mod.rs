@@ -7,6 +7,8 @@
 //!   field), so a ciphertext moved elsewhere does not open.
 //! - CVCs use [`cvc::CvcKeyring`]: short-lived in-memory keys destroyed after retention.
 //! - [`client_keys::ClientKeys`]: the EC keys browsers encrypt `encryptedCard` to (JWE).
+//!
+//! May import: `store` (keyrings and client keys are stored wrapped), `secret`, `clock`, `error`.
 
 pub mod client_keys;
 pub mod cvc;

@@ -1,6 +1,6 @@
 //! Issuers: where a purchase intent's credential comes from. The [`Issuer`] trait is what the
 //! purchase-intent handler calls; [`sandbox::Sandbox`] is the built-in deterministic issuer
-//! (DESIGN.md §6) and real issuer or network adapters plug in the same way.
+//! (docs/sandbox.md) and real issuer or network adapters plug in the same way.
 //!
 //! Nothing here does I/O. Card numbers, cvcs and cryptograms never appear in `Debug` output.
 

@@ -58,7 +58,7 @@ pub struct RequestBuf {
 
 impl RequestBuf {
     /// Header values come from pingora's parser, which admits no CR or LF; the path and
-    /// query were checked when the target URL was ([`super::super::forward::target_uri`]).
+    /// query were checked when the target URL was ([`crate::proxy::forward::target_uri`]).
     pub fn new(
         req: &RequestHeader,
         target: &Target,
