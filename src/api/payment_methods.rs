@@ -1,4 +1,4 @@
-//! Payment methods (spec §4.1–4.4): create (from `card`, `encryptedCard` or `tokenId`, see
+//! Payment methods: create (from `card`, `encryptedCard` or `tokenId`, see
 //! [`super::client_encryption`]), list, get, delete.
 //!
 //! The card number and cvc are sealed by the vault before anything is stored; responses

@@ -1,4 +1,4 @@
-//! `POST /projects/:projectId/sandbox/authorizations` (DESIGN.md §6): a merchant charging a
+//! `POST /projects/:projectId/sandbox/authorizations` (docs/sandbox.md): a merchant charging a
 //! sandbox credential. Finds the entity's purchase intent that was issued the credential,
 //! checks its status and mandates, and counts an approved use atomically
 //! ([`crate::store::Store::record_use`]). A decline is a 200 too: `{approved, declineReason}`.

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 /// How long an unused token works.
 pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
 
-/// The Token object of the specification (§2.1), plus `expiresAt`.
+/// The Token object of a payment method's create answer, plus `expiresAt`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct TokenView {

@@ -41,7 +41,7 @@ pub async fn filter(
     };
     record_uses(app, p).await.map_err(carry)?;
     // At the end, nothing left is `None`: an empty write would be a second terminator that
-    // desyncs a pooled connection (pingora issue #935).
+    // desyncs a pooled connection (https://github.com/cloudflare/pingora/issues/935).
     *body = (!out.is_empty()).then(|| Bytes::from(out));
     Ok(())
 }

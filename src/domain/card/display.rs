@@ -1,4 +1,4 @@
-//! The two shapes of the spec's Card Display object (§2.1): `{name, color}` in the create
+//! The two shapes of the Card Display object: `{name, color}` in the create
 //! response, `{artUrl, backgroundColor, foregroundColor, description, issuerName}` in list and
 //! get responses.
 

@@ -1,4 +1,4 @@
-//! Validation of a raw request card ([`CardInput`]) into a [`ValidCard`] (DESIGN.md §4).
+//! Validation of a raw request card ([`CardInput`]) into a [`ValidCard`].
 //!
 //! Every field is checked and every problem reported at once, as a map from field path
 //! (`{prefix}.number`, `{prefix}.expirationMonth`, `{prefix}.expirationYear`, `{prefix}.cvc`)

@@ -44,7 +44,7 @@ impl CredentialType {
         }
     }
 
-    /// The name proxy templates use: `virtualCard`, `networkToken`, `pan` (spec §4.7).
+    /// The name proxy templates use: `virtualCard`, `networkToken`, `pan`.
     pub fn template_name(self) -> &'static str {
         match self {
             CredentialType::VirtualCard => "virtualCard",

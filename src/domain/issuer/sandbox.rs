@@ -1,5 +1,5 @@
 //! The sandbox issuer: virtual cards and network tokens made up locally, deterministically,
-//! like an issuer's or a card network's own sandbox (DESIGN.md §6).
+//! like an issuer's or a card network's own sandbox (docs/sandbox.md).
 //!
 //! - `virtual-card`: a Luhn-valid number in the sandbox virtual-card range of the card's brand,
 //!   never equal to the stored card; expiry = month of the intent's `expiresAt`,

@@ -328,7 +328,7 @@ impl Exchanger {
 
 const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
 
-/// Whether sending this request twice is harmless (RFC 9110 §9.2.2): an idempotent method, or
+/// Whether sending this request twice is harmless (RFC 9110, section 9.2.2): an idempotent method, or
 /// an `Idempotency-Key` that lets the target recognise the second delivery.
 pub fn replayable(req: &RequestHeader) -> bool {
     use http::Method;
