@@ -23,9 +23,41 @@ use crate::secret::{constant_time_eq, CardNumber, Cryptogram, Cvc};
 use crate::service::intents::reveal;
 use crate::store::{IntentStatus, Scope, UseOutcome};
 use rust_decimal::Decimal;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use utoipa::ToSchema;
+
+/// The authorization body, read field by field so that every bad field is named. `cvc` for
+/// virtual cards and pans, `cryptogram` for network tokens.
+#[derive(ToSchema)]
+#[schema(as = Authorization, rename_all = "camelCase")]
+pub struct AuthorizationBody {
+    pub number: String,
+    pub expiration_month: String,
+    pub expiration_year: String,
+    pub cvc: Option<String>,
+    pub cryptogram: Option<String>,
+    /// A decimal amount, e.g. `"12.50"`.
+    pub amount: String,
+    /// ISO 4217, numeric (`"840"`) or alphabetic (`"USD"`).
+    pub currency: String,
+    /// The merchant's category code, 4 digits.
+    pub mcc: Option<String>,
+}
+
+/// The answer: approved, or declined with the reason (a decline is a 200 too).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = AuthorizationResult)]
+pub struct Answer {
+    pub approved: bool,
+    /// e.g. `amountOverMaximum`, `currencyMismatch`, `mccNotAllowed`, `expired`,
+    /// `usageLimitReached`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decline_reason: Option<&'static str>,
+}
 
 /// One parsed authorization request.
 struct AuthRequest {
@@ -150,11 +182,20 @@ fn same(sent: &str, issued: &str) -> bool {
 fn decline(reason: DeclineReason) -> ApiResult<Response> {
     Response::json(
         200,
-        &json!({"approved": false, "declineReason": reason.as_str()}),
+        &Answer {
+            approved: false,
+            decline_reason: Some(reason.as_str()),
+        },
     )
 }
 
-/// `POST /projects/:projectId/sandbox/authorizations`
+/// Sandbox issuer: authorize a charge against a credential, enforcing its mandates.
+#[utoipa::path(post, path = "/projects/{projectId}/sandbox/authorizations",
+    operation_id = "sandboxAuthorize", request_body = AuthorizationBody,
+    responses(
+        (status = 200, description = "Approved or declined", body = Answer),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
+    ))]
 pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     principal.require_private()?;
     let obj = super::json_object(body)?;
@@ -223,7 +264,13 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
         return decline(reason);
     }
     match app.store.record_use(scope, &rec.id, now).await? {
-        UseOutcome::Recorded(_) => Response::json(200, &json!({"approved": true})),
+        UseOutcome::Recorded(_) => Response::json(
+            200,
+            &Answer {
+                approved: true,
+                decline_reason: None,
+            },
+        ),
         UseOutcome::UsageLimitReached => decline(DeclineReason::UsageLimitReached),
         UseOutcome::Expired => decline(DeclineReason::Expired),
         UseOutcome::NotActive | UseOutcome::NotFound => decline(DeclineReason::NotActive),

@@ -15,14 +15,16 @@ use crate::store::{CardTokenRecord, Scope};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 /// How long an unused token works.
 pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
 
 /// The Token object of a payment method's create answer, plus `expiresAt`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct TokenView {
+#[schema(as = Token)]
+pub struct TokenView {
     id: String,
     fingerprint: String,
     created_at: String,
@@ -30,7 +32,25 @@ struct TokenView {
     expires_at: String,
 }
 
-/// `POST /projects/:projectId/tokens` (public or private role).
+/// The create body, read field by field so that every bad field is named: exactly one of
+/// `card` or `encryptedCard`.
+#[derive(ToSchema)]
+#[schema(as = CreateToken, rename_all = "camelCase")]
+pub struct CreateBody {
+    /// Must be the token's `sub` when given.
+    pub entity_id: Option<String>,
+    pub card: Option<super::CardBody>,
+    /// A compact JWE (ECDH-ES, A256GCM) of the card JSON.
+    pub encrypted_card: Option<String>,
+}
+
+/// Token vault: store a card for one later tokenId (public or private role).
+#[utoipa::path(post, path = "/projects/{projectId}/tokens", operation_id = "createToken",
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The token", body = TokenView),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
+    ))]
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     let mut obj = super::json_object(body)?;
     super::check_entity(&obj, principal, false)?;

@@ -51,8 +51,12 @@ pub struct TokenRecord {
 
 /// The stored status of a purchase intent. `expired` is not stored: it is computed from the
 /// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schema(
+    description = "The purchase intent's status: `active`, `verify`, `unavailable`, or \
+    the ends `expired` (past expiresAt or its usage limit) and `canceled` (payment method deleted)."
+)]
 pub enum IntentStatus {
     Active,
     Verify,

@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 pub use sandbox::Sandbox;
 
 /// The three credential types of the specification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CredentialType {
     /// A one-time virtual card number from the issuer (`virtual-card`).
