@@ -225,7 +225,7 @@ impl Currency {
     }
 
     /// The currency with this ISO 4217 numeric code.
-    pub fn from_numeric(n: u16) -> Option<Currency> {
+    fn from_numeric(n: u16) -> Option<Currency> {
         CURRENCIES.iter().find(|r| r.numeric == n).map(Currency)
     }
 

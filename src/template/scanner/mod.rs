@@ -63,11 +63,11 @@ enum Mode {
     Template,
 }
 
-/// Incremental template scanner for one body at a time; [`Scanner::reset`] (or a successful
-/// [`Scanner::finish`]) readies it for the next.
+/// Incremental template scanner for one body at a time; [`Scanner::finish`], when it succeeds,
+/// readies it for the next.
 ///
 /// After an error, `out` holds an unspecified prefix of the output and every further `feed` or
-/// `finish` returns the same error until the scanner is reset.
+/// `finish` returns the same error until the scanner is reset or replaced by a new one.
 #[derive(Debug, Clone)]
 pub struct Scanner {
     mode: Mode,
@@ -118,7 +118,7 @@ impl Scanner {
     }
 
     /// Back to the start of a body, keeping allocations (pingora may replay a body).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.mode = Mode::Structure;
         self.escape = false;
         self.brace = false;
@@ -182,13 +182,13 @@ impl Scanner {
         self.feed_chunk(chunk, out, r, true)
     }
 
-    /// Lexes a chunk that cannot reach the resolver ([`Scanner::may_resolve`] is false)
-    /// without writing it anywhere. What [`Scanner::feed`] would write for such a chunk is the
-    /// chunk itself, less a trailing `{` that it holds back (with the next chunk's first byte
-    /// it may start a template; the next `feed` writes it): returns how many of the chunk's
-    /// bytes go through now. For a chunk that can reach the resolver it does nothing and
-    /// returns `None`: that chunk must be fed (one check, so the chunk is searched for `{{`
-    /// once).
+    /// Lexes a chunk that cannot reach the resolver (no `{{` in it, and no template or `{` that
+    /// may start one continues into it) without writing it anywhere. What [`Scanner::feed`]
+    /// would write for such a chunk is the chunk itself, less a trailing `{` that it holds back
+    /// (with the next chunk's first byte it may start a template; the next `feed` writes it):
+    /// returns how many of the chunk's bytes go through now. For a chunk that can reach the
+    /// resolver it does nothing and returns `None`: that chunk must be fed (one check, so the
+    /// chunk is searched for `{{` once).
     pub fn lex(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
         if self.may_resolve(chunk) {
             return Ok(None);
@@ -229,12 +229,12 @@ impl Scanner {
 
     /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
     /// a `{` that may start one continues into it from the previous chunk.
-    pub fn may_resolve(&self, chunk: &[u8]) -> bool {
+    pub(crate) fn may_resolve(&self, chunk: &[u8]) -> bool {
         self.carries_template() || Self::has_templates(chunk)
     }
 
     /// Whether a template, or a `{` that may start one, continues into the next chunk.
-    pub fn carries_template(&self) -> bool {
+    pub(crate) fn carries_template(&self) -> bool {
         self.mode == Mode::Template || self.brace
     }
 
