@@ -85,16 +85,9 @@ pub fn parse_mandates(v: &Value, now: OffsetDateTime) -> Result<Mandates, FieldE
             Entry::Currency { currency, path } => (*currency, path.as_str()),
             _ => continue,
         };
-        match currency {
-            None => currency = Some((c, path)),
-            Some((first, first_path)) if first != c => {
-                errs.insert(
-                    path.to_string(),
-                    format!("conflicts with currency {first} at {first_path}"),
-                );
-            }
-            Some(_) => {}
-        }
+        agree(&mut currency, c, path, &mut errs, |first, at| {
+            format!("conflicts with currency {first} at {at}")
+        });
     }
     out.currency = currency.map(|(c, _)| c);
 
@@ -117,16 +110,9 @@ pub fn parse_mandates(v: &Value, now: OffsetDateTime) -> Result<Mandates, FieldE
                         continue;
                     }
                 }
-                match max {
-                    None => max = Some((*amount, value_path)),
-                    Some((first, first_path)) if first != *amount => {
-                        errs.insert(
-                            value_path.clone(),
-                            format!("conflicts with maxAmount {first} at {first_path}"),
-                        );
-                    }
-                    Some(_) => {}
-                }
+                agree(&mut max, *amount, value_path, &mut errs, |first, at| {
+                    format!("conflicts with maxAmount {first} at {at}")
+                });
             }
             Entry::Currency { .. } => {}
             Entry::Mcc(m) => {
@@ -134,26 +120,14 @@ pub fn parse_mandates(v: &Value, now: OffsetDateTime) -> Result<Mandates, FieldE
                     out.mccs.push(*m);
                 }
             }
-            Entry::Expiration { at, path } => match expiry {
-                None => expiry = Some((*at, path)),
-                Some((first, first_path)) if first != *at => {
-                    errs.insert(
-                        path.clone(),
-                        format!("conflicts with the expiration date at {first_path}"),
-                    );
-                }
-                Some(_) => {}
-            },
-            Entry::UsageLimit { count, path } => match usage {
-                None => usage = Some((*count, path)),
-                Some((first, first_path)) if first != *count => {
-                    errs.insert(
-                        path.clone(),
-                        format!("conflicts with usage limit {first} at {first_path}"),
-                    );
-                }
-                Some(_) => {}
-            },
+            Entry::Expiration { at, path } => agree(&mut expiry, *at, path, &mut errs, |_, at| {
+                format!("conflicts with the expiration date at {at}")
+            }),
+            Entry::UsageLimit { count, path } => {
+                agree(&mut usage, *count, path, &mut errs, |first, at| {
+                    format!("conflicts with usage limit {first} at {at}")
+                })
+            }
         }
     }
     if out.currency.is_none() && !currency_mandate_failed {
@@ -172,6 +146,24 @@ pub fn parse_mandates(v: &Value, now: OffsetDateTime) -> Result<Mandates, FieldE
         Ok(out)
     } else {
         Err(errs)
+    }
+}
+
+/// One limit given again: the first value and its path are kept in `first`; a later `value`
+/// at `path` that differs is an error there, worded by `conflict(first value, first path)`.
+fn agree<'a, T: PartialEq + Copy>(
+    first: &mut Option<(T, &'a str)>,
+    value: T,
+    path: &'a str,
+    errs: &mut FieldErrors,
+    conflict: impl FnOnce(T, &str) -> String,
+) {
+    match *first {
+        None => *first = Some((value, path)),
+        Some((kept, at)) if kept != value => {
+            errs.insert(path.to_string(), conflict(kept, at));
+        }
+        Some(_) => {}
     }
 }
 
