@@ -18,8 +18,8 @@
 //! - `skim`: whole blocks of 64 bytes between tokens, as bit masks;
 //! - `path`: the stack of containers that names the field (`items[0].pan`);
 //! - `escape`: JSON string escapes, of a template's text and of the value put in its place;
-//! - [`crate::template::held`] (beside this module, shared by any format): the template held
-//!   back, its parse, cache and resolution.
+//! - `template::held` (beside this module, shared by any format): the template held back, its
+//!   parse, cache and resolution.
 
 mod escape;
 mod lexer;
@@ -229,7 +229,7 @@ impl Scanner {
 
     /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
     /// a `{` that may start one continues into it from the previous chunk.
-    pub(crate) fn may_resolve(&self, chunk: &[u8]) -> bool {
+    pub fn may_resolve(&self, chunk: &[u8]) -> bool {
         self.carries_template() || Self::has_templates(chunk)
     }
 
