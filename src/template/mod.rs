@@ -1,5 +1,6 @@
-//! Credential templates in proxied JSON bodies: the expression parser and the streaming
-//! scanner that substitutes them.
+//! Credential templates in proxied JSON bodies: the expression parser ([`expr`]), the streaming
+//! scanner that substitutes them ([`scanner`]), and the held template between them, parsed and
+//! resolved the same way whatever the body's format (`held`).
 //!
 //! A caller of the proxy writes, inside a JSON string value,
 //!
@@ -63,6 +64,7 @@ macro_rules! byte_class {
 }
 
 pub mod expr;
+mod held;
 pub mod scanner;
 
 pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};

@@ -1,0 +1,179 @@
+//! The template being read, whatever the body's format: its bytes held back from the output
+//! until it closes, then decoded, parsed (through a cache of parsed templates), resolved, and
+//! its value written in its place.
+//!
+//! The format supplies the two things that differ between bodies ([`Encoding`]): how text
+//! inside a template is escaped, and how a value must be escaped where the template stood. The
+//! JSON scanner ([`super::scanner`]) is the one format today.
+
+use std::sync::Arc;
+
+use once_cell::sync::Lazy;
+
+use super::expr::{self, TemplateRef};
+
+/// Longest template, `{{` to `}}` inclusive, as written in the body (escapes undecoded).
+pub const MAX_TEMPLATE_LEN: usize = 512;
+
+/// Templates parsed so far, by their text as written. Parsing is a pure function of the text,
+/// and a service's bodies carry the same few templates again and again: a lookup costs about
+/// a fifth of decoding and parsing one. Only templates that parsed and resolved are kept
+/// (their text names a credential that exists: ids and a path), at most [`PARSED_CAPACITY`].
+static PARSED: Lazy<quick_cache::sync::Cache<Vec<u8>, Arc<TemplateRef>>> =
+    Lazy::new(|| quick_cache::sync::Cache::new(PARSED_CAPACITY));
+
+/// Most templates [`PARSED`] keeps.
+const PARSED_CAPACITY: usize = 4096;
+
+/// Looks up the value of one template.
+pub trait Resolver {
+    /// The credential value for `t`, or why there is none. The message becomes the
+    /// [`TemplateError::message`](super::TemplateError::message) and so the client-facing
+    /// error: it must not contain card data.
+    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError>;
+}
+
+impl<F> Resolver for F
+where
+    F: FnMut(&TemplateRef) -> Result<String, ResolveError>,
+{
+    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError> {
+        self(t)
+    }
+}
+
+/// A template that names no usable credential, e.g. "unknown payment method".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ResolveError {
+    /// Client-facing reason, free of card data.
+    pub message: String,
+}
+
+impl ResolveError {
+    /// A resolve error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ResolveError {
+            message: message.into(),
+        }
+    }
+}
+
+/// How a body format writes text, as far as templates are concerned.
+pub(super) trait Encoding {
+    /// Whether `raw`, a template as written, holds escapes to decode before it is parsed.
+    fn has_escapes(raw: &[u8]) -> bool;
+    /// Decodes the escapes of `raw` into `dst`; the message says what is wrong.
+    fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str>;
+    /// Writes `value` escaped for the place the template stood in.
+    fn escape_into(out: &mut Vec<u8>, value: &[u8]);
+}
+
+/// The template being read: its bytes as written, from `{{` on, at most [`MAX_TEMPLATE_LEN`].
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    /// The template as written.
+    bytes: Vec<u8>,
+    /// The template decoded, for the expression parser.
+    decoded: String,
+}
+
+impl Held {
+    pub(super) fn new() -> Self {
+        Held {
+            bytes: Vec::with_capacity(MAX_TEMPLATE_LEN),
+            decoded: String::new(),
+        }
+    }
+
+    /// Nothing held, allocations kept.
+    pub(super) fn clear(&mut self) {
+        self.bytes.clear();
+        self.decoded.clear();
+    }
+
+    /// A template starts: holds its `{{`.
+    #[inline]
+    pub(super) fn open(&mut self) {
+        self.bytes.clear();
+        self.bytes.extend_from_slice(b"{{");
+    }
+
+    /// The template as written so far.
+    #[inline]
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Bytes that may still be added before the template is too long.
+    #[inline]
+    pub(super) fn room(&self) -> usize {
+        MAX_TEMPLATE_LEN.saturating_sub(self.bytes.len())
+    }
+
+    #[inline]
+    pub(super) fn push(&mut self, b: u8) {
+        self.bytes.push(b);
+    }
+
+    #[inline]
+    pub(super) fn extend(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// Decodes, parses and resolves the held template, writes its value into `out` escaped by
+    /// `E`, and holds nothing more. The error is the message for the client, free of card data.
+    pub(super) fn substitute<E: Encoding>(
+        &mut self,
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), String> {
+        let (reference, cached) = match PARSED.get(self.bytes.as_slice()) {
+            Some(reference) => (reference, true),
+            None => (Arc::new(self.parse::<E>()?), false),
+        };
+        let value = r.resolve(&reference).map_err(|err| err.message)?;
+        // Kept once it named a credential that exists: the text holds an id then, and
+        // whatever else a caller wrote into a template (a card number as the id, say)
+        // is never kept.
+        if !cached {
+            PARSED.insert(self.bytes.clone(), reference);
+        }
+        E::escape_into(out, value.as_bytes());
+        wipe(value);
+        self.bytes.clear();
+        Ok(())
+    }
+
+    /// Decodes and parses the held template.
+    fn parse<E: Encoding>(&mut self) -> Result<TemplateRef, String> {
+        // Templates seldom hold escapes: parse the held bytes in place when they have none.
+        let text = match std::str::from_utf8(&self.bytes) {
+            Ok(text) if !E::has_escapes(&self.bytes) => text,
+            _ => {
+                E::unescape(&self.bytes, &mut self.decoded)?;
+                &self.decoded
+            }
+        };
+        expr::parse(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Whether the text `template` is in the cache of parsed templates.
+#[cfg(test)]
+pub(super) fn is_cached(template: &str) -> bool {
+    PARSED.get(template.as_bytes()).is_some()
+}
+
+/// Overwrites a resolved value before freeing it. Best effort: copies made while `out` grew
+/// are out of reach, and `out` itself is the caller's to protect.
+fn wipe(value: String) {
+    let mut bytes = value.into_bytes();
+    bytes.fill(0);
+    std::hint::black_box(&bytes);
+}

@@ -1,0 +1,147 @@
+//! JSON string escapes, both ways: a template's text is JSON-unescaped before it is parsed
+//! (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\uXXXX` including surrogate pairs), and a
+//! resolved value is escaped as the inside of a JSON string.
+
+use crate::template::held::Encoding;
+
+/// Text inside a JSON string.
+pub(super) struct Json;
+
+impl Encoding for Json {
+    #[inline]
+    fn has_escapes(raw: &[u8]) -> bool {
+        raw.contains(&b'\\')
+    }
+
+    /// Decodes the JSON string escapes of a template into `dst`.
+    fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+        let text = std::str::from_utf8(raw).map_err(|_| "template is not valid UTF-8")?;
+        dst.clear();
+        let mut chars = text.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                dst.push(c);
+                continue;
+            }
+            let decoded = match chars.next().ok_or(BAD_ESCAPE)? {
+                '"' => '"',
+                '\\' => '\\',
+                '/' => '/',
+                'b' => '\u{8}',
+                'f' => '\u{c}',
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                'u' => {
+                    let first = hex4(&mut chars)?;
+                    let code = match first {
+                        0xd800..=0xdbff => {
+                            if chars.next() != Some('\\') || chars.next() != Some('u') {
+                                return Err(BAD_ESCAPE);
+                            }
+                            let second = hex4(&mut chars)?;
+                            if !(0xdc00..=0xdfff).contains(&second) {
+                                return Err(BAD_ESCAPE);
+                            }
+                            0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00)
+                        }
+                        0xdc00..=0xdfff => return Err(BAD_ESCAPE),
+                        _ => first,
+                    };
+                    char::from_u32(code).ok_or(BAD_ESCAPE)?
+                }
+                _ => return Err(BAD_ESCAPE),
+            };
+            dst.push(decoded);
+        }
+        Ok(())
+    }
+
+    /// Writes `value` as the inside of a JSON string: `"` and `\` backslash-escaped, control
+    /// characters as `\u00XX`, everything else (including non-ASCII UTF-8) as is.
+    fn escape_into(out: &mut Vec<u8>, value: &[u8]) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.reserve(value.len());
+        let mut run = 0;
+        for (i, &b) in value.iter().enumerate() {
+            let escaped: [u8; 6];
+            let replacement: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                0..=0x1f => {
+                    escaped = [
+                        b'\\',
+                        b'u',
+                        b'0',
+                        b'0',
+                        HEX[usize::from(b >> 4)],
+                        HEX[usize::from(b & 0xf)],
+                    ];
+                    &escaped
+                }
+                _ => continue,
+            };
+            out.extend_from_slice(value.get(run..i).unwrap_or_default());
+            out.extend_from_slice(replacement);
+            run = i + 1;
+        }
+        out.extend_from_slice(value.get(run..).unwrap_or_default());
+    }
+}
+
+/// The message for a malformed escape in a template.
+pub(super) const BAD_ESCAPE: &str = "invalid escape sequence in template";
+
+/// Four hex digits of a `\uXXXX` escape.
+fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, &'static str> {
+    let mut code = 0;
+    for _ in 0..4 {
+        let digit = chars
+            .next()
+            .and_then(|c| c.to_digit(16))
+            .ok_or(BAD_ESCAPE)?;
+        code = code << 4 | digit;
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        let cases: [(&str, &str); 5] = [
+            ("4242", "4242"),
+            ("\"", "\\\""),
+            ("\\", "\\\\"),
+            ("\u{0}\t\u{1f}\u{7f}", "\\u0000\\u0009\\u001f\u{7f}"),
+            ("é/😀", "é/😀"),
+        ];
+        for (value, want) in cases {
+            let mut out = Vec::new();
+            Json::escape_into(&mut out, value.as_bytes());
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn unescaping() {
+        let cases: [(&[u8], Result<&str, &str>); 8] = [
+            (br#"a\"b\\c\/d"#, Ok("a\"b\\c/d")),
+            (br#"\b\f\n\r\t"#, Ok("\u{8}\u{c}\n\r\t")),
+            (br#"\u00e9\u20AC\ud83d\ude00"#, Ok("é€😀")),
+            (br#"\ud83d"#, Err(BAD_ESCAPE)),
+            (br#"\ude00"#, Err(BAD_ESCAPE)),
+            (br#"\u12"#, Err(BAD_ESCAPE)),
+            (b"\\", Err(BAD_ESCAPE)),
+            (b"\xff", Err("template is not valid UTF-8")),
+        ];
+        for (raw, want) in cases {
+            let mut dst = String::new();
+            let got = Json::unescape(raw, &mut dst).map(|()| dst.as_str());
+            assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The streaming scanner: finds templates in JSON string values, chunk by chunk, and writes the
+//! body through with each template replaced by its JSON-escaped value.
+//!
+//! The scanner is a tolerant lexer, not a parser. It follows strings, escapes, objects, arrays
+//! and keys versus values well enough to know where templates may be and what JSON path they
+//! sit at, and copies every other byte through untouched. Malformed JSON passes through; the
+//! target will judge it.
+//!
+//! Memory per scanner is bounded whatever the body: the held-back template (at most
+//! [`MAX_TEMPLATE_LEN`] bytes), the path of the current field ([`MAX_PATH_DEPTH`] levels of at
+//! most [`MAX_KEY_LEN`] bytes of key each) and a bit per container up to [`MAX_KIND_DEPTH`]
+//! levels. Deeper containers are still followed: their path shows as `…`, and beyond
+//! [`MAX_KIND_DEPTH`] levels every string is taken as a value.
+//!
+//! This file holds the [`Scanner`]'s state and what callers use; the work is done by
+//!
+//! - `lexer`: the state machine, byte by byte or string by string;
+//! - `skim`: whole blocks of 64 bytes between tokens, as bit masks;
+//! - `path`: the stack of containers that names the field (`items[0].pan`);
+//! - `escape`: JSON string escapes, of a template's text and of the value put in its place;
+//! - `template::held` (beside this module, shared by any format): the template held back, its
+//!   parse, cache and resolution.
+
+mod escape;
+mod lexer;
+mod path;
+mod skim;
+#[cfg(test)]
+mod tests;
+
+use memchr::memmem;
+use once_cell::sync::Lazy;
+
+use super::expr::TemplateRef;
+use super::held::Held;
+pub use super::held::{ResolveError, Resolver, MAX_TEMPLATE_LEN};
+use path::Path;
+pub use path::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
+
+/// A template that cannot be substituted: the proxy answers 400 `invalidTemplate`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid template at {field}: {message}")]
+pub struct TemplateError {
+    /// JSON path of the body field holding the template: `card.number`, `items[0].pan`,
+    /// `["weird key"]`, or `$` for a top-level string.
+    pub field: String,
+    /// The template as written in the body (JSON escapes not decoded), as far as it was read.
+    pub template: String,
+    /// What is wrong, free of card data.
+    pub message: String,
+}
+
+/// Where the lexer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Between tokens: whitespace, punctuation, numbers, literals.
+    Structure,
+    /// Inside an object key.
+    Key,
+    /// Inside a string value.
+    Value,
+    /// Inside a template, holding its bytes back.
+    Template,
+}
+
+/// Incremental template scanner for one body at a time; [`Scanner::finish`], when it succeeds,
+/// readies it for the next.
+///
+/// After an error, `out` holds an unspecified prefix of the output and every further `feed` or
+/// `finish` returns the same error until the scanner is reset or replaced by a new one.
+#[derive(Debug, Clone)]
+pub struct Scanner {
+    mode: Mode,
+    /// `Key`, `Value`, `Template`: the previous byte was a backslash.
+    escape: bool,
+    /// `Value`: the previous byte was an unescaped `{`, not yet written.
+    brace: bool,
+    /// ... and that `{` came in an earlier chunk.
+    brace_carried: bool,
+    /// `Template`: the previous byte was an unescaped `}`.
+    close: bool,
+    /// The next string is a key (only ever set inside an object).
+    expect_key: bool,
+    /// Where in the document the scanner is.
+    path: Path,
+    /// The template being read.
+    held: Held,
+    failed: Option<TemplateError>,
+    /// [`Scanner::lex`]: the chunk is lexed, not written anywhere.
+    discard: bool,
+    /// Whether [`Scanner::skim`] may run; off only in tests, which compare the skim with the
+    /// byte lexer.
+    skim: bool,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Scanner::new()
+    }
+}
+
+impl Scanner {
+    /// A scanner at the start of a body.
+    pub fn new() -> Self {
+        Scanner {
+            mode: Mode::Structure,
+            escape: false,
+            brace: false,
+            brace_carried: false,
+            close: false,
+            expect_key: false,
+            path: Path::new(),
+            held: Held::new(),
+            failed: None,
+            discard: false,
+            skim: true,
+        }
+    }
+
+    /// Back to the start of a body, keeping allocations (pingora may replay a body).
+    pub(crate) fn reset(&mut self) {
+        self.mode = Mode::Structure;
+        self.escape = false;
+        self.brace = false;
+        self.brace_carried = false;
+        self.close = false;
+        self.expect_key = false;
+        self.path.clear();
+        self.held.clear();
+        self.failed = None;
+        self.discard = false;
+    }
+
+    /// Whether `body` may contain a template: a cheap check that lets a caller skip scanning
+    /// a whole body held in memory.
+    pub fn has_templates(body: &[u8]) -> bool {
+        OPEN.find(body).is_some()
+    }
+
+    /// Scans one chunk, appending output to `out`. Bytes of a template that is not complete at
+    /// the end of the chunk (and a trailing `{` that may start one) are held back for the next
+    /// call. Returns how many templates were substituted in this chunk.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        self.feed_chunk(chunk, out, r, false)
+    }
+
+    /// Scans the last chunk of a body and ends the body: [`Scanner::feed`] then
+    /// [`Scanner::finish`], with the same output, count and errors, and the scanner reset when
+    /// it succeeds. Returns how many templates were substituted in this chunk.
+    ///
+    /// Faster: once the scanner is outside a template and no `{{` follows in the chunk, no
+    /// template can start, so the rest of the chunk is copied without being lexed (a chunk
+    /// without `{{` is copied whole unless a template or a `{` continues into it). This is
+    /// checked at the start and after each template, not per byte.
+    pub fn feed_last(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        let count = self.feed_chunk(chunk, out, r, true)?;
+        self.finish(out)?;
+        Ok(count)
+    }
+
+    /// Scans a chunk of the body's tail: no template starts after this chunk (no later chunk
+    /// holds a `{{`, nor does the next one start with a `{` that a `{` ending this one would
+    /// complete). Faster than [`Scanner::feed`] the way [`Scanner::feed_last`] is, and like it
+    /// leaves the scanner's state behind the bytes it copied: only more `feed_tail` calls, or
+    /// [`Scanner::finish`], may follow. Returns how many templates were substituted.
+    pub fn feed_tail(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        self.feed_chunk(chunk, out, r, true)
+    }
+
+    /// Lexes a chunk that cannot reach the resolver (no `{{` in it, and no template or `{` that
+    /// may start one continues into it) without writing it anywhere. What [`Scanner::feed`]
+    /// would write for such a chunk is the chunk itself, less a trailing `{` that it holds back
+    /// (with the next chunk's first byte it may start a template; the next `feed` writes it):
+    /// returns how many of the chunk's bytes go through now. For a chunk that can reach the
+    /// resolver it does nothing and returns `None`: that chunk must be fed (one check, so the
+    /// chunk is searched for `{{` once).
+    pub fn lex(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
+        if self.may_resolve(chunk) {
+            return Ok(None);
+        }
+        // Nothing is written to `nothing`, and the resolver is never called.
+        let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
+        let mut nothing = Vec::new();
+        self.discard = true;
+        let result = self.feed_chunk(chunk, &mut nothing, &mut never, false);
+        self.discard = false;
+        result?;
+        debug_assert!(nothing.is_empty());
+        Ok(Some(if self.brace_carried {
+            chunk.len().saturating_sub(1)
+        } else {
+            chunk.len()
+        }))
+    }
+
+    /// Where the tail of a body read whole in `pieces` begins: the last piece in which a
+    /// template may start (a `{{` in it, or a `{` starting it after a piece that ends with
+    /// one, empty pieces skipped), 0 when none does. Pieces before it must go through
+    /// [`Scanner::feed`]; from it on [`Scanner::feed_tail`] may be used.
+    pub fn tail_start<P: AsRef<[u8]>>(pieces: &[P]) -> usize {
+        let mut before_last = None;
+        let mut start = 0;
+        for (j, piece) in pieces.iter().map(AsRef::as_ref).enumerate() {
+            let across = piece.first() == Some(&b'{') && before_last == Some(b'{');
+            if across || Self::has_templates(piece) {
+                start = j;
+            }
+            if let Some(&b) = piece.last() {
+                before_last = Some(b);
+            }
+        }
+        start
+    }
+
+    /// Whether feeding `chunk` may call the resolver: the chunk holds a `{{`, or a template or
+    /// a `{` that may start one continues into it from the previous chunk.
+    pub fn may_resolve(&self, chunk: &[u8]) -> bool {
+        self.carries_template() || Self::has_templates(chunk)
+    }
+
+    /// Whether a template, or a `{` that may start one, continues into the next chunk.
+    pub(crate) fn carries_template(&self) -> bool {
+        self.mode == Mode::Template || self.brace
+    }
+
+    /// End of body: writes what is held back and resets the scanner. A template still open is
+    /// an error.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        if self.mode == Mode::Template {
+            let err = self.error(&[], "unterminated template");
+            self.failed = Some(err.clone());
+            return Err(err);
+        }
+        if self.brace_carried {
+            out.push(b'{');
+        }
+        self.reset();
+        Ok(())
+    }
+}
+
+/// The searcher for `{{`, built once: `memmem::find` builds one at every call, which costs
+/// more than searching a small body.
+static OPEN: Lazy<memmem::Finder<'static>> = Lazy::new(|| memmem::Finder::new(b"{{"));
