@@ -1,13 +1,10 @@
 //! Client encryption (`GET .../client-encryption-key`, `encryptedCard`) and the token vault
 //! (`POST .../tokens`, `tokenId`) against the real server. JWEs are made here with josekit from
 //! the key the server publishes, as a browser SDK would.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::*;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
-use common::*;
 use josekit::jwe::{self, JweHeader, ECDH_ES, ECDH_ES_A256KW};
 use josekit::jwk::alg::ec::{EcCurve, EcKeyPair};
 use josekit::jwk::Jwk;

@@ -1,12 +1,9 @@
 //! The proxy end to end: a recording target on 127.0.0.1, templates substituted in small
 //! (checked before any connection) and multi-MiB (streamed) bodies, fail-closed errors, both
 //! auth headers, the target guard with listeners that prove no connection was made.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::upstream::{AfterAnswer, KeepAliveTls, Scripted, Upstream};
-use common::*;
+use crate::common::upstream::{AfterAnswer, KeepAliveTls, Scripted, Upstream};
+use crate::common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
