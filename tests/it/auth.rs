@@ -298,14 +298,7 @@ fn valid_tokens_of_each_algorithm_are_accepted() {
 #[test]
 fn project_and_role_mismatches_are_forbidden() {
     let server = Server::start();
-    let other = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "private",
-        300,
-    );
+    let other = other_project_token("user_1", "private");
     // A valid token of project B on project A's path.
     server
         .call(

@@ -169,14 +169,7 @@ fn no_secret_reaches_the_debug_log_or_a_metric_label() {
     );
 
     // Auth failures: another project's token and a broken one.
-    let other = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "private",
-        300,
-    );
+    let other = other_project_token("user_1", "private");
     secrets.push(other.clone());
     server.call("GET", &p("/payment-methods"), Some(&other), None);
     let broken = format!("{}x", &t[..t.len() - 1]);

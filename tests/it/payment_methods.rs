@@ -64,14 +64,7 @@ fn brands_funding_and_project_settings_shape_the_answer() {
     let mc = create(&server, &t, &card_body("user_1", MASTERCARD, CVC));
     assert_eq!(mc.json["card"]["brand"], "mastercard");
     // Project B: pan disabled and no vault key: no `pan`, no `token`.
-    let tb = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "private",
-        300,
-    );
+    let tb = other_project_token("user_1", "private");
     let b = server.call(
         "POST",
         &format!("/projects/{OTHER_PROJECT}/payment-methods"),

@@ -472,6 +472,18 @@ impl Reply {
     }
 }
 
+/// A token of project B ([`OTHER_PROJECT`]) for `sub` with `role`, valid for 300 s.
+pub fn other_project_token(sub: &str, role: &str) -> String {
+    token_for(
+        &KEYS.other.private_pem,
+        "k-b",
+        OTHER_PROJECT,
+        sub,
+        role,
+        300,
+    )
+}
+
 /// Mints a token with the given private key.
 pub fn token_for(
     private_pem: &str,
