@@ -6,11 +6,14 @@
 //!
 //! A leaf: imports nothing of paycred.
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 /// The error kinds of the envelope's `type` field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub enum ErrorKind {
     InvalidRequest,
     InvalidTemplate,
@@ -87,6 +90,29 @@ impl ErrorKind {
             ErrorKind::GatewayTimeout => "Gateway timeout",
         }
     }
+}
+
+/// The error envelope: what every error answers.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct Envelope<'a> {
+    pub error: EnvelopeError<'a>,
+}
+
+/// The envelope's `error` object.
+#[derive(Serialize, ToSchema)]
+pub struct EnvelopeError<'a> {
+    /// The HTTP status.
+    pub status: u16,
+    #[serde(rename = "type")]
+    pub kind: ErrorKind,
+    pub title: &'a str,
+    pub message: &'a str,
+    /// `fields` (field path → message) for `invalidRequest`; `field` and `template` for
+    /// `invalidTemplate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<&'a Value>,
 }
 
 /// An error answered to the caller.
@@ -174,17 +200,22 @@ impl ApiError {
     }
 
     /// The envelope of the specification's section 7.
-    pub fn to_envelope(&self) -> Value {
-        let mut error = json!({
-            "status": self.status(),
-            "type": self.kind.as_str(),
-            "title": self.kind.title(),
-            "message": self.message,
-        });
-        if let (Some(details), Some(obj)) = (&self.details, error.as_object_mut()) {
-            obj.insert("details".into(), Value::clone(details));
+    pub fn envelope(&self) -> Envelope<'_> {
+        Envelope {
+            error: EnvelopeError {
+                status: self.status(),
+                kind: self.kind,
+                title: self.kind.title(),
+                message: &self.message,
+                details: self.details.as_deref(),
+            },
         }
-        json!({ "error": error })
+    }
+
+    /// [`envelope`](Self::envelope) as JSON.
+    pub fn to_envelope(&self) -> Value {
+        // Numbers, strings and a JSON value: serialising cannot fail.
+        serde_json::to_value(self.envelope()).unwrap_or(Value::Null)
     }
 }
 
@@ -251,6 +282,9 @@ mod tests {
         ];
         let names: std::collections::HashSet<_> = kinds.iter().map(|k| k.as_str()).collect();
         assert_eq!(names.len(), kinds.len());
+        for k in kinds {
+            assert_eq!(serde_json::to_value(k).ok(), Some(json!(k.as_str())));
+        }
         assert_eq!(GatewayTimeout.status(), 504);
     }
 }

@@ -1,74 +1,167 @@
-//! Secret newtypes: card numbers, CVCs and other values that must never reach a log.
+//! Card data and keys, by type: [`CardNumber`], [`Cvc`], [`Cryptogram`], [`KeyMaterial`] and
+//! [`BearerToken`]. A value of one of these types is card data or a key, and the compiler
+//! says where it flows:
 //!
-//! Each type keeps its value in a [`Zeroizing`] buffer (wiped on drop) and implements
-//! `Debug`/`Display` with a mask, so `tracing::info!(?value)` or a stray `format!` cannot
-//! leak it. Read the value with `expose()` where it is really needed.
+//! - the value lives in a [`Zeroizing`] buffer, wiped when it is dropped;
+//! - `Debug` masks it (a card number shows its first 6 and last 4 digits, [`mask`]; the
+//!   others show nothing), so `tracing::info!(?value)` or a stray `{:?}` cannot leak it;
+//! - there is no `Display` and no `Serialize`: a value leaves only through
+//!   [`expose`](CardNumber::expose), where a caller must really send it (the credential
+//!   response, a substituted body, a comparison, the vault).
+//!
+//! `Deserialize` is there: reading a value into its type is how it becomes safe to hold.
+//!
+//! A leaf: imports nothing of paycred.
 
+use serde::{Deserialize, Deserializer};
 use std::fmt;
 use zeroize::Zeroizing;
 
-macro_rules! secret_type {
-    ($(#[$doc:meta])* $name:ident, |$v:ident| $mask:expr) => {
+macro_rules! secret_text {
+    ($(#[$doc:meta])* $name:ident, |$v:ident| $shown:expr) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq)]
         pub struct $name(Zeroizing<String>);
 
         impl $name {
-            /// Wraps a value.
+            /// Takes a value.
             pub fn new(value: impl Into<String>) -> Self {
                 Self(Zeroizing::new(value.into()))
             }
 
-            /// The value itself. Call only where the value is really needed.
+            /// The value itself, for where it must really go.
             pub fn expose(&self) -> &str {
                 &self.0
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                Self::new(value)
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(value: String) -> Self {
+                Self::new(value)
+            }
+        }
+
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.0.as_str().hash(state);
             }
         }
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 let $v: &str = &self.0;
-                write!(f, "{}({})", stringify!($name), $mask)
+                write!(f, "{}({})", stringify!($name), $shown)
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(self, f)
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d).map(Self::new)
             }
         }
     };
 }
 
-secret_type!(
-    /// A primary account number (card number), digits only.
-    Pan,
-    |v| mask_pan(v)
+secret_text!(
+    /// A card number (a stored card's, a virtual card's or a network token's), digits only.
+    CardNumber,
+    |v| mask(v)
 );
-secret_type!(
+secret_text!(
     /// A card verification code.
     Cvc,
     |_v| "***"
 );
-secret_type!(
-    /// A network-token cryptogram.
+secret_text!(
+    /// A network token's cryptogram.
     Cryptogram,
     |_v| "****"
 );
-secret_type!(
-    /// A bearer token (JWT) as received.
+secret_text!(
+    /// A bearer token (JWT) as a caller sent it.
     BearerToken,
     |_v| "****"
 );
 
-/// `424242******4242`: the first six and last four digits, the rest masked.
-/// Shorter values are masked whole.
-pub fn mask_pan(pan: &str) -> String {
-    let n = pan.len();
-    if n < 12 || !pan.is_ascii() {
-        return "*".repeat(n.min(19));
+impl CardNumber {
+    /// The masked number ([`mask`]).
+    pub fn masked(&self) -> String {
+        mask(&self.0)
     }
-    format!("{}{}{}", &pan[..6], "*".repeat(n - 10), &pan[n - 4..])
+
+    /// The 6-digit BIN.
+    pub fn bin(&self) -> &str {
+        self.0.get(..6).unwrap_or_default()
+    }
+
+    /// The last 4 digits.
+    pub fn last4(&self) -> &str {
+        self.0
+            .get(self.0.len().saturating_sub(4)..)
+            .unwrap_or_default()
+    }
+}
+
+/// 32 bytes of key material (a master key, a data key, a derived secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyMaterial(Zeroizing<[u8; 32]>);
+
+impl KeyMaterial {
+    /// Takes the bytes.
+    pub fn new(bytes: [u8; 32]) -> Self {
+        Self(Zeroizing::new(bytes))
+    }
+
+    /// Fresh random bytes from the operating system.
+    pub fn random() -> Self {
+        use rand::RngCore;
+        let mut key = Zeroizing::new([0u8; 32]);
+        rand::rngs::OsRng.fill_bytes(key.as_mut_slice());
+        Self(key)
+    }
+
+    /// The bytes, for where they must really go (a cipher, a MAC).
+    pub fn expose(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl From<Zeroizing<[u8; 32]>> for KeyMaterial {
+    fn from(bytes: Zeroizing<[u8; 32]>) -> Self {
+        Self(bytes)
+    }
+}
+
+impl fmt::Debug for KeyMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyMaterial(..)")
+    }
+}
+
+/// Whether two secrets are equal, in time that depends on their lengths only.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The one mask of a card number: the first 6 and last 4 characters, a `*` for each one
+/// between: `4242424242424242` → `424242******4242`. Anything shorter than the 12 digits of
+/// the shortest valid number is masked whole, so a mask never shows more than 10 of 12.
+pub fn mask(number: &str) -> String {
+    let len = number.chars().count();
+    if len < 12 {
+        return "*".repeat(len);
+    }
+    number
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if i < 6 || i >= len - 4 { c } else { '*' })
+        .collect()
 }
 
 #[cfg(test)]
@@ -76,18 +169,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn debug_and_display_mask_the_value() {
-        let pan = Pan::new("4242424242424242");
-        assert_eq!(format!("{pan:?}"), "Pan(424242******4242)");
-        assert_eq!(format!("{pan}"), "Pan(424242******4242)");
-        let cvc = Cvc::new("123");
-        assert!(!format!("{cvc:?}").contains("123"));
+    fn debug_masks_the_value() {
+        let number = CardNumber::new("4242424242424242");
+        assert_eq!(format!("{number:?}"), "CardNumber(424242******4242)");
+        assert!(!format!("{:?}", Cvc::new("123")).contains("123"));
+        assert!(!format!("{:?}", Cryptogram::new("AbCdEf")).contains("AbC"));
         assert!(!format!("{:?}", BearerToken::new("eyJabc")).contains("eyJ"));
+        assert_eq!(
+            format!("{:?}", KeyMaterial::new([7; 32])),
+            "KeyMaterial(..)"
+        );
+        assert_eq!((number.bin(), number.last4()), ("424242", "4242"));
     }
 
     #[test]
-    fn mask_handles_short_and_odd_values() {
-        assert_eq!(mask_pan("123"), "***");
-        assert_eq!(mask_pan("378282246310005"), "378282*****0005");
+    fn a_value_is_read_into_its_type() {
+        let cvc: Cvc = serde_json::from_str("\"123\"").unwrap_or_else(|_| Cvc::new(""));
+        assert_eq!(cvc.expose(), "123");
+    }
+
+    #[test]
+    fn mask_cases() {
+        assert_eq!(mask("4242424242424242"), "424242******4242");
+        assert_eq!(mask("378282246310005"), "378282*****0005");
+        assert_eq!(mask("123456789012"), "123456**9012");
+        assert_eq!(mask("12345678901"), "***********");
+        assert_eq!(mask("123"), "***");
+        assert_eq!(mask(""), "");
+        // Non-ASCII never splits a character.
+        assert_eq!(mask("ab€defghijklm"), "ab€def***jklm");
     }
 }

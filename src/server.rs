@@ -49,7 +49,7 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     let auth = crate::auth::Authenticator::new(config.projects.clone());
     // Derived from the master key, so sandbox credentials (cryptograms) survive restarts.
     let issuer = Arc::new(crate::domain::issuer::Sandbox::new(
-        *vault.derive_secret("paycred/sandbox-issuer"),
+        vault.derive_secret("paycred/sandbox-issuer"),
     ));
     Ok(Arc::new(App {
         config: Arc::new(config),

@@ -77,7 +77,7 @@ fn env() -> Env {
         std::time::Duration::from_secs(3600),
     ));
     let clock = Arc::new(ManualClock::new(datetime!(2026-11-21 10:00 UTC)));
-    let issuer = Arc::new(Sandbox::new(*vault.derive_secret("paycred/sandbox-issuer")));
+    let issuer = Arc::new(Sandbox::new(vault.derive_secret("paycred/sandbox-issuer")));
     let app = Arc::new(App {
         auth: Authenticator::new(config.projects.clone()),
         config: Arc::new(config),
@@ -765,7 +765,7 @@ async fn proxy_helpers_find_the_newest_active_intent_and_count_uses() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(card.number, VISA);
+    assert_eq!(card.number.expose(), VISA);
     assert_eq!(
         record_proxy_use(&env.app, PAN_PROJECT, "user_1", "pi_nope")
             .await

@@ -20,6 +20,25 @@ mod intents_tests;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
+use utoipa::ToSchema;
+
+/// The 409 of a POST, as the API description gives it: `Idempotency-Key` reused.
+pub const CONFLICT: &str =
+    "conflict: Idempotency-Key reused with another request, or its first request still running";
+
+/// The raw `card` of a create body (payment method or token).
+#[derive(ToSchema)]
+#[schema(as = CardInput, rename_all = "camelCase")]
+pub struct CardBody {
+    /// Digits only, 12 to 19, Luhn-valid.
+    pub number: String,
+    /// `MM`.
+    pub expiration_month: String,
+    /// `YYYY`.
+    pub expiration_year: String,
+    /// 3 digits (4 for amex).
+    pub cvc: String,
+}
 
 /// A request body that must be a JSON object.
 pub fn json_object(body: &[u8]) -> ApiResult<serde_json::Map<String, serde_json::Value>> {

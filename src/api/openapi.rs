@@ -1,343 +1,345 @@
-//! `GET /openapi.json`: the API as built, in OpenAPI 3.0. Written by hand here (one place,
-//! next to nothing else) and checked by CI: `scripts/schemathesis` runs schemathesis against
-//! a live server with this document (no 5xx, responses match the schemas, nothing accepted
-//! without a token).
+//! `GET /openapi.json`: the API as built, in OpenAPI 3.1, derived by utoipa from each
+//! handler's `#[utoipa::path]` (route, body, success answers) and the types beside it
+//! (`ToSchema`: what it answers, and the bodies it reads field by field). What the edge gives
+//! every route is added here once ([`Edge`]): the `/tenants/{projectId}/…` forms (and the
+//! singular `purchase-intent`), path parameters, `Idempotency-Key` on each POST, the error
+//! answers of every authenticated route (the envelope, [`crate::error::Envelope`]), bearer
+//! JWT security, and none on the service routes.
 //!
-//! Every path exists in both forms of DESIGN.md §2 (`/projects/{projectId}/…` and
-//! `/tenants/{projectId}/…`, plus the singular `purchase-intent`).
+//! Checked by CI: `scripts/schemathesis` runs schemathesis against a live server with this
+//! document (no 5xx, every answer's status, headers and body as documented, nothing accepted
+//! without a token).
 
+use super::{client_encryption, payment_methods, purchase_intents, sandbox, tokens, verify};
 use once_cell::sync::Lazy;
-use serde_json::{json, Map, Value};
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 /// The document, built once.
-pub static DOCUMENT: Lazy<String> = Lazy::new(|| document().to_string());
+pub static DOCUMENT: Lazy<String> = Lazy::new(|| document().to_json().unwrap_or_default());
 
-fn error_ref() -> Value {
-    json!({"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-}
+/// Ids in paths: `projectId` and `id`.
+const ID_PATTERN: &str = "^[A-Za-z0-9_.-]{1,128}$";
 
-/// The error answers every authenticated operation may give.
-fn errors(extra: &[u16]) -> Map<String, Value> {
-    let mut m = Map::new();
-    let mut codes = vec![400, 401, 403, 404, 405, 413, 415, 429, 500, 503];
-    codes.extend_from_slice(extra);
-    codes.sort_unstable();
-    codes.dedup();
-    for code in codes {
-        let mut e = error_ref();
-        if let Some(obj) = e.as_object_mut() {
-            obj.insert("description".into(), json!(description(code)));
-            if code == 429 {
-                obj.insert(
-                    "headers".into(),
-                    json!({"Retry-After": {"description": "Seconds until a request is allowed again.", "schema": {"type": "string"}}}),
-                );
-            }
-            if code == 405 {
-                obj.insert(
-                    "headers".into(),
-                    json!({"Allow": {"description": "The methods this route answers.", "schema": {"type": "string"}}}),
-                );
-            }
-        }
-        m.insert(code.to_string(), e);
-    }
-    m
-}
+/// The errors every authenticated route may answer, with their descriptions.
+const ERRORS: [(u16, &str); 10] = [
+    (
+        400,
+        "invalidRequest (details.fields names each bad field) or invalidTemplate",
+    ),
+    (401, "unauthorized: token missing or invalid"),
+    (
+        403,
+        "forbidden: another project's token, entityId is not the token's sub, or the public role",
+    ),
+    (404, "notFound: no such id for this project and entity"),
+    (405, "methodNotAllowed"),
+    (413, "payloadTooLarge"),
+    (415, "unsupportedMediaType"),
+    (429, "rateLimited"),
+    (500, "internalError"),
+    (503, "serviceUnavailable: storage temporarily unavailable"),
+];
 
-fn description(code: u16) -> &'static str {
-    match code {
-        400 => "invalidRequest (details.fields names each bad field) or invalidTemplate",
-        401 => "unauthorized: token missing or invalid",
-        403 => "forbidden: another project's token, entityId is not the token's sub, or the public role",
-        404 => "notFound: no such id for this project and entity",
-        405 => "methodNotAllowed",
-        409 => "conflict: Idempotency-Key reused with another request, or still in flight",
-        413 => "payloadTooLarge",
-        415 => "unsupportedMediaType",
-        429 => "rateLimited",
-        500 => "internalError",
-        502 => "badGateway: the target could not be reached",
-        503 => "serviceUnavailable: storage temporarily unavailable",
-        504 => "gatewayTimeout: the target did not answer in time",
-        _ => "error",
-    }
-}
-
-fn json_body(schema: &str) -> Value {
-    json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}})
-}
-
-fn ok(description: &str, schema: Value) -> Value {
-    json!({"description": description, "content": {"application/json": {"schema": schema}}})
-}
-
-fn schema_ref(name: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{name}")})
-}
-
-fn idempotency_header() -> Value {
-    json!({"name": "Idempotency-Key", "in": "header", "required": false,
-           "description": "Same key and request (and token role) within 24 h: the first response again (Idempotent-Replayed: true); a purchase intent as it is then, its credential only while active. Another request with the key: 409.",
-           "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}})
-}
-
-fn path_param(name: &str) -> Value {
-    json!({"name": name, "in": "path", "required": true,
-           "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"}})
-}
-
-fn op(
-    summary: &str,
-    id: &str,
-    params: Vec<Value>,
-    body: Option<Value>,
-    success: (u16, Value),
-    extra_errors: &[u16],
-) -> Value {
-    let mut responses = errors(extra_errors);
-    responses.insert(success.0.to_string(), success.1);
-    let mut o = json!({
-        "summary": summary,
-        "operationId": id,
-        "parameters": params,
-        "responses": responses,
-    });
-    if let (Some(b), Some(obj)) = (body, o.as_object_mut()) {
-        obj.insert("requestBody".into(), b);
-    }
-    o
-}
-
-fn proxy_responses() -> Map<String, Value> {
-    let mut r = errors(&[502, 504]);
-    r.insert(
-        "default".into(),
-        json!({"description": "The target's answer, passed through"}),
-    );
-    r
-}
-
-fn paths() -> Map<String, Value> {
-    let mut paths = Map::new();
-    let forms: [(&str, &str, &str); 3] = [
-        ("/projects/{projectId}", "purchase-intents", ""),
-        ("/tenants/{projectId}", "purchase-intents", "Tenant"),
-        ("/tenants/{projectId}", "purchase-intent", "TenantSingular"),
-    ];
-    for (prefix, pi, suffix) in forms {
-        let p = || path_param("projectId");
-        let id = || path_param("id");
-        if suffix != "TenantSingular" {
-            paths.insert(
-                format!("{prefix}/payment-methods"),
-                json!({
-                    "get": op("List the entity's payment methods (newest first).", &format!("listPaymentMethods{suffix}"),
-                        vec![p(),
-                             json!({"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}}),
-                             json!({"name": "offset", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0, "maximum": 1000000, "default": 0}}),
-                             json!({"name": "type", "in": "query", "required": false, "schema": {"type": "string"}})],
-                        None,
-                        (200, json!({"description": "The payment methods", "headers": {"X-Total-Count": {"schema": {"type": "string"}}},
-                                     "content": {"application/json": {"schema": {"type": "array", "items": schema_ref("PaymentMethod")}}}})),
-                        &[]),
-                    "post": op("Create a payment method from exactly one of card, encryptedCard or tokenId.", &format!("createPaymentMethod{suffix}"),
-                        vec![p(), idempotency_header()], Some(json_body("CreatePaymentMethod")),
-                        (201, ok("Created (200: the entity already had this card, which takes this expiry and cvc)", schema_ref("PaymentMethodCreated"))), &[200, 409]),
-                }),
-            );
-            paths.insert(
-                format!("{prefix}/payment-methods/{{id}}"),
-                json!({
-                    "get": op("Get a payment method.", &format!("getPaymentMethod{suffix}"), vec![p(), id()], None,
-                        (200, ok("The payment method", schema_ref("PaymentMethod"))), &[]),
-                    "delete": op("Delete a payment method; its purchase intents are canceled.", &format!("deletePaymentMethod{suffix}"), vec![p(), id()], None,
-                        (204, json!({"description": "Deleted"})), &[]),
-                }),
-            );
-            paths.insert(
-                format!("{prefix}/sandbox/authorizations"),
-                json!({"post": op("Sandbox issuer: authorize a charge against a credential, enforcing its mandates.", &format!("sandboxAuthorize{suffix}"),
-                    vec![p(), idempotency_header()], Some(json_body("Authorization")),
-                    (200, ok("Approved or declined", schema_ref("AuthorizationResult"))), &[409])}),
-            );
-            paths.insert(
-                format!("{prefix}/tokens"),
-                json!({"post": op("Token vault: store a card for one later tokenId.", &format!("createToken{suffix}"),
-                    vec![p(), idempotency_header()], Some(json_body("CreateToken")),
-                    (201, ok("The token", schema_ref("Token"))), &[409])}),
-            );
-            paths.insert(
-                format!("{prefix}/client-encryption-key"),
-                json!({"get": op("The public key (JWK) for encryptedCard.", &format!("getClientEncryptionKey{suffix}"), vec![p()], None,
-                    (200, ok("The current key", schema_ref("Jwk"))), &[])}),
-            );
-            paths.insert(
-                format!("{prefix}/proxy"),
-                json!({"post": {
-                    "summary": "Forward the request to Svc-Target-URL with credential templates in the JSON body substituted (any method).",
-                    "operationId": format!("proxy{suffix}"),
-                    "parameters": [p(),
-                        {"name": "Svc-Target-URL", "in": "header", "required": true, "schema": {"type": "string", "format": "uri"}}],
-                    "requestBody": {"required": false, "content": {"application/json": {"schema": {}}}},
-                    "responses": proxy_responses(),
-                }}),
-            );
-        }
-        paths.insert(
-            format!("{prefix}/{pi}"),
-            json!({"post": op("Create a purchase intent (a mandate-bounded credential).", &format!("createPurchaseIntent{suffix}"),
-                vec![p(), idempotency_header()], Some(json_body("CreatePurchaseIntent")),
-                (201, ok("Created", schema_ref("PurchaseIntent"))), &[409])}),
-        );
-        paths.insert(
-            format!("{prefix}/{pi}/{{id}}"),
-            json!({"get": op("Get a purchase intent; the credential while active.", &format!("getPurchaseIntent{suffix}"), vec![p(), id()], None,
-                (200, ok("The purchase intent", schema_ref("PurchaseIntent"))), &[])}),
-        );
-        paths.insert(
-            format!("{prefix}/{pi}/{{id}}/verify"),
-            json!({"post": op("Verification step of a purchase intent in status verify (public role).", &format!("verifyPurchaseIntent{suffix}"),
-                vec![p(), id(), idempotency_header()], Some(json_body("Verify")),
-                (200, ok("The verification state", schema_ref("VerifyResult"))), &[409])}),
-        );
-    }
-    let public = |summary: &str, id: &str, content: Value| {
-        json!({"get": {"summary": summary, "operationId": id, "security": [],
-                        "responses": {"200": {"description": "OK", "content": content}}}})
-    };
-    paths.insert("/health".into(), public("Liveness.", "health", json!({"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}}})));
-    paths.insert(
-        "/metrics".into(),
-        public(
-            "Prometheus metrics.",
-            "metrics",
-            json!({"text/plain": {"schema": {"type": "string"}}}),
-        ),
-    );
-    paths.insert(
-        "/openapi.json".into(),
-        public(
-            "This document.",
-            "openapi",
-            json!({"application/json": {"schema": {"type": "object"}}}),
-        ),
-    );
-    paths
-}
-
-fn schemas() -> Value {
-    let s = |t: &str| json!({"type": t});
-    let credential = json!({"type": "object", "required": ["number", "expirationMonth", "expirationYear"],
-        "properties": {"number": s("string"), "expirationMonth": s("string"), "expirationYear": s("string"),
-                       "cvc": s("string"), "cryptogram": s("string")}});
-    let card_input = json!({"type": "object", "required": ["number", "expirationMonth", "expirationYear", "cvc"],
-        "properties": {"number": s("string"), "expirationMonth": s("string"), "expirationYear": s("string"), "cvc": s("string")}});
-    let details = json!({"type": "object", "required": ["bin", "last4", "expirationMonth", "expirationYear"],
-        "properties": {"bin": s("string"), "last4": s("string"), "expirationMonth": s("string"), "expirationYear": s("string")}});
-    let pm = |display: Value| {
-        json!({"type": "object",
-        "required": ["id", "type", "entityId", "card", "credentialTypes", "createdAt"],
-        "properties": {
-            "id": s("string"), "type": {"type": "string", "enum": ["card"]}, "entityId": s("string"),
-            "card": {"type": "object", "required": ["type", "brand", "details", "display"],
-                     "properties": {"type": {"type": "string", "enum": ["debit", "credit"]}, "brand": s("string"),
-                                    "details": details.clone(), "display": display}},
-            "credentialTypes": {"type": "array", "items": {"type": "string", "enum": ["network-token", "virtual-card", "pan"]}},
-            "createdAt": {"type": "string", "format": "date-time"},
-            "token": schema_ref("TokenObject"),
-        }})
-    };
-    json!({
-        "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object",
-            "required": ["status", "type", "title", "message"],
-            "properties": {"status": s("integer"),
-                "type": {"type": "string", "enum": ["invalidRequest", "invalidTemplate", "unauthorized", "forbidden", "notFound",
-                    "methodNotAllowed", "conflict", "payloadTooLarge", "unsupportedMediaType", "rateLimited", "internalError",
-                    "badGateway", "serviceUnavailable", "gatewayTimeout"]},
-                "title": s("string"), "message": s("string"), "details": s("object")}}}},
-        "PaymentMethod": pm(json!({"type": "object", "properties": {"artUrl": s("string"), "backgroundColor": s("string"),
-            "foregroundColor": s("string"), "description": s("string"), "issuerName": s("string")}})),
-        "PaymentMethodCreated": pm(json!({"type": "object", "required": ["name", "color"], "properties": {"name": s("string"), "color": s("string")}})),
-        "TokenObject": {"type": "object", "required": ["id", "fingerprint", "createdAt", "maskedData"],
-            "properties": {"id": s("string"), "fingerprint": s("string"), "createdAt": s("string"), "maskedData": s("string")}},
-        "CardInput": card_input,
-        "CreatePaymentMethod": {"type": "object", "required": ["entityId"], "properties": {
-            "entityId": s("string"), "card": schema_ref("CardInput"), "encryptedCard": s("string"), "tokenId": s("string")}},
-        "Mandate": {"type": "object", "required": ["type", "value"], "properties": {
-            "type": {"type": "string", "enum": ["maxAmount", "merchantMcc", "expirationDate", "usageLimit", "currency", "mcc"]},
-            "value": s("string"), "details": s("object")}},
-        "CreatePurchaseIntent": {"type": "object", "required": ["credentialType", "paymentMethodId", "mandates"], "properties": {
-            "entityId": s("string"),
-            "credentialType": {"type": "string", "enum": ["virtual-card", "network-token", "pan"]},
-            "paymentMethodId": s("string"),
-            "mandates": {"type": "array", "minItems": 1, "items": schema_ref("Mandate")}}},
-        "PurchaseIntent": {"type": "object",
-            "required": ["id", "entityId", "credentialType", "paymentMethodId", "status", "createdAt", "expiresAt"],
-            "properties": {"id": s("string"), "entityId": s("string"),
-                "credentialType": {"type": "string", "enum": ["virtual-card", "network-token", "pan"]},
-                "paymentMethodId": s("string"),
-                "status": {"type": "string", "enum": ["active", "verify", "unavailable", "expired", "canceled"]},
-                "card": credential.clone(), "token": credential.clone(), "pan": credential,
-                "mandates": {},
-                "createdAt": {"type": "string", "format": "date-time"},
-                "expiresAt": {"type": "string", "format": "date-time"}}},
-        "Verify": {"type": "object", "properties": {"code": s("string")}},
-        "VerifyResult": {"type": "object", "required": ["status"], "properties": {
-            "status": s("string"), "nextAction": {"type": "object", "nullable": true}}},
-        "Authorization": {"type": "object", "required": ["number", "expirationMonth", "expirationYear", "amount", "currency"],
-            "properties": {"number": s("string"), "expirationMonth": s("string"), "expirationYear": s("string"),
-                "cvc": s("string"), "cryptogram": s("string"), "amount": s("string"), "currency": s("string"), "mcc": s("string")}},
-        "AuthorizationResult": {"type": "object", "required": ["approved"], "properties": {
-            "approved": s("boolean"), "declineReason": s("string")}},
-        "CreateToken": {"type": "object", "properties": {"card": schema_ref("CardInput"), "encryptedCard": s("string")}},
-        "Token": {"type": "object", "required": ["id", "fingerprint", "createdAt", "maskedData", "expiresAt"], "properties": {
-            "id": s("string"), "fingerprint": s("string"), "createdAt": s("string"), "maskedData": s("string"), "expiresAt": s("string")}},
-        "Jwk": {"type": "object", "required": ["kty", "kid"], "properties": {
-            "kty": s("string"), "crv": s("string"), "x": s("string"), "y": s("string"), "kid": s("string"), "use": s("string"), "alg": s("string")}},
-    })
-}
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paycred",
+        description = "Payment credential service: payment methods, purchase intents, the \
+            credential proxy. Every error has the envelope {error: {status, type, title, \
+            message, details?}}."
+    ),
+    servers((url = "/")),
+    paths(
+        payment_methods::list,
+        payment_methods::create,
+        payment_methods::get,
+        payment_methods::delete,
+        purchase_intents::create,
+        purchase_intents::get,
+        verify::verify,
+        sandbox::authorize,
+        tokens::create,
+        client_encryption::get_key,
+        proxy,
+        health,
+        metrics,
+        openapi,
+    ),
+    security(("bearer" = [])),
+    modifiers(&Edge)
+)]
+struct Api;
 
 /// The whole document.
-pub fn document() -> Value {
-    json!({
-        "openapi": "3.0.3",
-        "info": {
-            "title": "paycred",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "Payment credential service: payment methods, purchase intents, the credential proxy. Every error has the envelope {error: {status, type, title, message, details?}}.",
-        },
-        "servers": [{"url": "/"}],
-        "security": [{"bearer": []}],
-        "paths": paths(),
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
-            "schemas": schemas(),
-        },
-    })
+pub fn document() -> utoipa::openapi::OpenApi {
+    Api::openapi()
+}
+
+/// Forward the request to Svc-Target-URL with the templates in its body substituted.
+///
+/// Any method; the body's format follows its Content-Type (JSON, form-encoded, XML).
+#[utoipa::path(post, path = "/projects/{projectId}/proxy", operation_id = "proxy",
+    params(("Svc-Target-URL" = String, Header, format = "uri",
+        description = "The target: an https URL whose host the project allows.")),
+    request_body(content = Option<serde_json::Value>, content_type = "application/json"),
+    responses(
+        (status = 502, description = "badGateway: the target could not be reached",
+            body = crate::error::Envelope),
+        (status = 504, description = "gatewayTimeout: the target did not answer in time",
+            body = crate::error::Envelope),
+        (status = "default", description = "The target's answer, passed through"),
+    ))]
+#[allow(
+    dead_code,
+    reason = "documents the proxy route, which the gateway serves"
+)]
+fn proxy() {}
+
+/// `{"status": "ok"}`.
+#[derive(ToSchema)]
+struct Health {
+    #[allow(dead_code, reason = "documentation only")]
+    status: String,
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/health", operation_id = "health",
+    responses((status = 200, description = "OK", body = Health)))]
+#[allow(dead_code, reason = "documents a route the gateway serves")]
+fn health() {}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics",
+    responses((status = 200, description = "OK", body = String, content_type = "text/plain")))]
+#[allow(dead_code, reason = "documents a route the gateway serves")]
+fn metrics() {}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi",
+    responses((status = 200, description = "OK", body = Object)))]
+#[allow(dead_code, reason = "documents a route the gateway serves")]
+fn openapi() {}
+
+/// What the edge gives every route (see the module's documentation).
+struct Edge;
+
+/// Where a path of the `/projects/{projectId}` form is served too: (prefix, singular
+/// `purchase-intent`, operation id suffix).
+const FORMS: [(&str, bool, &str); 3] = [
+    ("/projects/{projectId}", false, ""),
+    ("/tenants/{projectId}", false, "Tenant"),
+    ("/tenants/{projectId}", true, "TenantSingular"),
+];
+
+impl Modify for Edge {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        if let Some(components) = doc.components.as_mut() {
+            components.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .bearer_format("JWT")
+                        .build(),
+                ),
+            );
+        }
+        let declared = std::mem::take(&mut doc.paths.paths);
+        for (path, item) in declared {
+            let Some(rest) = path.strip_prefix("/projects/{projectId}") else {
+                // A service route: no token.
+                let mut item = item;
+                for (_, op) in operations(&mut item) {
+                    op.security = Some(Vec::new());
+                }
+                doc.paths.paths.insert(path, item);
+                continue;
+            };
+            for (prefix, singular, suffix) in FORMS {
+                let rest = match (singular, rest.strip_prefix("/purchase-intents")) {
+                    (false, _) => rest.to_string(),
+                    (true, Some(tail)) => format!("/purchase-intent{tail}"),
+                    (true, None) => continue,
+                };
+                let path = format!("{prefix}{rest}");
+                let mut item = item.clone();
+                for (method, op) in operations(&mut item) {
+                    if let Some(id) = op.operation_id.as_mut() {
+                        id.push_str(suffix);
+                    }
+                    edge_rules(&path, method, op);
+                }
+                doc.paths.paths.insert(path, item);
+            }
+        }
+    }
+}
+
+/// The operations of a path item, with their methods.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut Operation)> {
+    [
+        ("get", item.get.as_mut()),
+        ("post", item.post.as_mut()),
+        ("put", item.put.as_mut()),
+        ("patch", item.patch.as_mut()),
+        ("delete", item.delete.as_mut()),
+    ]
+    .into_iter()
+    .filter_map(|(method, op)| op.map(|op| (method, op)))
+}
+
+/// Path parameters, `Idempotency-Key` on a POST (not the proxy's: it goes to the target),
+/// and the common error answers.
+fn edge_rules(path: &str, method: &str, op: &mut Operation) {
+    let mut params = Vec::new();
+    for name in ["projectId", "id"] {
+        if path.contains(&format!("{{{name}}}")) {
+            let schema = ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(ID_PATTERN));
+            params.push(
+                ParameterBuilder::new()
+                    .name(name)
+                    .parameter_in(ParameterIn::Path)
+                    .required(Required::True)
+                    .schema(Some(schema))
+                    .build(),
+            );
+        }
+    }
+    let proxy = path.ends_with("/proxy");
+    if method == "post" && !proxy {
+        let schema = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(255))
+            .pattern(Some("^[!-~]+$"));
+        params.push(
+            ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(Required::False)
+                .description(Some(
+                    "Same key and request (and token role) within 24 h: the first response \
+                     again (Idempotent-Replayed: true); a purchase intent as it is then, its \
+                     credential only while active. Another request with the key: 409.",
+                ))
+                .schema(Some(schema))
+                .build(),
+        );
+    }
+    params.extend(
+        op.parameters
+            .take()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| match p {
+                RefOr::T(p) => Some(p),
+                RefOr::Ref(_) => None,
+            }),
+    );
+    op.parameters = Some(params.into_iter().map(RefOr::T).collect());
+    for (status, description) in ERRORS {
+        let mut response = ResponseBuilder::new().description(description).content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Error")))
+                .build(),
+        );
+        let header = match status {
+            429 => Some(("Retry-After", "Seconds until a request is allowed again.")),
+            405 => Some(("Allow", "The methods this route answers.")),
+            _ => None,
+        };
+        if let Some((name, description)) = header {
+            response = response.header(
+                name,
+                HeaderBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                    .description(Some(description))
+                    .build(),
+            );
+        }
+        op.responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| RefOr::T(response.build()));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
+    /// Every documented path and method is a route that answers that method, every route form
+    /// is there, and every `$ref` resolves.
     #[test]
     fn every_route_form_is_described_and_refs_resolve() {
-        let doc = document();
-        let paths = doc["paths"].as_object().map(|p| p.len()).unwrap_or(0);
-        assert_eq!(paths, 2 * 9 + 3 + 3);
+        let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
+        let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+        assert_eq!(paths.len(), 2 * 9 + 3 + 3);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {
-            let name: String = part.chars().take_while(|c| c.is_alphanumeric()).collect();
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
             assert!(schemas.get(&name).is_some(), "{name}");
         }
-        for path in doc["paths"].as_object().into_iter().flat_map(|p| p.keys()) {
+        for (path, item) in &paths {
             let concrete = path.replace("{projectId}", "p1").replace("{id}", "x1");
-            assert!(
-                crate::edge::routes::route(&concrete).is_some(),
-                "{path} is not a route"
-            );
+            let route = crate::edge::routes::route(&concrete);
+            let Some(route) = route else {
+                unreachable!("{path} is not a route")
+            };
+            for method in item.as_object().into_iter().flat_map(|m| m.keys()) {
+                assert!(
+                    route
+                        .allowed()
+                        .iter()
+                        .any(|m| m.as_str().eq_ignore_ascii_case(method)),
+                    "{method} {path} is not answered"
+                );
+            }
         }
+    }
+
+    /// Authenticated operations carry every error answer and the path parameters; service
+    /// routes need no token.
+    #[test]
+    fn the_edge_rules_apply_to_every_form() {
+        let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
+        let op = &doc["paths"]["/tenants/{projectId}/purchase-intent/{id}"]["get"];
+        assert_eq!(op["operationId"], "getPurchaseIntentTenantSingular");
+        for (status, _) in ERRORS {
+            assert!(op["responses"][status.to_string()].is_object(), "{status}");
+        }
+        assert!(op["responses"]["200"].is_object());
+        let names: Vec<&str> = op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        assert_eq!(names, ["projectId", "id"]);
+        let post = &doc["paths"]["/projects/{projectId}/payment-methods"]["post"];
+        assert!(post["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "Idempotency-Key"));
+        assert_eq!(
+            doc["paths"]["/health"]["get"]["security"],
+            serde_json::json!([])
+        );
+        assert_eq!(doc["security"], serde_json::json!([{"bearer": []}]));
     }
 }

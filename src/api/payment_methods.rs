@@ -1,4 +1,4 @@
-//! Payment methods (spec §4.1–4.4): create (from `card`, `encryptedCard` or `tokenId`, see
+//! Payment methods: create (from `card`, `encryptedCard` or `tokenId`, see
 //! [`super::client_encryption`]), list, get, delete.
 //!
 //! The card number and cvc are sealed by the vault before anything is stored; responses
@@ -8,7 +8,7 @@ use super::query_pairs;
 use crate::app::App;
 use crate::auth::Principal;
 use crate::clock::iso8601;
-use crate::domain::card::{self, Brand, Funding};
+use crate::domain::card::{self, Brand, DisplayCreate, DisplayListed, Funding};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
 use crate::service::intake::{card_input, pick_source, Source};
@@ -17,30 +17,43 @@ use crate::store::{Inserted, PaymentMethodRecord, Scope, StoredCard, TokenRecord
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use zeroize::Zeroizing;
+use utoipa::ToSchema;
 
 /// Default and largest `limit` of a list.
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 100;
 const MAX_OFFSET: usize = 1_000_000;
 
-/// The payment method object of list and get responses.
-#[derive(Debug, Serialize)]
+/// The payment method object. Its `card.display` has one shape in list and get responses
+/// (`DisplayListed`) and another in the create response (`DisplayCreate`): the type parameter.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct PaymentMethodView<D: Serialize> {
+pub struct PaymentMethodView<D: Serialize> {
     id: String,
     #[serde(rename = "type")]
-    kind: &'static str,
+    #[schema(inline)]
+    kind: PaymentMethodType,
     entity_id: String,
     card: CardView<D>,
+    #[schema(value_type = Vec<crate::domain::issuer::CredentialType>)]
     credential_types: Vec<&'static str>,
+    #[schema(format = DateTime)]
     created_at: String,
+    /// Only in the create response, and only when the project has its own vault key.
     #[serde(skip_serializing_if = "Option::is_none")]
     token: Option<TokenView>,
 }
 
-#[derive(Debug, Serialize)]
-struct CardView<D: Serialize> {
+/// `card`, the only payment method type.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+enum PaymentMethodType {
+    Card,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CardView<D: Serialize> {
+    /// `debit` or `credit`.
     #[serde(rename = "type")]
     funding: String,
     brand: String,
@@ -48,18 +61,20 @@ struct CardView<D: Serialize> {
     display: D,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct CardDetails {
+pub struct CardDetails {
     bin: String,
     last4: String,
     expiration_month: String,
     expiration_year: String,
 }
 
-#[derive(Debug, Serialize)]
+/// The Token object of the create response.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct TokenView {
+#[schema(as = TokenObject)]
+pub struct TokenView {
     id: String,
     fingerprint: String,
     created_at: String,
@@ -102,7 +117,7 @@ fn view<D: Serialize>(
         .is_some_and(|p| p.pan_enabled);
     PaymentMethodView {
         id: rec.id.clone(),
-        kind: "card",
+        kind: PaymentMethodType::Card,
         entity_id: rec.entity.clone(),
         card: CardView {
             funding: rec.card.funding.clone(),
@@ -131,7 +146,7 @@ fn view<D: Serialize>(
 }
 
 /// The list/get shape.
-fn listed_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card::DisplayListed> {
+fn listed_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<DisplayListed> {
     let brand = Brand::from_str(&rec.card.brand).unwrap_or(Brand::Unknown);
     let funding = if rec.card.funding == "debit" {
         Funding::Debit
@@ -143,12 +158,35 @@ fn listed_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card::
 }
 
 /// The create shape (display `name`/`color`, `token` when the project has a vault key).
-fn created_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<card::DisplayCreate> {
+fn created_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<DisplayCreate> {
     let brand = Brand::from_str(&rec.card.brand).unwrap_or(Brand::Unknown);
     view(app, rec, card::display_create(brand), true)
 }
 
-/// `POST /projects/:projectId/payment-methods`
+/// The create body, read field by field so that every bad field is named: exactly one of
+/// `card`, `encryptedCard` or `tokenId`.
+#[derive(ToSchema)]
+#[schema(as = CreatePaymentMethod, rename_all = "camelCase")]
+pub struct CreateBody {
+    /// Must be the token's `sub`.
+    pub entity_id: String,
+    pub card: Option<super::CardBody>,
+    /// A compact JWE (ECDH-ES, A256GCM) of the card JSON, to the project's client encryption
+    /// key.
+    pub encrypted_card: Option<String>,
+    /// A token of the token vault, used once.
+    pub token_id: Option<String>,
+}
+
+/// Create a payment method from exactly one of card, encryptedCard or tokenId.
+#[utoipa::path(post, path = "/projects/{projectId}/payment-methods",
+    operation_id = "createPaymentMethod", request_body = CreateBody,
+    responses(
+        (status = 201, description = "Created", body = PaymentMethodView<DisplayCreate>),
+        (status = 200, description = "The entity already had this card, which takes this \
+            request's expiry and cvc", body = PaymentMethodView<DisplayCreate>),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
+    ))]
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     let mut obj = super::json_object(body)?;
     super::check_entity(&obj, principal, true)?;
@@ -174,18 +212,18 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     let card = card_input(app, principal, source, raw).await?;
     let input = card.input;
     let now = app.clock.now();
-    let mut valid =
+    let valid =
         card::validate(&input, source.field(), now.date()).map_err(ApiError::invalid_fields)?;
     drop(input);
 
     let project = principal.project.as_str();
     let id = format!("pm_{}", uuid::Uuid::new_v4().simple());
-    let now_micros = i64::try_from(now.unix_timestamp_nanos() / 1000).unwrap_or(0);
+    let now_micros = crate::clock::micros(now);
     let fingerprint = app.vault.fingerprint(project, &valid.number)?;
     let number_sealed = app.vault.seal(
         project,
         &aad::pm_number(project, &id),
-        valid.number.as_bytes(),
+        valid.number.expose().as_bytes(),
     )?;
     // A token's cvc keeps the retention it started with when the token was stored.
     let cvc_stored_secs = card.cvc_stored_secs.unwrap_or_else(|| app.now_secs());
@@ -207,12 +245,8 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
                 Funding::Debit => "debit".into(),
                 Funding::Credit => "credit".into(),
             },
-            bin: valid.number.get(..6).unwrap_or_default().to_string(),
-            last4: valid
-                .number
-                .get(valid.number.len().saturating_sub(4)..)
-                .unwrap_or_default()
-                .to_string(),
+            bin: valid.number.bin().to_string(),
+            last4: valid.number.last4().to_string(),
             expiration_month: valid.expiration_month.clone(),
             expiration_year: valid.expiration_year.clone(),
             number_sealed,
@@ -223,13 +257,13 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
             id: format!("tok_{}", uuid::Uuid::new_v4().simple()),
             fingerprint,
             created_micros: now_micros,
-            masked_data: card::mask(&valid.number),
+            masked_data: valid.number.masked(),
         }),
     };
     // The entity already has this card: it keeps its id, and takes this request's expiry
     // (a reissued card) and cvc (the way to give a card its cvc again once it is erased).
     // Only the cvc is kept for that, to seal for the stored id; the number goes now.
-    let cvc = Zeroizing::new(std::mem::take(&mut valid.cvc));
+    let cvc = valid.cvc.clone();
     drop(valid);
     let refresh = |existing: &PaymentMethodRecord| {
         let mut refreshed = existing.clone();
@@ -263,7 +297,17 @@ fn scope(principal: &Principal) -> Scope<'_> {
     }
 }
 
-/// `GET /projects/:projectId/payment-methods?limit&offset&type`
+/// List the entity's payment methods (newest first).
+#[utoipa::path(get, path = "/projects/{projectId}/payment-methods",
+    operation_id = "listPaymentMethods",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Default 50."),
+        ("offset" = Option<u32>, Query, minimum = 0, maximum = 1000000, description = "Default 0."),
+        ("type" = Option<String>, Query, description = "Only this type (`card`)."),
+    ),
+    responses((status = 200, description = "The payment methods",
+        body = [PaymentMethodView<DisplayListed>],
+        headers(("X-Total-Count" = String, description = "How many there are in all.")))))]
 pub async fn list(app: &App, principal: &Principal, query: Option<&str>) -> ApiResult<Response> {
     let mut limit = DEFAULT_LIMIT;
     let mut offset = 0;
@@ -309,7 +353,11 @@ pub async fn list(app: &App, principal: &Principal, query: Option<&str>) -> ApiR
     Ok(Response::json(200, &items)?.with_header("X-Total-Count", page.total.to_string()))
 }
 
-/// `GET /projects/:projectId/payment-methods/:id`
+/// Get a payment method.
+#[utoipa::path(get, path = "/projects/{projectId}/payment-methods/{id}",
+    operation_id = "getPaymentMethod",
+    responses((status = 200, description = "The payment method",
+        body = PaymentMethodView<DisplayListed>)))]
 pub async fn get(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
     match app.store.get_payment_method(scope(principal), id).await? {
         Some(rec) => Response::json(200, &listed_view(app, &rec)),
@@ -317,7 +365,9 @@ pub async fn get(app: &App, principal: &Principal, id: &str) -> ApiResult<Respon
     }
 }
 
-/// `DELETE /projects/:projectId/payment-methods/:id`
+/// Delete a payment method; its purchase intents are canceled.
+#[utoipa::path(delete, path = "/projects/{projectId}/payment-methods/{id}",
+    operation_id = "deletePaymentMethod", responses((status = 204, description = "Deleted")))]
 pub async fn delete(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
     principal.require_private()?;
     let audit = audit_event(app, principal, "paymentMethod.delete", id);

@@ -1,6 +1,6 @@
-//! Purchase intents (spec §2.2, §3, §4.5, §4.6; DESIGN.md §4–6): create and get on both path
-//! forms, verification (`verify` → `active`), and the two functions the proxy resolves
-//! templates with ([`active_credential`], [`stored_card_credential`], [`record_proxy_use`]).
+//! Purchase intents: create (`POST .../purchase-intents`, also `/tenants/:t/purchase-intent`)
+//! and get, on both path forms. Verification is in [`super::verify`]; what the proxy and
+//! the sandbox reach of an intent's credential is in `service::intents`.
 //!
 //! - The credential comes from `app.issuer` (the sandbox by default) and is stored sealed by
 //!   the vault under `pi/{project}/{id}/credential`; `pan` intents store none and read the
@@ -8,9 +8,6 @@
 //! - The credential object (`card`, `token` or `pan`) appears only while the intent is
 //!   `active`; every reveal appends an audit event (ids only, never values).
 //! - `expired` is computed at read time: past `expiresAt`, or the usage limit used up.
-//! - Verification: the sandbox's one step is `otp`. Wrong codes are counted; after
-//!   [`MAX_FAILED_VERIFICATIONS`] the intent is locked (it stays `verify`, and every further
-//!   attempt answers 409 `conflict`). Two verifications of one intent at once: 409.
 
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -30,29 +27,87 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use time::Duration;
+use utoipa::ToSchema;
 use zeroize::Zeroizing;
 
 /// Lifetime of a credential when no `expirationDate` mandate is sooner.
 pub const CREDENTIAL_LIFETIME: Duration = Duration::hours(24);
 
-/// The purchase intent object of create and get responses.
-#[derive(Serialize)]
+/// The purchase intent object of create and get responses. The credential object (`card`,
+/// `token` or `pan`, after `credentialType`) is there only while the intent is `active`.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct IntentView<'a> {
+#[schema(as = PurchaseIntent)]
+pub struct IntentView<'a> {
     id: &'a str,
     entity_id: &'a str,
     credential_type: CredentialType,
     payment_method_id: &'a str,
-    status: &'static str,
+    status: IntentStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<CredentialObject>)]
     card: Option<Credential>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<CredentialObject>)]
     token: Option<Credential>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<CredentialObject>)]
     pan: Option<Credential>,
+    /// The mandates, normalised.
+    #[schema(value_type = Object)]
     mandates: &'a Mandates,
+    #[schema(format = DateTime)]
     created_at: String,
+    #[schema(format = DateTime)]
     expires_at: String,
+}
+
+/// The Virtual Card, Network Token or PAN object (as a `Credential` serialises): `cvc` for
+/// virtual cards and pans (while retained), `cryptogram` for network tokens.
+#[derive(ToSchema)]
+#[schema(as = Credential, rename_all = "camelCase")]
+pub struct CredentialObject {
+    pub number: String,
+    pub expiration_month: String,
+    pub expiration_year: String,
+    pub cvc: Option<String>,
+    pub cryptogram: Option<String>,
+}
+
+/// One mandate: the reference form (`maxAmount`, `merchantMcc`, `expirationDate`,
+/// `usageLimit`, with `details`) or the guide form (`maxAmount`, `currency`, `mcc`).
+#[derive(ToSchema)]
+#[schema(as = Mandate)]
+pub struct MandateBody {
+    #[schema(rename = "type", inline)]
+    pub kind: MandateType,
+    pub value: String,
+    /// `currency` (maxAmount), `date` (expirationDate), `count` (usageLimit).
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub enum MandateType {
+    MaxAmount,
+    MerchantMcc,
+    ExpirationDate,
+    UsageLimit,
+    Currency,
+    Mcc,
+}
+
+/// The create body, read field by field so that every bad field is named.
+#[derive(ToSchema)]
+#[schema(as = CreatePurchaseIntent, rename_all = "camelCase")]
+pub struct CreateBody {
+    /// Must be the token's `sub`; may be left out (the token's `sub` is meant).
+    pub entity_id: Option<String>,
+    pub credential_type: CredentialType,
+    pub payment_method_id: String,
+    #[schema(min_items = 1)]
+    pub mandates: Vec<MandateBody>,
 }
 
 /// Answers an intent, revealing its credential (and auditing that) only while `active`.
@@ -88,7 +143,7 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
             entity_id: &rec.entity,
             credential_type: rec.credential_type,
             payment_method_id: &rec.payment_method_id,
-            status: status.as_str(),
+            status,
             card,
             token,
             pan,
@@ -119,7 +174,13 @@ fn string_field<'a>(
     }
 }
 
-/// `POST /projects/:projectId/purchase-intents` (also `/tenants/:tenantId/purchase-intent[s]`).
+/// Create a purchase intent (a mandate-bounded credential).
+#[utoipa::path(post, path = "/projects/{projectId}/purchase-intents",
+    operation_id = "createPurchaseIntent", request_body = CreateBody,
+    responses(
+        (status = 201, description = "Created", body = IntentView),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
+    ))]
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     principal.require_private()?;
     let obj = super::json_object(body)?;
@@ -245,7 +306,10 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
     respond(app, 201, &rec).await
 }
 
-/// `GET /projects/:projectId/purchase-intents/:id`
+/// Get a purchase intent; the credential while active.
+#[utoipa::path(get, path = "/projects/{projectId}/purchase-intents/{id}",
+    operation_id = "getPurchaseIntent",
+    responses((status = 200, description = "The purchase intent", body = IntentView)))]
 pub async fn get(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
     show(app, principal, id, 200).await
 }

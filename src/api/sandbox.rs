@@ -1,4 +1,4 @@
-//! `POST /projects/:projectId/sandbox/authorizations` (DESIGN.md §6): a merchant charging a
+//! `POST /projects/:projectId/sandbox/authorizations` (docs/sandbox.md): a merchant charging a
 //! sandbox credential. Finds the entity's purchase intent that was issued the credential,
 //! checks its status and mandates, and counts an approved use atomically
 //! ([`crate::store::Store::record_use`]). A decline is a 200 too: `{approved, declineReason}`.
@@ -19,21 +19,53 @@ use crate::domain::issuer::CredentialType;
 use crate::domain::mandate::{Authorization, Currency, DeclineReason, Mcc};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
+use crate::secret::{constant_time_eq, CardNumber, Cryptogram, Cvc};
 use crate::service::intents::reveal;
 use crate::store::{IntentStatus, Scope, UseOutcome};
 use rust_decimal::Decimal;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use zeroize::Zeroizing;
+use utoipa::ToSchema;
+
+/// The authorization body, read field by field so that every bad field is named. `cvc` for
+/// virtual cards and pans, `cryptogram` for network tokens.
+#[derive(ToSchema)]
+#[schema(as = Authorization, rename_all = "camelCase")]
+pub struct AuthorizationBody {
+    pub number: String,
+    pub expiration_month: String,
+    pub expiration_year: String,
+    pub cvc: Option<String>,
+    pub cryptogram: Option<String>,
+    /// A decimal amount, e.g. `"12.50"`.
+    pub amount: String,
+    /// ISO 4217, numeric (`"840"`) or alphabetic (`"USD"`).
+    pub currency: String,
+    /// The merchant's category code, 4 digits.
+    pub mcc: Option<String>,
+}
+
+/// The answer: approved, or declined with the reason (a decline is a 200 too).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = AuthorizationResult)]
+pub struct Answer {
+    pub approved: bool,
+    /// e.g. `amountOverMaximum`, `currencyMismatch`, `mccNotAllowed`, `expired`,
+    /// `usageLimitReached`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decline_reason: Option<&'static str>,
+}
 
 /// One parsed authorization request.
 struct AuthRequest {
-    number: Zeroizing<String>,
+    number: CardNumber,
     expiration_month: String,
     expiration_year: String,
-    cvc: Option<Zeroizing<String>>,
-    cryptogram: Option<Zeroizing<String>>,
+    cvc: Option<Cvc>,
+    cryptogram: Option<Cryptogram>,
     authorization: Authorization,
 }
 
@@ -76,11 +108,11 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
             }
         }
     };
-    let number = string("number", true).map(Zeroizing::new);
+    let number = string("number", true).map(CardNumber::new);
     let month = string("expirationMonth", true);
     let year = string("expirationYear", true);
-    let cvc = string("cvc", false).map(Zeroizing::new);
-    let cryptogram = string("cryptogram", false).map(Zeroizing::new);
+    let cvc = string("cvc", false).map(Cvc::new);
+    let cryptogram = string("cryptogram", false).map(Cryptogram::new);
     let currency = string("currency", true);
     let mcc = string("mcc", false);
     if cvc.is_some() && cryptogram.is_some() {
@@ -142,18 +174,28 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether a sent secret is the issued one (constant time).
+fn same(sent: &str, issued: &str) -> bool {
+    constant_time_eq(sent.as_bytes(), issued.as_bytes())
 }
 
 fn decline(reason: DeclineReason) -> ApiResult<Response> {
     Response::json(
         200,
-        &json!({"approved": false, "declineReason": reason.as_str()}),
+        &Answer {
+            approved: false,
+            decline_reason: Some(reason.as_str()),
+        },
     )
 }
 
-/// `POST /projects/:projectId/sandbox/authorizations`
+/// Sandbox issuer: authorize a charge against a credential, enforcing its mandates.
+#[utoipa::path(post, path = "/projects/{projectId}/sandbox/authorizations",
+    operation_id = "sandboxAuthorize", request_body = AuthorizationBody,
+    responses(
+        (status = 200, description = "Approved or declined", body = Answer),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
+    ))]
 pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     principal.require_private()?;
     let obj = super::json_object(body)?;
@@ -178,7 +220,7 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
         let Some(c) = reveal(app, &rec).await? else {
             continue;
         };
-        if constant_time_eq(c.number.as_bytes(), req.number.as_bytes())
+        if same(c.number.expose(), req.number.expose())
             && c.expiration_month == req.expiration_month
             && c.expiration_year == req.expiration_year
         {
@@ -191,15 +233,15 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
     };
     let secret_ok = match rec.credential_type {
         CredentialType::NetworkToken => match (&req.cryptogram, &credential.cryptogram) {
-            (Some(sent), Some(issued)) => constant_time_eq(sent.as_bytes(), issued.as_bytes()),
+            (Some(sent), Some(issued)) => same(sent.expose(), issued.expose()),
             _ => false,
         },
         CredentialType::VirtualCard => match (&req.cvc, &credential.cvc) {
-            (Some(sent), Some(issued)) => constant_time_eq(sent.as_bytes(), issued.as_bytes()),
+            (Some(sent), Some(issued)) => same(sent.expose(), issued.expose()),
             _ => false,
         },
         CredentialType::Pan => match (&req.cvc, &credential.cvc) {
-            (Some(sent), Some(retained)) => constant_time_eq(sent.as_bytes(), retained.as_bytes()),
+            (Some(sent), Some(retained)) => same(sent.expose(), retained.expose()),
             (Some(_), None) => true,
             (None, _) => false,
         },
@@ -222,7 +264,13 @@ pub async fn authorize(app: &App, principal: &Principal, body: &[u8]) -> ApiResu
         return decline(reason);
     }
     match app.store.record_use(scope, &rec.id, now).await? {
-        UseOutcome::Recorded(_) => Response::json(200, &json!({"approved": true})),
+        UseOutcome::Recorded(_) => Response::json(
+            200,
+            &Answer {
+                approved: true,
+                decline_reason: None,
+            },
+        ),
         UseOutcome::UsageLimitReached => decline(DeclineReason::UsageLimitReached),
         UseOutcome::Expired => decline(DeclineReason::Expired),
         UseOutcome::NotActive | UseOutcome::NotFound => decline(DeclineReason::NotActive),

@@ -15,15 +15,16 @@ use crate::store::{CardTokenRecord, Scope};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 /// How long an unused token works.
 pub const TOKEN_LIFETIME: time::Duration = time::Duration::hours(1);
 
-/// The Token object of the specification (§2.1), plus `expiresAt`.
-#[derive(Debug, Serialize)]
+/// The Token object of a payment method's create answer, plus `expiresAt`.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct TokenView {
+#[schema(as = Token)]
+pub struct TokenView {
     id: String,
     fingerprint: String,
     created_at: String,
@@ -31,7 +32,25 @@ struct TokenView {
     expires_at: String,
 }
 
-/// `POST /projects/:projectId/tokens` (public or private role).
+/// The create body, read field by field so that every bad field is named: exactly one of
+/// `card` or `encryptedCard`.
+#[derive(ToSchema)]
+#[schema(as = CreateToken, rename_all = "camelCase")]
+pub struct CreateBody {
+    /// Must be the token's `sub` when given.
+    pub entity_id: Option<String>,
+    pub card: Option<super::CardBody>,
+    /// A compact JWE (ECDH-ES, A256GCM) of the card JSON.
+    pub encrypted_card: Option<String>,
+}
+
+/// Token vault: store a card for one later tokenId (public or private role).
+#[utoipa::path(post, path = "/projects/{projectId}/tokens", operation_id = "createToken",
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The token", body = TokenView),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
+    ))]
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
     let mut obj = super::json_object(body)?;
     super::check_entity(&obj, principal, false)?;
@@ -53,11 +72,11 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
 
     let project = principal.project.as_str();
     let id = format!("tok_{}", uuid::Uuid::new_v4().simple());
-    let micros = |t: OffsetDateTime| i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(0);
+    let micros = crate::clock::micros;
     let expires = now + TOKEN_LIFETIME;
     let rec = CardTokenRecord {
         fingerprint: app.vault.fingerprint(project, &valid.number)?,
-        masked_data: valid.masked(),
+        masked_data: valid.number.masked(),
         created_micros: micros(now),
         expires_micros: micros(expires),
         expiration_month: valid.expiration_month.clone(),
@@ -65,7 +84,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         number_sealed: Some(app.vault.seal(
             project,
             &aad::token_number(project, &id),
-            valid.number.as_bytes(),
+            valid.number.expose().as_bytes(),
         )?),
         cvc_sealed: app
             .vault
@@ -128,7 +147,7 @@ mod tests {
             std::time::Duration::from_secs(3 * 3600),
         ));
         let clock = Arc::new(ManualClock::new(datetime!(2026-11-21 10:00 UTC)));
-        let issuer = Arc::new(Sandbox::new(*vault.derive_secret("test")));
+        let issuer = Arc::new(Sandbox::new(vault.derive_secret("test")));
         let app = Arc::new(App {
             auth: Authenticator::new(config.projects.clone()),
             config: Arc::new(config),

@@ -12,19 +12,66 @@ use crate::clock::micros;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
 use crate::store::{IntentRecord, IntentStatus, Scope, VerificationAttempt};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 use zeroize::Zeroizing;
 
 /// Wrong verification codes after which an intent is locked.
 pub const MAX_FAILED_VERIFICATIONS: u32 = 5;
 
-/// `POST /projects/:projectId/purchase-intents/:id/verify`, public or private role of the
-/// intent's entity. Body `{"code": "..."}` (optional; empty body or `{}` asks for the next step).
+/// The verify body (optional: an empty body or `{}` asks for the next step).
+#[derive(ToSchema)]
+#[schema(as = Verify)]
+pub struct VerifyBody {
+    /// The one-time code the end user received.
+    pub code: Option<String>,
+}
+
+/// The verification state: `status` is the intent's (`verify` or `active`).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = VerifyResult)]
+pub struct VerifyAnswer {
+    pub status: &'static str,
+    /// The step to take, `null` once the intent is `active`.
+    pub next_action: Option<OtpStep>,
+}
+
+/// The sandbox's one step: a one-time code sent by text message.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OtpStep {
+    /// `otp`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `sms`.
+    pub channel: &'static str,
+    /// Digits in the code.
+    pub length: usize,
+    pub attempts_remaining: u32,
+    /// `invalidCode` after a wrong code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'static str>,
+}
+
+/// Verification step of a purchase intent in status verify.
+///
+/// Public or private role of the intent's entity. Body `{"code": "..."}` (optional; an empty
+/// body or `{}` asks for the next step).
 ///
 /// Answers 200 `{status, nextAction}`: `nextAction` is `{"type": "otp", ...}` while a code is
 /// needed and `null` once the intent is `active`. 409 `conflict`: the intent is locked after
 /// five wrong codes, is not waiting for verification (`expired`, `canceled`, `unavailable`), or
 /// another verification of it is running.
+#[utoipa::path(post, path = "/projects/{projectId}/purchase-intents/{id}/verify",
+    operation_id = "verifyPurchaseIntent", request_body = VerifyBody,
+    responses(
+        (status = 200, description = "The verification state", body = VerifyAnswer),
+        (status = 409, description = "conflict: locked after five wrong codes, nothing to \
+            verify, another verification running, or Idempotency-Key reused",
+            body = crate::error::Envelope),
+    ))]
 pub async fn verify(
     app: &App,
     principal: &Principal,
@@ -114,22 +161,22 @@ fn locked() -> ApiError {
     )
 }
 
-fn otp_step(rec: &IntentRecord, error: Option<&str>) -> Value {
-    let mut step = json!({
-        "type": "otp",
-        "channel": "sms",
-        "length": crate::domain::issuer::sandbox::SANDBOX_OTP.len(),
-        "attemptsRemaining": MAX_FAILED_VERIFICATIONS.saturating_sub(rec.failed_verifications),
-    });
-    if let (Some(e), Some(obj)) = (error, step.as_object_mut()) {
-        obj.insert("error".into(), Value::String(e.into()));
+fn otp_step(rec: &IntentRecord, error: Option<&'static str>) -> OtpStep {
+    OtpStep {
+        kind: "otp",
+        channel: "sms",
+        length: crate::domain::issuer::sandbox::SANDBOX_OTP.len(),
+        attempts_remaining: MAX_FAILED_VERIFICATIONS.saturating_sub(rec.failed_verifications),
+        error,
     }
-    step
 }
 
-fn verify_answer(status: &str, next: Option<Value>) -> ApiResult<Response> {
+fn verify_answer(status: &'static str, next_action: Option<OtpStep>) -> ApiResult<Response> {
     Response::json(
         200,
-        &json!({ "status": status, "nextAction": next.unwrap_or(Value::Null) }),
+        &VerifyAnswer {
+            status,
+            next_action,
+        },
     )
 }

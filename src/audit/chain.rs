@@ -1,7 +1,8 @@
 //! The audit chain's hash: `hash = H(prev_hash || event JSON)`, H being SHA-256 or BLAKE3.
 //! Each entry's `hash` names its function: `blake3:` and 64 hex digits, or 64 hex digits
-//! alone for SHA-256 (every entry written before BLAKE3 was added). So a log verifies
-//! whichever wrote it, and may hold both; paycred versions before BLAKE3 read only SHA-256.
+//! alone for SHA-256. So a log verifies whichever function wrote each entry, and may hold
+//! both; a tool that knows only SHA-256 reads only SHA-256 entries (`audit_hash: sha256`
+//! pins it).
 //!
 //! The writer uses the function the configuration names (`audit_hash`), by default the
 //! faster of the two on the CPU it runs on ([`HashFunction::fastest`]), as TLS prefers
@@ -9,7 +10,7 @@
 //! the CPU has SHA instructions (x86's SHA extensions, Armv8's SHA2), BLAKE3 elsewhere. One
 //! proxy entry (`cargo bench --bench audit_chain`, 232 bytes) on this repo's bench machine:
 //! SHA-256 204 ns with the SHA extensions and 592 ns without them, BLAKE3 263 ns
-//! (docs/performance.md, session 15). Both are collision resistant; the chain is unkeyed
+//! (docs/performance.md). Both are collision resistant; the chain is unkeyed
 //! either way (whoever can rewrite the log and the head the store records can rewrite the
 //! chain; `paycred audit --verify` prints the head to compare with a copy kept elsewhere).
 

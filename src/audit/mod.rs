@@ -1,6 +1,6 @@
 //! The audit log: append-only and hash-chained (`hash = H(prev_hash || event JSON)`, H being
 //! SHA-256 or BLAKE3 as each hash says: [`chain`]), a file of JSON lines in the
-//! data dir ([`file`]). The event of a change the
+//! data dir ([`file`](mod@file)). The event of a change the
 //! store commits is recorded in the change's own transaction and moved into the log right
 //! after (`store::sled::audit_outbox`).
 //!
@@ -25,6 +25,8 @@
 //! noticed). The first entry that fails is named by its `seq`. The store is opened
 //! directly, so the server must be stopped. Whoever can rewrite the whole store can also rewrite the head: compare
 //! the printed head with one kept elsewhere to rule that out.
+//!
+//! May import: `config`, `clock`, `error`. The store writes the log; the log never reads the store.
 
 pub mod chain;
 pub mod file;

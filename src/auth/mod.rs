@@ -8,11 +8,14 @@
 //! - a valid token of another project than the path's → 403 `forbidden`.
 //!
 //! Verified tokens are cached (bounded, keyed by the whole token) until their `exp`.
+//!
+//! May import: `config`, `secret`, `error`.
 
 pub mod mint;
 
 use crate::config::ProjectConfig;
 use crate::error::ApiError;
+use crate::secret::BearerToken;
 use jsonwebtoken::{decode, decode_header, Validation};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -84,8 +87,9 @@ struct Claims {
 /// Verifies tokens for every configured project.
 pub struct Authenticator {
     projects: BTreeMap<String, Arc<ProjectConfig>>,
-    /// Keyed by the whole token: a hit is the very token that was verified.
-    cache: quick_cache::sync::Cache<String, Arc<Principal>>,
+    /// Keyed by the whole token: a hit is the very token that was verified. Tokens are
+    /// wiped from memory when they leave the cache.
+    cache: quick_cache::sync::Cache<BearerToken, Arc<Principal>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -137,11 +141,11 @@ impl Authenticator {
         if token.len() > MAX_TOKEN_LEN {
             return Err(invalid());
         }
-        if let Some(p) = self.cache.get(token) {
+        if let Some(p) = self.cache.get(&TokenRef(token)) {
             if p.exp + LEEWAY_SECS > now {
                 return Ok(p);
             }
-            self.cache.remove(token);
+            self.cache.remove(&TokenRef(token));
             return Err(denied("Invalid API key: the token has expired."));
         }
         let header = decode_header(token).map_err(|_| invalid())?;
@@ -178,7 +182,8 @@ impl Authenticator {
             };
             let principal = check_claims(claims, project, now)?;
             let principal = Arc::new(principal);
-            self.cache.insert(token.to_string(), principal.clone());
+            self.cache
+                .insert(BearerToken::new(token), principal.clone());
             return Ok(principal);
         }
         Err(last_error)
@@ -221,6 +226,17 @@ fn check_claims(c: Claims, project: &ProjectConfig, now: u64) -> Result<Principa
     })
 }
 
+/// A token as the cache looks it up: it hashes and compares as the [`BearerToken`] it
+/// stands for, without copying it.
+#[derive(Hash)]
+struct TokenRef<'a>(&'a str);
+
+impl quick_cache::Equivalent<BearerToken> for TokenRef<'_> {
+    fn equivalent(&self, key: &BearerToken) -> bool {
+        self.0 == key.expose()
+    }
+}
+
 /// The token of `Bearer <token>` (scheme case-insensitive).
 pub fn bearer_token(header: &[u8]) -> Option<&str> {
     let s = std::str::from_utf8(header).ok()?.trim();
@@ -251,5 +267,21 @@ mod tests {
         assert!(!valid_entity(""));
         assert!(!valid_entity("a\0b"));
         assert!(!valid_entity(&"x".repeat(257)));
+    }
+
+    #[test]
+    fn a_verified_token_is_found_again_by_reference() {
+        use std::hash::{BuildHasher, RandomState};
+        let state = RandomState::new();
+        let token = "eyJhbGciOiJFZERTQSJ9.e30.sig";
+        assert_eq!(
+            state.hash_one(BearerToken::new(token)),
+            state.hash_one(TokenRef(token)),
+            "a lookup hashes as the stored key"
+        );
+        let cache = quick_cache::sync::Cache::<BearerToken, u8>::new(4);
+        cache.insert(BearerToken::new(token), 1);
+        assert_eq!(cache.get(&TokenRef(token)), Some(1));
+        assert_eq!(cache.get(&TokenRef("eyJ.other")), None);
     }
 }

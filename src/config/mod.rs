@@ -2,6 +2,11 @@
 //! serde structs of [`file`](mod@file) and checked by [`Config::from_file`] into a [`Config`] that
 //! the rest of the service trusts. Unknown keys and bad values stop the start with a
 //! message that names the key; `paycred check` runs the same code.
+//!
+//! YAML is read by serde-saphyr (pure Rust, maintained, line and column in its errors) through
+//! serde_path_to_error, which names the key.
+//!
+//! May import: `audit::chain` (the hash setting), `error`. Everything else may import it.
 
 pub mod file;
 pub mod rate_limits;
@@ -108,15 +113,26 @@ pub struct ProxyConfig {
     pub timeout: Duration,
 }
 
-/// The YAML text as the file's shape (no checks yet).
+/// The YAML text as the file's shape (no checks yet). An error names the key
+/// (`serde_path_to_error`) and its line and column (serde-saphyr, without the snippet: the
+/// message stays one line).
 fn parse(text: &str) -> Result<FileConfig, ConfigError> {
-    let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        ConfigError::Parse {
-            path: if path == "." { "config".into() } else { path },
-            message: e.into_inner().to_string(),
-        }
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    let mut path = None;
+    serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = Some(e.path().to_string());
+            e.into_inner()
+        })
+    })
+    .map_err(|e| ConfigError::Parse {
+        // Where the key itself is the problem (a duplicate), the path ends in `?`.
+        path: match path.as_deref().map(|p| p.trim_end_matches(['?', '.'])) {
+            None | Some("") => "config".into(),
+            Some(p) => p.into(),
+        },
+        message: e.to_string(),
     })
 }
 
@@ -457,6 +473,10 @@ mod tests {
                 "projects[0].jwt.keys[0].public_key_file",
             ),
             ("projects: [{id: p, jwt: {keys: [], extra: 1}}]", "extra"),
+            ("server:\n  threads: many", "server.threads: "),
+            ("\"unclosed", "config: "),
+            ("listen: a\nlisten: b", "listen"),
+            ("projects:\n  - id: p\n    jwt: {keys: []}\n    proxy: {timeout: [1]}", "projects[0].proxy.timeout"),
             (
                 "listen: 0.0.0.0:8080\ndemo: {project: p, kid: k, private_key_file: /k.pem}",
                 "demo: hands out tokens to anyone who asks: development only, with `listen` on a loopback address",
@@ -469,6 +489,12 @@ mod tests {
                 "{yaml:?} gave {e:?}, expected it to name {key}"
             );
         }
+        // The YAML's own errors say where, in one line.
+        assert_eq!(
+            err("server:\n  threads: many"),
+            "server.threads: invalid u64 at line 2, column 12"
+        );
+        assert!(err("server:\n  threads: 1\n  threads: 2").starts_with("server: duplicate"));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! `paycred serve --dev`: a ready local setup in `./paycred-dev` — a master key, a project
 //! `dev` with a fresh Ed25519 key pair (private key kept there for `paycred jwt`), data
 //! in `./paycred-dev/data`, localhost targets allowed. A second run reuses all of it.
+//!
+//! May import: `auth::mint`, `vault::master`, `config`, `http`, `error`. Only the edge (the
+//! `/demo` page) and the command line use it.
 
 pub mod demo;
 

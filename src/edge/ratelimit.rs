@@ -7,6 +7,9 @@
 //! own bucket, so a noisy entity is turned away early without slowing other entities. The
 //! entity buckets are sharded (one lock per shard) and bounded: past [`MAX_ENTITIES_PER_SHARD`]
 //! full (idle) buckets are dropped, which is exact since a full bucket equals a new one.
+//!
+//! governor (GCRA) checks in 117 ns to this 260 ns (`cargo bench --bench hot_path`) but cannot
+//! give a token back, so of two limits one would count the requests the other refused.
 
 use crate::config::rate_limits::{Limit, RateLimits};
 use crate::config::ProjectConfig;

@@ -1,13 +1,58 @@
-//! REST requests: authenticate, rate-limit, read the body, run the handler (through
-//! `Idempotency-Key` when the request carries one) and answer.
+//! REST requests: after the gateway authenticated and rate-limited the caller, read the
+//! body, run the handler (through `Idempotency-Key` when a POST carries one) and answer.
 
+use super::idempotency::{self, InFlight};
+use super::routes::{Resource, Route};
 use crate::app::App;
 use crate::auth::Principal;
-use crate::edge::routes::{Resource, Route};
 use crate::error::{ApiError, ApiResult};
-use crate::http::Response;
+use crate::http::{read_json_body, Response};
 use bytes::Bytes;
 use http::Method;
+use pingora::proxy::Session;
+
+/// Answers an authenticated REST request on `route`.
+pub async fn answer(
+    app: &App,
+    in_flight: &InFlight,
+    session: &mut Session,
+    route: &Route,
+    principal: &Principal,
+) -> ApiResult<Response> {
+    let req = session.req_header();
+    let method = req.method.clone();
+    let query = req.uri.query().map(str::to_string);
+    let idempotency_key = match method == Method::POST {
+        true => idempotency::key_from(&req.headers)?,
+        false => None,
+    };
+    let path = req.uri.path().to_string();
+    let body = if method == Method::POST {
+        Some(read_json_body(session, app.config.rest_max_body).await?)
+    } else {
+        None
+    };
+    let request = ApiRequest {
+        method: &method,
+        route,
+        principal,
+        query: query.as_deref(),
+        body: body.clone(),
+    };
+    let Some(key) = idempotency_key else {
+        return dispatch(app, request).await;
+    };
+    let body = body.unwrap_or_default();
+    idempotency::run(
+        app,
+        in_flight,
+        principal,
+        (method.as_str(), &path, &body),
+        &key,
+        dispatch(app, request),
+    )
+    .await
+}
 
 /// An authenticated request, body already read.
 #[derive(Debug)]

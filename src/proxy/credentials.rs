@@ -15,11 +15,10 @@ use crate::template::{CredentialField, CredentialKind, TemplateRef};
 use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
 use serde_json::{json, Map, Value};
-use zeroize::Zeroize;
 
 /// One credential, as templates address it with JSONPath over the object
 /// `{number, expirationMonth, expirationYear, cvc?, cryptogram?, card: {…}, token: {…}}`
-/// (`token` only for network tokens). Its strings are zeroed on drop.
+/// (`token` only for network tokens). Its secrets are zeroed on drop (their types do it).
 pub struct CredentialValues {
     credential: Credential,
     /// What was revealed, for the request's audit entry: the purchase intent the credential
@@ -44,14 +43,14 @@ impl CredentialValues {
         let field = selected_field(t.kind, &t.path)?;
         let c = &self.credential;
         let value = match field {
-            CredentialField::Number => Some(&c.number),
-            CredentialField::ExpirationMonth => Some(&c.expiration_month),
-            CredentialField::ExpirationYear => Some(&c.expiration_year),
-            CredentialField::Cvc => c.cvc.as_ref(),
-            CredentialField::Cryptogram => c.cryptogram.as_ref(),
+            CredentialField::Number => Some(c.number.expose()),
+            CredentialField::ExpirationMonth => Some(c.expiration_month.as_str()),
+            CredentialField::ExpirationYear => Some(c.expiration_year.as_str()),
+            CredentialField::Cvc => c.cvc.as_ref().map(|v| v.expose()),
+            CredentialField::Cryptogram => c.cryptogram.as_ref().map(|v| v.expose()),
         };
         match value {
-            Some(v) => Ok(v.clone()),
+            Some(v) => Ok(v.to_string()),
             None if field == CredentialField::Cvc => {
                 Err("the cvc is no longer retained for this credential".to_string())
             }
@@ -129,17 +128,6 @@ fn shape(kind: CredentialKind) -> Value {
         object.insert("token".into(), Value::Object(flat));
     }
     Value::Object(object)
-}
-
-impl Drop for CredentialValues {
-    fn drop(&mut self) {
-        let c = &mut self.credential;
-        c.number.zeroize();
-        c.expiration_month.zeroize();
-        c.expiration_year.zeroize();
-        c.cvc.zeroize();
-        c.cryptogram.zeroize();
-    }
 }
 
 /// Outcome of a lookup: the values, or the client-facing reason there are none.

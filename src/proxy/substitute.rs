@@ -356,7 +356,7 @@ mod tests {
     /// A credential whose number is the payment method's id.
     fn lookup(id: &str) -> Lookup {
         let credential = Credential {
-            number: id.to_string(),
+            number: id.into(),
             expiration_month: "12".to_string(),
             expiration_year: "2030".to_string(),
             cvc: None,

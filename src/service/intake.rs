@@ -179,7 +179,7 @@ async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<Sou
             number: Some(Value::String(number)),
             expiration_month: Some(Value::String(rec.expiration_month.clone())),
             expiration_year: Some(Value::String(rec.expiration_year.clone())),
-            cvc: Some(Value::String(cvc.to_string())),
+            cvc: Some(Value::String(cvc.expose().to_string())),
         },
         cvc_stored_secs: Some(u64::try_from(rec.created_micros / 1_000_000).unwrap_or(0)),
     })

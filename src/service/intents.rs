@@ -5,8 +5,8 @@ use super::aad;
 use crate::app::App;
 use crate::domain::issuer::{Credential, CredentialType};
 use crate::error::{ApiError, ApiResult, ErrorKind};
+use crate::secret::CardNumber;
 use crate::store::{IntentRecord, PaymentMethodRecord, Scope, UseOutcome};
-use zeroize::Zeroizing;
 
 /// The intent's credential in clear (no audit here: the REST answer and the proxy each
 /// audit what they reveal, and the sandbox's authorization only compares it): sealed with the intent, or for `pan`
@@ -41,15 +41,15 @@ fn card_of(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Credential> {
             .open_cvc(&aad::pm_cvc(&pm.project, &pm.id), sealed, app.now_secs())
     });
     Ok(Credential {
-        number: number.to_string(),
+        number,
         expiration_month: pm.card.expiration_month.clone(),
         expiration_year: pm.card.expiration_year.clone(),
-        cvc: cvc.map(|c| c.to_string()),
+        cvc,
         cryptogram: None,
     })
 }
 
-pub fn open_number(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Zeroizing<String>> {
+pub fn open_number(app: &App, pm: &PaymentMethodRecord) -> ApiResult<CardNumber> {
     let plain = app.vault.open(
         &pm.project,
         &aad::pm_number(&pm.project, &pm.id),
@@ -59,7 +59,7 @@ pub fn open_number(app: &App, pm: &PaymentMethodRecord) -> ApiResult<Zeroizing<S
         tracing::error!(payment_method = %pm.id, "stored card number is not text");
         ApiError::internal()
     })?;
-    Ok(Zeroizing::new(number.to_string()))
+    Ok(CardNumber::new(number))
 }
 
 /// For the proxy: the newest `active`, unexpired intent of `kind` for the payment method, and

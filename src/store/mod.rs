@@ -187,7 +187,7 @@ pub trait Store: Send + Sync + 'static {
     /// Counts an event that anyone can repeat at will (an authentication failure): the
     /// first of a quiet spell is appended as [`Store::append_audit_nowait`] appends it, and
     /// its repeats (same project, action and resource) within a second become one entry
-    /// with ` count=<n>` added to the resource ([`audit_tally`]).
+    /// with ` count=<n>` added to the resource ([`crate::audit::tally`]).
     fn count_audit(&self, audit: AuditEvent);
 
     /// The whole audit log, oldest first, once everything appended or committed before the
@@ -199,7 +199,7 @@ pub trait Store: Send + Sync + 'static {
     fn audit_head(&self) -> StoreResult<Option<AuditHead>>;
 
     /// The stored first response of an `Idempotency-Key` of this scope, unless expired at
-    /// `now_micros` ([`idempotency`]).
+    /// `now_micros` (`edge::idempotency`).
     async fn get_idempotent(
         &self,
         scope: Scope<'_>,
@@ -231,7 +231,7 @@ pub trait Store: Send + Sync + 'static {
     /// Counters.
     fn stats(&self) -> StoreStats;
 
-    /// Stores a token-vault card ([`card_tokens`]). Durable when it returns.
+    /// Stores a token-vault card ([`CardTokenRecord`]). Durable when it returns.
     async fn insert_card_token(&self, scope: Scope<'_>, token: &CardTokenRecord)
         -> StoreResult<()>;
 

@@ -51,8 +51,12 @@ pub struct TokenRecord {
 
 /// The stored status of a purchase intent. `expired` is not stored: it is computed from the
 /// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schema(
+    description = "The purchase intent's status: `active`, `verify`, `unavailable`, or \
+    the ends `expired` (past expiresAt or its usage limit) and `canceled` (payment method deleted)."
+)]
 pub enum IntentStatus {
     Active,
     Verify,
@@ -116,7 +120,7 @@ impl IntentRecord {
     }
 }
 
-/// What [`Store::record_use`] did.
+/// What [`Store::record_use`](super::Store::record_use) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UseOutcome {
     /// Counted; the number of uses including this one.
@@ -131,7 +135,7 @@ pub enum UseOutcome {
     UsageLimitReached,
 }
 
-/// One verification attempt, as [`Store::record_verification`] applies it.
+/// One verification attempt, as [`Store::record_verification`](super::Store::record_verification) applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VerificationAttempt {
     /// The code was right: the intent turns `active` and its payment method counts as verified.
@@ -146,7 +150,7 @@ pub enum Inserted {
     /// The record was stored.
     Created,
     /// The entity already has this card (same fingerprint): the existing record, as
-    /// [`Refresh`] changed it.
+    /// [`Refresh`](super::Refresh) changed it.
     Existing(Box<PaymentMethodRecord>),
 }
 

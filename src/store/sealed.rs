@@ -2,10 +2,9 @@
 //!
 //! Stored, a sealed value is one string: `<data key id>.<base64(nonce || ciphertext)>` under
 //! a project's data key, `cvc1.<epoch>.<bucket>.<base64(…)>` under a short-lived cvc key
-//! ([`super::cvc`]). Records hold it already split and decoded: the payment-method cache then
-//! keeps the bytes, and opening a stored card decodes nothing. On the proxy's path that was
-//! two base64 decodes and their string splits for every request (docs/performance.md,
-//! session 14).
+//! (`vault::cvc`). Records hold it already split and decoded: the payment-method cache then
+//! keeps the bytes, and opening a stored card decodes nothing on the proxy's path
+//! (docs/performance.md).
 
 use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
 use base64::Engine;

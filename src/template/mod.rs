@@ -44,6 +44,8 @@
 //! assert_eq!(out, br#"{"n":"4242424242424242"}"#);
 //! # Ok::<(), paycred::template::TemplateError>(())
 //! ```
+//!
+//! A leaf: imports nothing of paycred; the proxy resolves what a template names.
 
 /// A byte table, built at compile time: `true` for the bytes `$b` for which `$is` holds (the
 /// parser's and the scanner's byte classes).

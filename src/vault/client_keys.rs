@@ -11,6 +11,7 @@
 //! - Every failure is one [`JweError`] whose text never says anything about the plaintext.
 
 use super::{master::MasterKey, VaultError};
+use crate::secret::KeyMaterial;
 use crate::store::Store;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
@@ -112,7 +113,7 @@ fn new_key(master: &MasterKey, project: &str, now: i64) -> Result<StoredKey, Vau
             .ok_or(VaultError::Crypto)
     };
     let d = Zeroizing::new(B64URL.decode(field("d")?).map_err(crypto)?);
-    let d: Zeroizing<[u8; 32]> = Zeroizing::new(d.as_slice().try_into().map_err(crypto)?);
+    let d = KeyMaterial::new(d.as_slice().try_into().map_err(crypto)?);
     let kid = format!("ck_{}", hex::encode(&uuid::Uuid::new_v4().as_bytes()[..6]));
     Ok(StoredKey {
         d_wrapped: master.wrap(&context(project, &kid), &d)?,
@@ -182,7 +183,7 @@ impl ClientKeys {
             map.insert("crv".into(), "P-256".into());
             map.insert("x".into(), key.x.clone().into());
             map.insert("y".into(), key.y.clone().into());
-            map.insert("d".into(), B64URL.encode(d.as_slice()).into());
+            map.insert("d".into(), B64URL.encode(d.expose()).into());
             let jwk = Jwk::from_map(map).map_err(crypto)?;
             public.insert(key.kid.clone(), public_jwk(key));
             private.insert(key.kid.clone(), jwk);

@@ -9,12 +9,12 @@
 
 use super::master::SealKey;
 use super::Sealed;
+use crate::secret::{Cvc, KeyMaterial};
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use zeroize::Zeroizing;
 
 /// The in-memory CVC keys of this process.
 pub struct CvcKeyring {
@@ -62,31 +62,29 @@ impl CvcKeyring {
     }
 
     /// Seals a CVC stored at `now_secs` (unix seconds), bound to `aad`.
-    pub fn seal(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<Sealed> {
+    pub fn seal(&self, aad: &str, cvc: &Cvc, now_secs: u64) -> Option<Sealed> {
         let bucket = now_secs / self.bucket_secs;
         let key = {
             let mut keys = self.keys.lock();
             keys.retain(|b, _| self.bucket_alive(*b, now_secs));
-            let key = keys.entry(bucket).or_insert_with(|| {
-                let mut k = Zeroizing::new([0u8; 32]);
-                rand::rngs::OsRng.fill_bytes(k.as_mut_slice());
-                Arc::new(SealKey::new(&k))
-            });
+            let key = keys
+                .entry(bucket)
+                .or_insert_with(|| Arc::new(SealKey::new(&KeyMaterial::random())));
             Arc::clone(key)
         };
-        let sealed = key.seal(aad.as_bytes(), cvc.as_bytes()).ok()?;
+        let sealed = key.seal(aad.as_bytes(), cvc.expose().as_bytes()).ok()?;
         Some(Sealed::cvc(&self.epoch, bucket, sealed))
     }
 
     /// The CVC, or `None` once its key is destroyed (or the value is not ours).
-    pub fn open(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Zeroizing<String>> {
+    pub fn open(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Cvc> {
         let (epoch, bucket, bytes) = sealed.under_cvc_key()?;
         if epoch != self.epoch || !self.bucket_alive(bucket, now_secs) {
             return None;
         }
         let key = Arc::clone(self.keys.lock().get(&bucket)?);
         let plain = key.open(aad.as_bytes(), bytes).ok()?;
-        String::from_utf8(plain.to_vec()).ok().map(Zeroizing::new)
+        std::str::from_utf8(&plain).ok().map(Cvc::new)
     }
 
     /// Keys held now.
@@ -104,11 +102,11 @@ mod tests {
     fn readable_within_retention_and_gone_after() {
         let ring = CvcKeyring::new(Duration::from_secs(3600));
         let t0 = 1_000_000;
-        let s = ring.seal("pm_1", "123", t0).unwrap();
+        let s = ring.seal("pm_1", &"123".into(), t0).unwrap();
         assert_eq!(
             ring.open("pm_1", &s, t0 + 3599)
-                .as_deref()
-                .map(|s| s.as_str()),
+                .as_ref()
+                .map(|s| s.expose()),
             Some("123")
         );
         assert!(ring.open("pm_2", &s, t0).is_none(), "bound to its aad");
@@ -121,7 +119,7 @@ mod tests {
     fn another_process_cannot_read() {
         let a = CvcKeyring::new(Duration::from_secs(60));
         let b = CvcKeyring::new(Duration::from_secs(60));
-        let s = a.seal("x", "999", 10).unwrap();
+        let s = a.seal("x", &"999".into(), 10).unwrap();
         assert!(b.open("x", &s, 10).is_none());
         // Its own run, but a bucket it has no key for; and a value it cannot read.
         let (epoch, bucket, bytes) = s.under_cvc_key().unwrap();

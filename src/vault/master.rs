@@ -3,6 +3,7 @@
 //! rotated-out key is recognised instead of silently failing.
 
 use super::VaultError;
+use crate::secret::KeyMaterial;
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
@@ -18,7 +19,7 @@ pub const MASTER_KEY_ENV: &str = "PAYCRED_MASTER_KEY";
 /// The key-encryption key.
 pub struct MasterKey {
     id: String,
-    key: Zeroizing<[u8; 32]>,
+    key: KeyMaterial,
 }
 
 impl std::fmt::Debug for MasterKey {
@@ -31,11 +32,18 @@ impl MasterKey {
     /// From 64 hex characters (surrounding whitespace ignored).
     pub fn from_hex(text: &str) -> Result<Self, VaultError> {
         let text = Zeroizing::new(text.trim().to_string());
-        let mut key = Zeroizing::new([0u8; 32]);
-        hex::decode_to_slice(text.as_bytes(), key.as_mut_slice())
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        hex::decode_to_slice(text.as_bytes(), bytes.as_mut_slice())
             .map_err(|_| VaultError::MasterKey("must be 64 hex characters (32 bytes)".into()))?;
+        let key = KeyMaterial::from(bytes);
         let id = hex::encode(
-            &Sha256::digest([b"paycred-master-key-id:".as_slice(), key.as_slice()].concat())[..6],
+            &Sha256::digest(
+                [
+                    b"paycred-master-key-id:".as_slice(),
+                    key.expose().as_slice(),
+                ]
+                .concat(),
+            )[..6],
         );
         Ok(Self { id, key })
     }
@@ -58,9 +66,7 @@ impl MasterKey {
 
     /// A fresh random key, as hex.
     pub fn generate_hex() -> Zeroizing<String> {
-        let mut key = Zeroizing::new([0u8; 32]);
-        rand::rngs::OsRng.fill_bytes(key.as_mut_slice());
-        Zeroizing::new(hex::encode(key.as_slice()))
+        Zeroizing::new(hex::encode(KeyMaterial::random().expose()))
     }
 
     /// Key id stored beside what this key wraps.
@@ -70,29 +76,25 @@ impl MasterKey {
 
     /// A stable 32-byte secret for `context`: HMAC-SHA256(master key, context). The same
     /// master key gives the same secret after a restart (e.g. the sandbox issuer's secret).
-    pub fn derive(&self, context: &str) -> Zeroizing<[u8; 32]> {
+    pub fn derive(&self, context: &str) -> KeyMaterial {
         use hmac::{Hmac, Mac};
         // A 32-byte key is zero-padded to SHA-256's block by HMAC's definition; padding it
         // here avoids the fallible `new_from_slice`.
         let mut key = Zeroizing::new([0u8; 64]);
-        key[..32].copy_from_slice(self.key.as_slice());
+        key[..32].copy_from_slice(self.key.expose());
         let mut mac = <Hmac<Sha256> as Mac>::new(&(*key).into());
         mac.update(context.as_bytes());
-        Zeroizing::new(mac.finalize().into_bytes().into())
+        KeyMaterial::new(mac.finalize().into_bytes().into())
     }
 
     /// Wraps a 32-byte key: `mk_id:base64(nonce || ciphertext)`, bound to `context`.
-    pub fn wrap(&self, context: &str, key: &[u8; 32]) -> Result<String, VaultError> {
-        let sealed = SealKey::new(&self.key).seal(context.as_bytes(), key)?;
+    pub fn wrap(&self, context: &str, key: &KeyMaterial) -> Result<String, VaultError> {
+        let sealed = SealKey::new(&self.key).seal(context.as_bytes(), key.expose())?;
         Ok(format!("{}:{}", self.id, B64.encode(sealed)))
     }
 
     /// Unwraps what [`Self::wrap`] produced with the same `context`.
-    pub fn unwrap_key(
-        &self,
-        context: &str,
-        wrapped: &str,
-    ) -> Result<Zeroizing<[u8; 32]>, VaultError> {
+    pub fn unwrap_key(&self, context: &str, wrapped: &str) -> Result<KeyMaterial, VaultError> {
         let (id, body) = wrapped
             .split_once(':')
             .ok_or(VaultError::Corrupt("wrapped key"))?;
@@ -111,7 +113,7 @@ impl MasterKey {
             return Err(VaultError::Corrupt("wrapped key length"));
         }
         key.copy_from_slice(&plain);
-        Ok(key)
+        Ok(KeyMaterial::from(key))
     }
 }
 
@@ -127,8 +129,8 @@ impl std::fmt::Debug for SealKey {
 }
 
 impl SealKey {
-    pub fn new(key: &[u8; 32]) -> Self {
-        SealKey(Aes256Gcm::new(key.into()))
+    pub fn new(key: &KeyMaterial) -> Self {
+        SealKey(Aes256Gcm::new(key.expose().into()))
     }
 
     /// `nonce(12) || ciphertext+tag`, with `aad` and a random nonce.
@@ -173,11 +175,12 @@ mod tests {
     fn wrap_round_trips_and_binds_the_context() {
         let mk = MasterKey::from_hex(&"11".repeat(32)).unwrap_or_else(|e| unreachable!("{e}"));
         let w = mk
-            .wrap("ctx-a", &[7u8; 32])
+            .wrap("ctx-a", &KeyMaterial::new([7u8; 32]))
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(
             *mk.unwrap_key("ctx-a", &w)
-                .unwrap_or_else(|e| unreachable!("{e}")),
+                .unwrap_or_else(|e| unreachable!("{e}"))
+                .expose(),
             [7u8; 32]
         );
         assert!(mk.unwrap_key("ctx-b", &w).is_err());
@@ -193,9 +196,9 @@ mod tests {
         let mk = MasterKey::from_hex(&"11".repeat(32)).unwrap_or_else(|e| unreachable!("{e}"));
         let again = MasterKey::from_hex(&"11".repeat(32)).unwrap_or_else(|e| unreachable!("{e}"));
         let other = MasterKey::from_hex(&"22".repeat(32)).unwrap_or_else(|e| unreachable!("{e}"));
-        assert_eq!(*mk.derive("a"), *again.derive("a"));
-        assert_ne!(*mk.derive("a"), *mk.derive("b"));
-        assert_ne!(*mk.derive("a"), *other.derive("a"));
+        assert_eq!(mk.derive("a"), again.derive("a"));
+        assert_ne!(mk.derive("a"), mk.derive("b"));
+        assert_ne!(mk.derive("a"), other.derive("a"));
     }
 
     #[test]

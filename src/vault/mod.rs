@@ -7,6 +7,8 @@
 //!   field), so a ciphertext moved elsewhere does not open.
 //! - CVCs use [`cvc::CvcKeyring`]: short-lived in-memory keys destroyed after retention.
 //! - [`client_keys::ClientKeys`]: the EC keys browsers encrypt `encryptedCard` to (JWE).
+//!
+//! May import: `store` (keyrings and client keys are stored wrapped), `secret`, `clock`, `error`.
 
 pub mod client_keys;
 pub mod cvc;
@@ -14,11 +16,11 @@ pub mod master;
 
 pub use crate::store::Sealed;
 
+use crate::secret::{CardNumber, Cvc, KeyMaterial};
 use crate::store::Store;
 use hmac::{Hmac, Mac};
 use master::{MasterKey, SealKey};
 use parking_lot::RwLock;
-use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::collections::HashMap;
@@ -59,7 +61,7 @@ struct KeyringFile {
 }
 
 struct Keyring {
-    fingerprint_key: Zeroizing<[u8; 32]>,
+    fingerprint_key: KeyMaterial,
     /// Data keys by id, expanded once.
     data_keys: HashMap<String, SealKey>,
     current: String,
@@ -144,8 +146,7 @@ impl Vault {
     }
 
     fn new_keyring_file(&self, project: &str) -> Result<Vec<u8>, VaultError> {
-        let mut fp = Zeroizing::new([0u8; 32]);
-        rand::rngs::OsRng.fill_bytes(fp.as_mut_slice());
+        let fp = KeyMaterial::random();
         let (dk_id, dk_wrapped) = self.new_data_key(project, &[])?;
         let file = KeyringFile {
             fingerprint_key: self
@@ -164,8 +165,7 @@ impl Vault {
         project: &str,
         taken: &[(String, String)],
     ) -> Result<(String, String), VaultError> {
-        let mut dk = Zeroizing::new([0u8; 32]);
-        rand::rngs::OsRng.fill_bytes(dk.as_mut_slice());
+        let dk = KeyMaterial::random();
         let id = loop {
             let id = format!("dk{}", hex::encode(&uuid::Uuid::new_v4().as_bytes()[..4]));
             if !taken.iter().any(|(t, _)| *t == id) {
@@ -249,27 +249,27 @@ impl Vault {
     }
 
     /// A stable secret derived from the master key for `context` (see [`MasterKey::derive`]).
-    pub fn derive_secret(&self, context: &str) -> Zeroizing<[u8; 32]> {
+    pub fn derive_secret(&self, context: &str) -> KeyMaterial {
         self.master.derive(context)
     }
 
     /// Keyed HMAC-SHA256 of a card number, per project (128 bits, hex).
-    pub fn fingerprint(&self, project: &str, pan: &str) -> Result<String, VaultError> {
+    pub fn fingerprint(&self, project: &str, number: &CardNumber) -> Result<String, VaultError> {
         let ring = self.keyring(project)?;
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(ring.fingerprint_key.as_slice())
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(ring.fingerprint_key.expose())
             .map_err(|_| VaultError::Crypto)?;
-        mac.update(pan.as_bytes());
+        mac.update(number.expose().as_bytes());
         Ok(hex::encode(&mac.finalize().into_bytes()[..16]))
     }
 
     /// Seals a CVC stored at `now_secs` under the short-lived key of that time's bucket (the
     /// time a token first stored it, when a payment method takes a token's cvc).
-    pub fn seal_cvc(&self, aad: &str, cvc: &str, now_secs: u64) -> Option<Sealed> {
+    pub fn seal_cvc(&self, aad: &str, cvc: &Cvc, now_secs: u64) -> Option<Sealed> {
         self.cvc.seal(aad, cvc, now_secs)
     }
 
     /// The CVC while it is retained.
-    pub fn open_cvc(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Zeroizing<String>> {
+    pub fn open_cvc(&self, aad: &str, sealed: &Sealed, now_secs: u64) -> Option<Cvc> {
         self.cvc.open(aad, sealed, now_secs)
     }
 
@@ -351,15 +351,15 @@ mod tests {
             v.open("p1", "pm/1/number", &unreadable),
             Err(VaultError::Corrupt(_))
         ));
-        let cvc = v.seal_cvc("pm/1/cvc", "123", 1_000).unwrap();
+        let cvc = v.seal_cvc("pm/1/cvc", &"123".into(), 1_000).unwrap();
         assert!(matches!(
             v.open("p1", "pm/1/cvc", &cvc),
             Err(VaultError::Corrupt(_))
         ));
         assert_eq!(
             v.open_cvc("pm/1/cvc", &cvc, 1_000)
-                .as_deref()
-                .map(|c| c.as_str()),
+                .as_ref()
+                .map(|c| c.expose()),
             Some("123")
         );
         assert!(v.open_cvc("pm/1/cvc", &sealed, 1_000).is_none());
@@ -398,8 +398,10 @@ mod tests {
         );
         // The fingerprint key does not rotate: fingerprints stay comparable.
         assert_eq!(
-            v.fingerprint("p1", "4242424242424242").unwrap(),
-            restarted.fingerprint("p1", "4242424242424242").unwrap()
+            v.fingerprint("p1", &"4242424242424242".into()).unwrap(),
+            restarted
+                .fingerprint("p1", &"4242424242424242".into())
+                .unwrap()
         );
     }
 }

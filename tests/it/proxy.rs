@@ -527,7 +527,7 @@ fn a_switch_of_protocols_nobody_asked_for_is_502() {
 }
 
 #[test]
-fn a_head_request_with_a_small_body_is_substituted_and_replayed_by_pingora() {
+fn a_head_or_upgrade_request_with_a_body_is_refused_before_the_target_is_contacted() {
     let (server, up, t, pm) = setup();
     let body = json!({"n": tpl(&pm, "pan", "$.number")}).to_string();
     let auth = format!("Bearer {t}");
@@ -537,13 +537,25 @@ fn a_head_request_with_a_small_body_is_substituted_and_replayed_by_pingora() {
         ("Svc-Target-URL", target.as_str()),
         ("Content-Type", "application/json"),
     ];
+    // A HEAD answer has no body: the status says it.
     let r = server.raw("HEAD", &proxy_path(), &headers, Some(body.as_bytes()));
-    assert_eq!((r.status, r.text.as_str()), (201, ""));
+    assert_eq!((r.status, r.text.as_str()), (400, ""));
+    let upgrade = [
+        ("Authorization", auth.as_str()),
+        ("Svc-Target-URL", target.as_str()),
+        ("Content-Type", "application/json"),
+        ("Connection", "Upgrade"),
+        ("Upgrade", "websocket"),
+    ];
+    let r = server.raw("POST", &proxy_path(), &upgrade, Some(body.as_bytes()));
+    r.assert_error(400, "invalidRequest");
+    assert!(up.requests().is_empty(), "the target saw nothing");
+    // Without a body, a HEAD request is proxied.
+    let r = server.raw("HEAD", &proxy_path(), &headers, None);
+    assert_eq!(r.status, 201);
     let reqs = up.requests();
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].method, "HEAD");
-    let sent: Value = serde_json::from_slice(&reqs[0].body).unwrap();
-    assert_eq!(sent["n"], VISA);
 }
 
 #[test]
@@ -1010,5 +1022,182 @@ fn a_body_in_pieces_reaches_an_https_target_whole() {
     assert!(
         got == expected.as_bytes(),
         "the body the target got differs"
+    );
+}
+
+/// Sends one proxy request on its own connection, its body framed by `Content-Length` or
+/// chunked (in two chunks), and returns the answer's status line.
+fn framed_request(
+    server: &Server,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    chunked: bool,
+) -> String {
+    use std::io::{Read, Write};
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!(
+        "{method} {} HTTP/1.1\r\nHost: paycred.test\r\n",
+        proxy_path()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let mut wire = head.into_bytes();
+    if chunked {
+        wire.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+        let (a, b) = body.split_at(body.len() / 2);
+        for piece in [a, b] {
+            wire.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            wire.extend_from_slice(piece);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        wire.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+        wire.extend_from_slice(body);
+    }
+    conn.write_all(&wire).unwrap();
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+/// The same requests sent with a body read whole before the target is contacted (the
+/// direct exchange: small, with `Content-Length`) and with a streamed body (chunked, or
+/// larger than the preflight limit; pingora forwards it): the target sees the same headers
+/// and the same body either way. Only the framing differs.
+#[test]
+fn a_prepared_and_a_streamed_body_reach_the_target_with_the_same_headers_and_body() {
+    let (server, up, t, pm) = setup();
+    let auth = format!("Bearer {t}");
+    let target = up.url("/charges?x=1");
+    let small = json!({"n": tpl(&pm, "pan", "$.number"), "pad": "x"}).to_string();
+    let (large, large_expected) = big_body(&pm, 200 * 1024);
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a [u8]);
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            vec![
+                ("Authorization", auth.as_str()),
+                ("Svc-Target-URL", target.as_str()),
+                ("Content-Type", "application/json"),
+                ("Connection", "close, X-Hop"),
+                ("X-Hop", "must not pass"),
+                ("Keep-Alive", "timeout=5"),
+                ("X-Request-Id", "r-1"),
+                ("X-Multi", "a"),
+                ("X-Multi", "b"),
+                ("Idempotency-Key", "idem-1"),
+            ],
+            small.as_bytes(),
+        ),
+        (
+            "PUT",
+            vec![
+                ("Svc-Authorization", auth.as_str()),
+                ("Authorization", "Basic dGFyZ2V0OmtleQ=="),
+                ("Svc-Target-URL", target.as_str()),
+                ("Content-Type", "application/merge-patch+json"),
+                ("Connection", "close"),
+                ("Accept", "application/json"),
+            ],
+            small.as_bytes(),
+        ),
+        (
+            "PATCH",
+            vec![
+                ("Authorization", auth.as_str()),
+                ("Svc-Target-URL", target.as_str()),
+                ("Content-Type", "application/json"),
+                ("Connection", "close, X-Hop"),
+                ("X-Hop", "no"),
+                ("X-Request-Id", "r-large"),
+            ],
+            large.as_bytes(),
+        ),
+    ];
+    let framing = ["content-length", "transfer-encoding"];
+    for (method, headers, body) in &cases {
+        let before = up.requests().len();
+        for chunked in [false, true] {
+            let status = framed_request(&server, method, headers, body, chunked);
+            assert!(
+                status.contains(" 201 "),
+                "{method} chunked={chunked}: {status}"
+            );
+        }
+        let reqs = up.requests();
+        assert_eq!(reqs.len(), before + 2, "{method}");
+        let (prepared, streamed) = (&reqs[before], &reqs[before + 1]);
+        let seen = |r: &crate::common::upstream::Recorded| {
+            let mut h: Vec<(String, String)> = r
+                .headers
+                .iter()
+                .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+                .filter(|(n, _)| !framing.contains(&n.as_str()))
+                .collect();
+            h.sort();
+            h
+        };
+        assert_eq!(seen(prepared), seen(streamed), "{method}: headers");
+        assert_eq!(prepared.method, *method);
+        assert_eq!(streamed.method, *method);
+        assert_eq!(prepared.path, "/charges?x=1");
+        assert_eq!(prepared.path, streamed.path);
+        assert_eq!(prepared.body, streamed.body, "{method}: body");
+        let names: Vec<String> = seen(prepared).into_iter().map(|(n, _)| n).collect();
+        for dropped in [
+            "x-hop",
+            "keep-alive",
+            "connection",
+            "svc-target-url",
+            "svc-authorization",
+        ] {
+            assert!(
+                !names.contains(&dropped.to_string()),
+                "{method}: {dropped} forwarded"
+            );
+        }
+        if *method == "PUT" {
+            assert_eq!(
+                prepared.header("Authorization"),
+                Some("Basic dGFyZ2V0OmtleQ==")
+            );
+        } else {
+            assert!(
+                !names.contains(&"authorization".to_string()),
+                "paycred's token forwarded"
+            );
+        }
+        let expected = if body.len() > 64 * 1024 {
+            serde_json::from_str::<Value>(&large_expected).unwrap()
+        } else {
+            json!({"n": VISA, "pad": "x"})
+        };
+        assert_eq!(
+            serde_json::from_slice::<Value>(&prepared.body).unwrap(),
+            expected
+        );
+    }
+    // A Connection header pingora's own proxy refuses is refused on both paths alike.
+    let before = up.requests().len();
+    let refused = [
+        ("Authorization", auth.as_str()),
+        ("Svc-Target-URL", target.as_str()),
+        ("Content-Type", "application/json"),
+        ("Connection", "close, Host"),
+    ];
+    for chunked in [false, true] {
+        let status = framed_request(&server, "POST", &refused, small.as_bytes(), chunked);
+        assert!(status.contains(" 400 "), "chunked={chunked}: {status}");
+    }
+    assert_eq!(
+        up.requests().len(),
+        before,
+        "the target saw a refused request"
     );
 }

@@ -45,7 +45,7 @@ fn env() -> Env {
         std::time::Duration::from_secs(3600),
     ));
     let issuer = Arc::new(paycred::domain::issuer::Sandbox::new(
-        *vault.derive_secret("paycred/sandbox-issuer"),
+        vault.derive_secret("paycred/sandbox-issuer"),
     ));
     let app = Arc::new(App {
         auth: Authenticator::new(config.projects.clone()),

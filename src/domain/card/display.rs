@@ -1,4 +1,4 @@
-//! The two shapes of the spec's Card Display object (§2.1): `{name, color}` in the create
+//! The two shapes of the Card Display object: `{name, color}` in the create
 //! response, `{artUrl, backgroundColor, foregroundColor, description, issuerName}` in list and
 //! get responses.
 
@@ -8,7 +8,7 @@ use super::brand::{Brand, Funding};
 use super::ranges::bin_info_for;
 
 /// `card.display` in the create response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DisplayCreate {
     /// Human-readable brand name, e.g. "American Express".
@@ -18,7 +18,7 @@ pub struct DisplayCreate {
 }
 
 /// `card.display` in list and get responses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DisplayListed {
     /// Card art URL; omitted when there is none.

@@ -1,18 +1,21 @@
-//! Cards: the raw request card, its validation, brand and BIN tables, masking and the two
-//! display objects of the spec (§2.1). Pure code, no I/O.
+//! Cards: the raw request card, its validation, brand and BIN tables, and the two display
+//! objects of a payment method (`display` differs between create and list/get). Pure code,
+//! no I/O.
 //!
 //! - [`validate`] (validate.rs) turns a [`CardInput`] into a [`ValidCard`] or a map of field errors.
 //! - [`brand_of`] and [`bin_info`] (ranges.rs) classify a number from embedded tables.
 //! - [`Brand`] and [`Funding`] (brand.rs) carry the wire names, display names and colours.
 //! - [`display_create`] and [`display_listed`] (display.rs) build the `card.display` objects.
 //!
-//! Secrets: neither type's `Debug` prints a number or cvc, and both zero them on drop.
+//! Secrets: neither type's `Debug` prints a number or cvc, and both zero them on drop
+//! (a [`ValidCard`] holds them as [`CardNumber`] and [`Cvc`]).
 
 mod brand;
 mod display;
 mod ranges;
 mod validate;
 
+use crate::secret::{CardNumber, Cvc};
 use serde::Deserialize;
 use serde_json::Value;
 use zeroize::Zeroize;
@@ -95,77 +98,22 @@ impl Drop for CardInput {
     }
 }
 
-/// A card that passed [`validate`]. `Debug` masks the number (first 6 and last 4) and
-/// prints the cvc as `***`; number and cvc are zeroed on drop.
-#[derive(Clone)]
+/// A card that passed [`validate`]. Its number and cvc are secret types: `Debug` masks them
+/// and they are zeroed on drop.
+#[derive(Clone, Debug)]
 pub struct ValidCard {
     /// Digits only, 12–19 long, Luhn-valid.
-    pub number: String,
+    pub number: CardNumber,
     /// `MM`, `01`–`12`.
     pub expiration_month: String,
     /// `YYYY`.
     pub expiration_year: String,
     /// Digits: 3, 4 for amex, 3 or 4 for an unknown brand.
-    pub cvc: String,
+    pub cvc: Cvc,
     /// From the IIN range table.
     pub brand: Brand,
     /// From the BIN table; `Credit` when the BIN is not listed.
     pub funding: Funding,
-}
-
-impl ValidCard {
-    /// The 6-digit BIN (the spec's `details.bin`).
-    pub fn bin(&self) -> &str {
-        self.number.get(..6).unwrap_or_default()
-    }
-
-    /// The last 4 digits (the spec's `details.last4`).
-    pub fn last4(&self) -> &str {
-        self.number
-            .get(self.number.len().saturating_sub(4)..)
-            .unwrap_or_default()
-    }
-
-    /// The masked number (the spec's `token.maskedData`), see [`mask`].
-    pub fn masked(&self) -> String {
-        mask(&self.number)
-    }
-}
-
-impl std::fmt::Debug for ValidCard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ValidCard")
-            .field("number", &mask(&self.number))
-            .field("expiration_month", &self.expiration_month)
-            .field("expiration_year", &self.expiration_year)
-            .field("cvc", &"***")
-            .field("brand", &self.brand)
-            .field("funding", &self.funding)
-            .finish()
-    }
-}
-
-impl Drop for ValidCard {
-    fn drop(&mut self) {
-        self.number.zeroize();
-        self.cvc.zeroize();
-    }
-}
-
-/// First 6 and last 4 characters with a `*` for each one between:
-/// `"4242424242424242"` → `"424242******4242"`. Anything shorter than the 12 digits of the
-/// shortest valid number is masked entirely (as `secret::mask_pan` does), so a mask never shows
-/// more than 10 of 12 characters.
-pub fn mask(number: &str) -> String {
-    let len = number.chars().count();
-    if len < 12 {
-        return "*".repeat(len);
-    }
-    number
-        .chars()
-        .enumerate()
-        .map(|(i, c)| if i < 6 || i >= len - 4 { c } else { '*' })
-        .collect()
 }
 
 #[cfg(test)]
@@ -175,29 +123,12 @@ mod tests {
 
     fn card(number: &str, cvc: &str) -> ValidCard {
         ValidCard {
-            number: number.to_owned(),
+            number: CardNumber::new(number),
             expiration_month: "03".to_owned(),
             expiration_year: "2030".to_owned(),
-            cvc: cvc.to_owned(),
+            cvc: Cvc::new(cvc),
             brand: brand_of(number),
             funding: Funding::Credit,
-        }
-    }
-
-    #[test]
-    fn mask_cases() {
-        let cases: &[(&str, &str)] = &[
-            ("4242424242424242", "424242******4242"),
-            ("378282246310005", "378282*****0005"),
-            ("6205500000000000004", "620550*********0004"),
-            ("424242424242", "424242**4242"),
-            ("42424242421", "***********"),
-            ("4242424242", "**********"),
-            ("4242", "****"),
-            ("", ""),
-        ];
-        for (number, want) in cases {
-            assert_eq!(mask(number), *want, "mask({number:?})");
         }
     }
 
@@ -216,9 +147,9 @@ mod tests {
     #[test]
     fn valid_card_helpers() {
         let c = card("378282246310005", "1234");
-        assert_eq!(c.bin(), "378282");
-        assert_eq!(c.last4(), "0005");
-        assert_eq!(c.masked(), "378282*****0005");
+        assert_eq!(c.number.bin(), "378282");
+        assert_eq!(c.number.last4(), "0005");
+        assert_eq!(c.number.masked(), "378282*****0005");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Validation of a raw request card ([`CardInput`]) into a [`ValidCard`] (DESIGN.md §4).
+//! Validation of a raw request card ([`CardInput`]) into a [`ValidCard`].
 //!
 //! Every field is checked and every problem reported at once, as a map from field path
 //! (`{prefix}.number`, `{prefix}.expirationMonth`, `{prefix}.expirationYear`, `{prefix}.cvc`)
@@ -33,6 +33,7 @@ use zeroize::Zeroizing;
 use super::brand::Brand;
 use super::ranges::{bin_info, brand_of};
 use super::{CardInput, ValidCard};
+use crate::secret::{CardNumber, Cvc};
 
 const REQUIRED: &str = "is required";
 const NOT_STRING: &str = "must be a string";
@@ -112,10 +113,10 @@ pub fn validate(
         {
             let funding = bin_info(&number).funding;
             Ok(ValidCard {
-                number: std::mem::take(&mut *number),
+                number: CardNumber::new(std::mem::take(&mut *number)),
                 expiration_month: format!("{month:02}"),
                 expiration_year: format!("{year:04}"),
-                cvc: std::mem::take(&mut *cvc),
+                cvc: Cvc::new(std::mem::take(&mut *cvc)),
                 brand,
                 funding,
             })
@@ -447,14 +448,14 @@ mod tests {
                         case.name
                     );
                     assert!(
-                        card.number.bytes().all(|b| b.is_ascii_digit()),
+                        card.number.expose().bytes().all(|b| b.is_ascii_digit()),
                         "{}",
                         case.name
                     );
                     assert_eq!(card.expiration_month.len(), 2, "{}", case.name);
                     assert_eq!(card.expiration_year.len(), 4, "{}", case.name);
                     assert_eq!(
-                        Some(card.cvc.as_str()),
+                        Some(card.cvc.expose()),
                         case.cvc.as_ref().and_then(Value::as_str)
                     );
                 }
@@ -526,12 +527,12 @@ mod tests {
             today(),
         )
         .unwrap();
-        assert_eq!(card.number, "4242424242424242");
+        assert_eq!(card.number.expose(), "4242424242424242");
         assert_eq!(card.expiration_month, "07");
         assert_eq!(card.expiration_year, "2031");
-        assert_eq!(card.cvc, "042");
-        assert_eq!(card.bin(), "424242");
-        assert_eq!(card.last4(), "4242");
+        assert_eq!(card.cvc.expose(), "042");
+        assert_eq!(card.number.bin(), "424242");
+        assert_eq!(card.number.last4(), "4242");
     }
 
     #[test]

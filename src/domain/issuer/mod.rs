@@ -1,6 +1,6 @@
 //! Issuers: where a purchase intent's credential comes from. The [`Issuer`] trait is what the
 //! purchase-intent handler calls; [`sandbox::Sandbox`] is the built-in deterministic issuer
-//! (DESIGN.md §6) and real issuer or network adapters plug in the same way.
+//! (docs/sandbox.md) and real issuer or network adapters plug in the same way.
 //!
 //! Nothing here does I/O. Card numbers, cvcs and cryptograms never appear in `Debug` output.
 
@@ -9,13 +9,14 @@ pub mod sandbox;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::secret::{CardNumber, Cryptogram, Cvc};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 pub use sandbox::Sandbox;
 
 /// The three credential types of the specification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CredentialType {
     /// A one-time virtual card number from the issuer (`virtual-card`).
@@ -43,7 +44,7 @@ impl CredentialType {
         }
     }
 
-    /// The name proxy templates use: `virtualCard`, `networkToken`, `pan` (spec §4.7).
+    /// The name proxy templates use: `virtualCard`, `networkToken`, `pan`.
     pub fn template_name(self) -> &'static str {
         match self {
             CredentialType::VirtualCard => "virtualCard",
@@ -81,81 +82,55 @@ impl FromStr for CredentialType {
     }
 }
 
-/// The stored card an intent is issued from. `number` is the real card number: never log it
-/// (the `Debug` impl prints only the last four digits).
-#[derive(Clone, Copy)]
+/// The stored card an intent is issued from.
+#[derive(Debug, Clone, Copy)]
 pub struct CardFacts<'a> {
     /// Brand as detected at storage time: `visa`, `mastercard`, `amex`, `discover`, ...
     pub brand: &'a str,
-    /// The card number, digits only.
-    pub number: &'a str,
+    /// The card number.
+    pub number: &'a CardNumber,
     /// `MM`.
     pub expiration_month: &'a str,
     /// `YYYY`.
     pub expiration_year: &'a str,
 }
 
-impl fmt::Debug for CardFacts<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CardFacts")
-            .field("brand", &self.brand)
-            .field("number", &Masked(mask_number(self.number)))
-            .field("expiration_month", &self.expiration_month)
-            .field("expiration_year", &self.expiration_year)
-            .finish()
-    }
-}
-
-/// A credential as the purchase intent exposes it (spec §2.2): the Virtual Card, Network
-/// Token or PAN object. Serialises with the spec's field names (`expirationMonth`, ...), leaving
-/// out an absent `cvc` / `cryptogram`. `Debug` masks the number and hides cvc and cryptogram.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A credential as the purchase intent exposes it: the Virtual Card, Network Token or PAN
+/// object. Serialises with the wire names (`expirationMonth`, ...), leaving out an absent
+/// `cvc` / `cryptogram`: this is where card data leaves, in the credential response and
+/// sealed with its intent. `Debug` masks the number and hides cvc and cryptogram.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Credential {
     /// Card or token number.
-    pub number: String,
+    pub number: CardNumber,
     /// `MM`.
     pub expiration_month: String,
     /// `YYYY`.
     pub expiration_year: String,
     /// Virtual card and pan (pan: filled by the caller from the vault while retained).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cvc: Option<String>,
+    #[serde(default)]
+    pub cvc: Option<Cvc>,
     /// Network token only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cryptogram: Option<String>,
+    #[serde(default)]
+    pub cryptogram: Option<Cryptogram>,
 }
 
-impl fmt::Debug for Credential {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hidden = |o: &Option<String>| Masked(if o.is_some() { "****" } else { "None" }.into());
-        f.debug_struct("Credential")
-            .field("number", &Masked(mask_number(&self.number)))
-            .field("expiration_month", &self.expiration_month)
-            .field("expiration_year", &self.expiration_year)
-            .field("cvc", &hidden(&self.cvc))
-            .field("cryptogram", &hidden(&self.cryptogram))
-            .finish()
-    }
-}
-
-/// Prints its text without quotes in `Debug`.
-struct Masked(String);
-
-impl fmt::Debug for Masked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// `****1234` for a number of 12 or more characters, `****` otherwise.
-pub fn mask_number(number: &str) -> String {
-    let n = number.chars().count();
-    if n >= 12 {
-        let last4: String = number.chars().skip(n - 4).collect();
-        format!("****{last4}")
-    } else {
-        "****".to_string()
+impl Serialize for Credential {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let fields = 3 + usize::from(self.cvc.is_some()) + usize::from(self.cryptogram.is_some());
+        let mut map = s.serialize_map(Some(fields))?;
+        map.serialize_entry("number", self.number.expose())?;
+        map.serialize_entry("expirationMonth", &self.expiration_month)?;
+        map.serialize_entry("expirationYear", &self.expiration_year)?;
+        if let Some(cvc) = &self.cvc {
+            map.serialize_entry("cvc", cvc.expose())?;
+        }
+        if let Some(cryptogram) = &self.cryptogram {
+            map.serialize_entry("cryptogram", cryptogram.expose())?;
+        }
+        map.end()
     }
 }
 
@@ -337,7 +312,7 @@ mod tests {
         assert!(d.contains("****0012"));
         let card = CardFacts {
             brand: "visa",
-            number: "4000009900000012",
+            number: &CardNumber::new("4000009900000012"),
             expiration_month: "01",
             expiration_year: "2030",
         };

@@ -1,5 +1,5 @@
 //! The sandbox issuer: virtual cards and network tokens made up locally, deterministically,
-//! like an issuer's or a card network's own sandbox (DESIGN.md §6).
+//! like an issuer's or a card network's own sandbox (docs/sandbox.md).
 //!
 //! - `virtual-card`: a Luhn-valid number in the sandbox virtual-card range of the card's brand,
 //!   never equal to the stored card; expiry = month of the intent's `expiresAt`,
@@ -31,6 +31,9 @@
 
 use std::fmt;
 
+use crate::secret::{constant_time_eq, CardNumber, Cryptogram, Cvc, KeyMaterial};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use time::UtcOffset;
@@ -118,7 +121,7 @@ type HmacSha256 = Hmac<Sha256>;
 /// The deterministic sandbox issuer. Holds a 32-byte secret from which every number, cvc and
 /// cryptogram is derived; `Debug` does not print it.
 pub struct Sandbox {
-    secret: [u8; 32],
+    secret: KeyMaterial,
 }
 
 impl fmt::Debug for Sandbox {
@@ -129,22 +132,22 @@ impl fmt::Debug for Sandbox {
 
 impl Sandbox {
     /// A sandbox issuer keyed by `secret` (keep it stable across restarts).
-    pub fn new(secret: [u8; 32]) -> Self {
+    pub fn new(secret: KeyMaterial) -> Self {
         Sandbox { secret }
     }
 
     /// The cryptogram of the network token issued for `intent_id`: base64 (standard, padded)
     /// of the first 20 bytes of HMAC-SHA256(secret, "cryptogram" ‖ intent_id), 28 characters,
     /// shaped like a TAVV.
-    pub fn cryptogram_for(&self, intent_id: &str) -> String {
+    pub fn cryptogram_for(&self, intent_id: &str) -> Cryptogram {
         let mac = self.derive("cryptogram", intent_id, 0);
-        base64_standard(&mac[..20])
+        Cryptogram::new(STANDARD.encode(&mac[..20]))
     }
 
     /// Whether `cryptogram` is the one issued for `intent_id` (constant-time comparison).
     pub fn cryptogram_matches(&self, intent_id: &str, cryptogram: &str) -> bool {
         constant_time_eq(
-            self.cryptogram_for(intent_id).as_bytes(),
+            self.cryptogram_for(intent_id).expose().as_bytes(),
             cryptogram.as_bytes(),
         )
     }
@@ -159,7 +162,7 @@ impl Sandbox {
         // A key shorter than SHA-256's 64-byte block is zero-padded by HMAC's definition, so
         // padding it here gives the same MAC and avoids the fallible `new_from_slice`.
         let mut key = [0u8; 64];
-        key[..32].copy_from_slice(&self.secret);
+        key[..32].copy_from_slice(self.secret.expose());
         let mut mac = <HmacSha256 as Mac>::new(&key.into());
         mac.update(&(label.len() as u64).to_be_bytes());
         mac.update(label.as_bytes());
@@ -176,14 +179,14 @@ impl Sandbox {
         bin: &str,
         range: &SandboxRange,
         req: &IssueRequest<'_>,
-    ) -> Result<(String, String), IssuerError> {
+    ) -> Result<(CardNumber, Cvc), IssuerError> {
         let body_len = range.length.saturating_sub(bin.len() + 1);
         for counter in 0..8 {
             let h = self.derive(label, req.intent_id, counter);
             let body = decimal_digits(&h[0..8], body_len);
-            let number = super::luhn_complete(&format!("{bin}{body}"));
-            if number != req.card.number {
-                let cvc = decimal_digits(&h[8..16], range.cvc_length);
+            let number = CardNumber::new(super::luhn_complete(&format!("{bin}{body}")));
+            if number != *req.card.number {
+                let cvc = Cvc::new(decimal_digits(&h[8..16], range.cvc_length));
                 return Ok((number, cvc));
             }
         }
@@ -211,7 +214,7 @@ impl Issuer for Sandbox {
                     return Ok(Issued::Unavailable);
                 }
                 Ok(Issued::Active(Credential {
-                    number: number.to_string(),
+                    number: number.clone(),
                     expiration_month: req.card.expiration_month.to_string(),
                     expiration_year: req.card.expiration_year.to_string(),
                     cvc: None,
@@ -219,7 +222,7 @@ impl Issuer for Sandbox {
                 }))
             }
             CredentialType::VirtualCard => {
-                if number == TEST_CARD_NO_VIRTUAL_CARD {
+                if number.expose() == TEST_CARD_NO_VIRTUAL_CARD {
                     return Ok(Issued::Unavailable);
                 }
                 let Some(range) = sandbox_range(req.card.brand) else {
@@ -237,7 +240,7 @@ impl Issuer for Sandbox {
                 }))
             }
             CredentialType::NetworkToken => {
-                if number == TEST_CARD_NO_NETWORK_TOKEN {
+                if number.expose() == TEST_CARD_NO_NETWORK_TOKEN {
                     return Ok(Issued::Unavailable);
                 }
                 let Some(range) = sandbox_range(req.card.brand) else {
@@ -253,7 +256,7 @@ impl Issuer for Sandbox {
                     cvc: None,
                     cryptogram: Some(self.cryptogram_for(req.intent_id)),
                 };
-                if !req.verified_before || req.card.number == TEST_CARD_ALWAYS_VERIFY {
+                if !req.verified_before || req.card.number.expose() == TEST_CARD_ALWAYS_VERIFY {
                     Ok(Issued::Verify(credential))
                 } else {
                     Ok(Issued::Active(credential))
@@ -278,30 +281,6 @@ fn decimal_digits(bytes: &[u8], n: usize) -> String {
     format!("{:0width$}", u64::from_be_bytes(b) % modulus, width = n)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Standard base64 with padding (RFC 4648 §4).
-fn base64_standard(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b0 = chunk.first().copied().unwrap_or(0);
-        let b1 = chunk.get(1).copied().unwrap_or(0);
-        let b2 = chunk.get(2).copied().unwrap_or(0);
-        let n = (u32::from(b0) << 16) | (u32::from(b1) << 8) | u32::from(b2);
-        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -316,13 +295,14 @@ mod tests {
     const JCB: &str = "3530111333300000";
 
     fn sandbox() -> Sandbox {
-        Sandbox::new([7u8; 32])
+        Sandbox::new(KeyMaterial::new([7u8; 32]))
     }
 
-    fn card<'a>(brand: &'a str, number: &'a str) -> CardFacts<'a> {
+    /// A stored card (its number leaked: a test lives briefly).
+    fn card<'a>(brand: &'a str, number: &str) -> CardFacts<'a> {
         CardFacts {
             brand,
-            number,
+            number: Box::leak(Box::new(CardNumber::new(number))),
             expiration_month: "04",
             expiration_year: "2031",
         }
@@ -381,11 +361,12 @@ mod tests {
             )) else {
                 panic!("{brand}: not active");
             };
-            assert!(luhn_valid(&c.number), "{brand}");
-            assert_eq!(c.number.len(), len, "{brand}");
-            assert!(c.number.starts_with(bin), "{brand}");
-            assert_ne!(c.number, number);
-            let cvc = c.cvc.as_deref().unwrap();
+            let n = c.number.expose();
+            assert!(luhn_valid(n), "{brand}");
+            assert_eq!(n.len(), len, "{brand}");
+            assert!(n.starts_with(bin), "{brand}");
+            assert_ne!(n, number);
+            let cvc = c.cvc.as_ref().unwrap().expose();
             assert_eq!(cvc.len(), cvc_len, "{brand}");
             assert!(cvc.bytes().all(|b| b.is_ascii_digit()));
             assert_eq!(
@@ -413,12 +394,13 @@ mod tests {
             )) else {
                 panic!("{brand}: not active");
             };
-            assert!(luhn_valid(&c.number) && c.number.len() == len && c.number.starts_with(bin));
-            assert_ne!(c.number, number);
+            let n = c.number.expose();
+            assert!(luhn_valid(n) && n.len() == len && n.starts_with(bin));
+            assert_ne!(n, number);
             assert!(c.cvc.is_none());
             assert_eq!(
-                c.cryptogram.as_deref(),
-                Some(sandbox().cryptogram_for("pi_2").as_str())
+                c.cryptogram.as_ref().map(Cryptogram::expose),
+                Some(sandbox().cryptogram_for("pi_2").expose())
             );
         }
     }
@@ -517,7 +499,7 @@ mod tests {
         let Issued::Active(p) = issue(req("pi_9", CredentialType::Pan, c, true, false)) else {
             panic!("pan not active");
         };
-        assert_eq!(p.number, JCB);
+        assert_eq!(p.number.expose(), JCB);
         assert_eq!(
             (p.expiration_month.as_str(), p.expiration_year.as_str()),
             ("04", "2031")
@@ -554,7 +536,7 @@ mod tests {
             b.credential().unwrap().number
         );
         // Another secret, another number.
-        let other = Sandbox::new([8u8; 32])
+        let other = Sandbox::new(KeyMaterial::new([8u8; 32]))
             .issue(req(
                 "pi_a",
                 CredentialType::VirtualCard,
@@ -593,7 +575,7 @@ mod tests {
                     true,
                 ))
                 .unwrap();
-            let n = c.credential().unwrap().number.clone();
+            let n = c.credential().unwrap().number.expose().to_string();
             assert!(luhn_valid(&n) && n.len() == 15 && n.starts_with("379990"));
             assert!(seen.insert(n));
         }
@@ -613,13 +595,13 @@ mod tests {
         let again = issue(req(
             "pi_x",
             CredentialType::VirtualCard,
-            card("visa", &derived),
+            card("visa", derived.expose()),
             false,
             true,
         ));
         let n = &again.credential().unwrap().number;
         assert_ne!(n, &derived);
-        assert!(luhn_valid(n) && n.starts_with("499990"));
+        assert!(luhn_valid(n.expose()) && n.expose().starts_with("499990"));
     }
 
     #[test]
@@ -628,11 +610,14 @@ mod tests {
         let a = s.cryptogram_for("pi_1");
         assert_eq!(a, s.cryptogram_for("pi_1"));
         assert_ne!(a, s.cryptogram_for("pi_2"));
-        assert_ne!(a, Sandbox::new([1u8; 32]).cryptogram_for("pi_1"));
-        assert_eq!(a.len(), 28);
-        assert!(a.ends_with('='));
-        assert!(s.cryptogram_matches("pi_1", &a));
-        assert!(!s.cryptogram_matches("pi_2", &a));
+        assert_ne!(
+            a,
+            Sandbox::new(KeyMaterial::new([1u8; 32])).cryptogram_for("pi_1")
+        );
+        assert_eq!(a.expose().len(), 28);
+        assert!(a.expose().ends_with('='));
+        assert!(s.cryptogram_matches("pi_1", a.expose()));
+        assert!(!s.cryptogram_matches("pi_2", a.expose()));
         assert!(!s.cryptogram_matches("pi_1", ""));
     }
 
@@ -645,23 +630,8 @@ mod tests {
     }
 
     #[test]
-    fn base64_vectors() {
-        for (i, o) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64_standard(i.as_bytes()), o);
-        }
-    }
-
-    #[test]
     fn debug_hides_secret_and_name() {
-        let s = Sandbox::new([0xAB; 32]);
+        let s = Sandbox::new(KeyMaterial::new([0xAB; 32]));
         let d = format!("{s:?}");
         assert!(!d.to_lowercase().contains("ab, ") && !d.contains("171"));
         assert_eq!(s.name(), "sandbox");

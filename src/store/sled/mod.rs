@@ -1,6 +1,6 @@
-//! The embedded backend: sled trees laid out as in [`super::keys`], multi-tree
-//! transactions for every write that touches more than one key, and group commit
-//! ([`super::group_commit`]) for durability.
+//! The embedded backend: sled trees laid out as in [`keys`], multi-tree transactions for
+//! every write that touches more than one key, and group commit ([`group_commit`]) for
+//! durability. The audit log's outbox lives here too ([`audit_outbox`]).
 
 pub mod audit_outbox;
 pub mod card_tokens;

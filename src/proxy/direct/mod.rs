@@ -9,11 +9,14 @@
 //! ones wait in paycred's [`IdlePool`] (see there for why not pingora's pool), and the
 //! response is parsed by pingora's HTTP/1 client session.
 //!
-//! Only requests that can have no surprises take this path ([`applies`]): HTTP/1.x targets,
-//! a body that is all in memory, not `HEAD`, no upgrade. Everything else is proxied by pingora.
+//! Only requests whose body is all in memory take this path: a body up to the preflight
+//! limit with a `Content-Length`, read and substituted before the target is contacted.
+//! Everything else is proxied by pingora.
 
-use super::pool::{IdlePool, PeerKey};
-use super::ProxyCtx;
+pub mod pool;
+
+use super::forward::{host_header, is_framing, Forwarding};
+use super::target::Target;
 use bytes::Bytes;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::RequestHeader;
@@ -23,24 +26,19 @@ use pingora::protocols::Stream;
 use pingora::proxy::Session;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType, OkOrErr, Result, RetryType};
+use pool::{IdlePool, PeerKey};
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-/// Whether a request of this kind goes to the target through [`Exchanger::relay`] once its
-/// body is prepared (not `HEAD`, whose answer pingora's client frames by the request it
-/// wrote; no `CONNECT` or upgrade).
-pub fn suits(req: &RequestHeader) -> bool {
+/// Whether a request of this kind can carry a body at all through the proxy: not `HEAD`
+/// (whose answer is framed by the request), `CONNECT` or an upgrade. Such a request with a
+/// body is refused; without one it is proxied by pingora.
+pub fn carries_body(req: &RequestHeader) -> bool {
     req.method != http::Method::HEAD
         && req.method != http::Method::CONNECT
         && !req.headers.contains_key(http::header::UPGRADE)
-}
-
-/// Whether this request goes to the target through [`Exchanger::relay`]: its whole request
-/// is built.
-pub fn applies(ctx: &ProxyCtx) -> bool {
-    ctx.request.is_some()
 }
 
 /// Longest `Content-Length: N\r\n\r\n`.
@@ -60,15 +58,15 @@ pub struct RequestBuf {
 
 impl RequestBuf {
     /// Header values come from pingora's parser, which admits no CR or LF; the path and
-    /// query were checked when the target URL was ([`super::target_uri`]).
+    /// query were checked when the target URL was ([`crate::proxy::forward::target_uri`]).
     pub fn new(
         req: &RequestHeader,
-        target: &super::target::Target,
-        drop_authorization: bool,
+        target: &Target,
+        forwarding: &Forwarding,
         path_and_query: &str,
         body_len_hint: usize,
     ) -> Self {
-        let host = super::host_header(target);
+        let host = host_header(target);
         let mut head = Vec::with_capacity(128 + 48 * req.headers.len());
         head.extend_from_slice(req.method.as_str().as_bytes());
         head.push(b' ');
@@ -76,28 +74,12 @@ impl RequestBuf {
         head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
         head.extend_from_slice(host.as_bytes());
         head.extend_from_slice(b"\r\n");
-        // Headers the caller's `Connection` names are hop-by-hop too (RFC 9110 §7.6.1).
-        let nominated: Vec<String> = req
-            .headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(|token| token.trim().to_ascii_lowercase())
-            .filter(|token| !token.is_empty())
-            .collect();
         // Header names leave as the caller wrote them, as pingora's own proxy sends them:
         // the names pingora read are kept beside the map, in the map's order.
         let mut as_written = req.case_header_iter().map(|(name, _)| name.as_slice());
         for (name, value) in &req.headers {
             let wire_name = as_written.next().unwrap_or(name.as_str().as_bytes());
-            let dropped = super::is_dropped_header(name)
-                || nominated.iter().any(|n| n == name.as_str())
-                || name == http::header::HOST
-                || name == http::header::CONTENT_LENGTH
-                || name == http::header::TRANSFER_ENCODING
-                || (drop_authorization && name == http::header::AUTHORIZATION);
-            if dropped {
+            if is_framing(name) || !forwarding.forwards(name) {
                 continue;
             }
             head.extend_from_slice(wire_name);
@@ -229,13 +211,11 @@ impl Exchanger {
         // at that moment), then resumes them one after another, so the round's requests
         // reach their targets in one burst. A target (or any receiver) sleeping on another
         // CPU is then woken once a burst instead of once a request: in the load bench, 0.31
-        // wake-ups a request instead of 0.83, and 29 → 25.5 µs of CPU (docs/performance.md,
-        // session 12). The poll also refreshes the pooled connections' readiness before
+        // wake-ups a request instead of 0.83, and 29 → 25.5 µs of CPU (docs/performance.md). The poll also refreshes the pooled connections' readiness before
         // `take` checks them. The count of requests inside `relay` (sent, or about to be,
         // and not yet answered) stands in for "others are busy": when it is zero the proxy
         // is idle apart from this request, nothing is likely to join a burst, and the yield
-        // would only cost one `epoll_wait` that does not wait and one more poll of the task
-        // (session 13). So from idle, the first request of a round leaves at once and the
+        // would only cost one `epoll_wait` that does not wait and one more poll of the task. So from idle, the first request of a round leaves at once and the
         // rest of the round follows as a burst.
         let (_relaying, others) = Relaying::enter(&self.relaying);
         if others > 0 {
@@ -348,7 +328,7 @@ impl Exchanger {
 
 const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
 
-/// Whether sending this request twice is harmless (RFC 9110 §9.2.2): an idempotent method, or
+/// Whether sending this request twice is harmless (RFC 9110, section 9.2.2): an idempotent method, or
 /// an `Idempotency-Key` that lets the target recognise the second delivery.
 pub fn replayable(req: &RequestHeader) -> bool {
     use http::Method;
@@ -437,7 +417,7 @@ async fn exchange_header(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::target::{Target, TargetUrl};
+    use crate::proxy::target::TargetUrl;
 
     fn target() -> Target {
         Target {
@@ -487,7 +467,8 @@ mod tests {
 
     /// The request's bytes, and how many parts they came in.
     fn request(drop_authorization: bool, body: &[u8], rest: &[&'static [u8]]) -> (Bytes, usize) {
-        let mut buf = RequestBuf::new(&header(), &target(), drop_authorization, "/c?x=1", 0);
+        let forwarding = Forwarding::new(&header(), drop_authorization).unwrap_or_default();
+        let mut buf = RequestBuf::new(&header(), &target(), &forwarding, "/c?x=1", 0);
         buf.body().extend_from_slice(body);
         let rest: Vec<Bytes> = rest.iter().map(|p| Bytes::from_static(p)).collect();
         let request = buf.finish(&rest);
@@ -520,7 +501,13 @@ mod tests {
 
     #[test]
     fn a_request_debugs_as_lengths_only() {
-        let mut buf = RequestBuf::new(&header(), &target(), true, "/c", 0);
+        let mut buf = RequestBuf::new(
+            &header(),
+            &target(),
+            &Forwarding::new(&header(), true).unwrap_or_default(),
+            "/c",
+            0,
+        );
         buf.body()
             .extend_from_slice(b"{\"pan\":\"4242424242424242\"}");
         let shown = format!(

@@ -1,0 +1,94 @@
+//! A proxy request from its head to a [`ProxyCtx`]: the target checked and resolved, and a
+//! body up to [`PREFLIGHT_LIMIT`] with a `Content-Length` read and substituted whole, so that
+//! every template is validated and resolved (and every use counted) before the target is
+//! contacted. Such a body leaves as one prepared request through [`super::direct`]; any other
+//! body streams through pingora ([`super::body`]).
+
+use super::direct::{self, RequestBuf};
+use super::forward::{target_uri, Forwarding};
+use super::substitute::Substitution;
+use super::{body, target, ProxyCtx, PREFLIGHT_LIMIT, SVC_TARGET_URL};
+use crate::app::App;
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::http::{is_json_content_type, read_body_pieces};
+use http::header;
+use pingora::proxy::Session;
+use std::sync::Arc;
+
+/// Checks the target and, for small JSON bodies, substitutes up front. `principal` was
+/// authenticated by the edge; `drop_authorization` when its token came in `Authorization`.
+pub async fn start(
+    app: &App,
+    session: &mut Session,
+    principal: Arc<Principal>,
+    drop_authorization: bool,
+) -> Result<ProxyCtx, ApiError> {
+    principal.require_private()?;
+    let project = app
+        .config
+        .project(&principal.project)
+        .cloned()
+        .ok_or_else(ApiError::internal)?;
+    let req = session.req_header();
+    let headers = &req.headers;
+    let raw_target = headers
+        .get(SVC_TARGET_URL)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            ApiError::invalid_field("Svc-Target-URL", "required: the URL to forward to")
+        })?;
+    let url = target::parse(raw_target, &project.proxy)?;
+    let substitute = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| is_json_content_type(v.as_bytes()));
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let chunked = headers.get(header::TRANSFER_ENCODING).is_some();
+    if !direct::carries_body(req) && (chunked || declared.is_some_and(|n| n > 0)) {
+        return Err(ApiError::invalid_request(
+            "A HEAD, CONNECT or upgrade request cannot carry a body through the proxy.",
+        ));
+    }
+    let forwarding = Forwarding::new(req, drop_authorization)?;
+    let target = target::resolve(url, &project.proxy).await?;
+    let mut ctx = ProxyCtx {
+        principal,
+        project,
+        target,
+        forwarding,
+        substitute,
+        request: None,
+        substitution: Substitution::default(),
+        upstream_started: None,
+        failed: false,
+    };
+    if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
+        let pieces = read_body_pieces(session, PREFLIGHT_LIMIT).await?;
+        // The whole request, built in one buffer: the body is substituted (or copied) once,
+        // in place, behind room for the head.
+        let uri = target_uri(&ctx.target)?;
+        let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        // Room for the first piece: the pieces after the last one a template reaches are not
+        // copied into the buffer, and it grows when more are.
+        let first = pieces.first().map_or(0, bytes::Bytes::len);
+        let mut request = RequestBuf::new(
+            session.req_header(),
+            &ctx.target,
+            &ctx.forwarding,
+            path,
+            first + first / 8,
+        );
+        // The body is copied once, from the pieces it arrived in, up to the last piece a
+        // template reaches; the pieces after it are sent as they were read.
+        let used = ctx
+            .substitution
+            .feed_pieces_into(app, &ctx.principal, &pieces, request.body())
+            .await?;
+        ctx.request = Some(request.finish(pieces.get(used..).unwrap_or_default()));
+        body::record_uses(app, &ctx).await?;
+    }
+    Ok(ctx)
+}
