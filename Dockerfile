@@ -12,8 +12,9 @@ RUN apt-get update \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo .cargo
-# The manifest declares the criterion bench (cargo refuses a manifest whose targets are
-# missing), and the demo page embeds the browser SDK's source.
+# The manifest declares the criterion benches and the load bench's programs, all under
+# benches/ (cargo refuses a manifest whose targets are missing), and the demo page embeds
+# the browser SDK's source.
 COPY benches benches
 COPY sdk/js/src sdk/js/src
 COPY src src

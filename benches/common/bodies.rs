@@ -1,5 +1,5 @@
 //! The scanner's bench bodies, shared by `benches/scanner.rs` and
-//! `examples/scan_instructions.rs` (each includes this file as a module).
+//! `benches/load/bin/scan_instructions.rs` (each includes this file as a module).
 
 /// The template placed in the order-like body.
 pub const TEMPLATE: &str = "{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}";

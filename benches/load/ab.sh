@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 2 ] || { sed -n 2,12p "$0"; exit 2; }
 bin_a=$(realpath "$1"); bin_b=$(realpath "$2"); pairs=${3:-6}; secs=${4:-3}
 root=$(cd "$here/../.." && pwd)
-upstream_bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/upstream"
+upstream_bin=$(bench_program upstream)
 [ -x "$upstream_bin" ] || { echo "ab: $upstream_bin is missing (cargo build --release --example upstream)"; exit 1; }
 for tool in wrk taskset curl jq openssl python3; do
   command -v "$tool" >/dev/null || { echo "ab: $tool is missing (scripts/setup-bench installs it)"; exit 1; }

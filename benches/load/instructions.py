@@ -4,10 +4,10 @@ pingora pass-through.
 Instructions: each program runs under callgrind with counting off; after a warm-up of W
 requests it is switched on, N requests are sent, and the counts are dumped before the
 program is stopped. So the window holds the N requests and whatever else ran meanwhile (the
-audit writer, timers), and neither start-up nor shutdown. (Until session 14 this was the
-difference of two cachegrind runs with W and W+N requests, which was meant to cancel
-start-up. It did not: start-up under valgrind varies, among it a spin in sled's lazy statics
-of 7 to 13 million instructions a run, and four runs of one build spread 7.4k a request.)
+audit writer, timers), and neither start-up nor shutdown. (`--cachegrind` also prints the
+difference of two whole cachegrind runs with W and W+N requests, which does not cancel
+start-up: start-up under valgrind varies, among it a spin in sled's lazy statics of 7 to 13
+million instructions a run, and four runs of one build spread 7.4k a request.)
 
 Syscalls: each program runs twice under strace, with W and W+N requests; the difference
 divided by N removes start-up and shutdown."""

@@ -13,8 +13,9 @@
 #   BODY=64k benches/load/instructions.sh N     (the 64 KiB body instead of the 1 KiB one)
 #   LOG=info benches/load/instructions.sh N     (RUST_LOG of both programs; default error)
 #   KEEP=DIR benches/load/instructions.sh N     (keep the profiles and strace counts in DIR)
-#   CACHEGRIND=1 benches/load/instructions.sh N (also the difference of two cachegrind runs,
-#                                                the method until session 14)
+#   CACHEGRIND=1 benches/load/instructions.sh N (also the difference of two whole cachegrind
+#                                                runs, which start-up noise moves; the window
+#                                                is the figure to use)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
@@ -31,12 +32,12 @@ release="${CARGO_TARGET_DIR:-$root/target}/release"
 UP=$(free_port); PT=$(free_port); PC=$(free_port)
 (cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
 bin="$release/paycred"
-"$release/examples/upstream" "127.0.0.1:$UP" & pids+=($!)
+"$(bench_program upstream)" "127.0.0.1:$UP" & pids+=($!)
 
 . "$here/setup-paycred.sh"
 echo "requests: $n (body ${BODY:-1k} with 4 templates; the pass-through forwards the same bytes)"
 python3 "$here/instructions.py" --work "$work" --requests "$n" --paycred "$bin" --config "$work/paycred.yaml" \
-  --paycred-port "$PC" --passthrough "$release/examples/passthrough" --passthrough-port "$PT" \
+  --paycred-port "$PC" --passthrough "$(bench_program passthrough)" --passthrough-port "$PT" \
   --upstream-port "$UP" --key "$work/key.pem" --bodies "$here/bodies.py" --body "${BODY:-1k}" $([ "${CACHEGRIND:-}" = 1 ] && echo --cachegrind)
 # (An `if`: a trailing `[ ... ] &&` would make the script exit 1 without PROFILE.)
 if [ -n "${PROFILE:-}" ]; then

@@ -1,4 +1,10 @@
 # Sourced by the load scripts (run.sh, ab.sh, instructions.sh): the helpers they share.
+# Each defines $root, the repository, before calling them.
+
+# bench_program NAME: the release build of benches/load/bin/NAME.rs. The programs are
+# declared as cargo examples (`cargo build --release --example NAME`), so cargo puts them
+# in its examples folder.
+bench_program() { echo "${CARGO_TARGET_DIR:-$root/target}/release/examples/$1"; }
 
 # A free TCP port on 127.0.0.1.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # paycred load bench: paycred's substitution proxy against two pass-through baselines
-# measured in the same run (a minimal pingora 0.9.1 proxy, examples/passthrough.rs, and
-# nginx proxy_pass with an upstream keepalive pool), all in front of one fast upstream (examples/upstream.rs).
+# measured in the same run (a minimal pingora 0.9.1 proxy, benches/load/bin/passthrough.rs,
+# and nginx proxy_pass with an upstream keepalive pool), all in front of one fast upstream
+# (benches/load/bin/upstream.rs).
 #
 # The measured proxy runs alone on CPU 0 (one worker thread); wrk and the upstream share
 # CPU 1. Runs alternate paycred / pingora / nginx so drift hits all equally, and the ratio
@@ -38,10 +39,10 @@ echo "== building (release)"
 (cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
 built_at=$SECONDS
 bin="$release/paycred"
-pt_bin="$release/examples/passthrough"
+pt_bin=$(bench_program passthrough)
 
-# The target: examples/upstream.rs on CPU 1 beside wrk; it reads every body to its end.
-taskset -c 1 "$release/examples/upstream" "127.0.0.1:$UP" &
+# The target: benches/load/bin/upstream.rs on CPU 1 beside wrk; it reads every body to its end.
+taskset -c 1 "$(bench_program upstream)" "127.0.0.1:$UP" &
 pids+=($!)
 # The nginx baseline on CPU 0, like the other proxies.
 mkdir -p "$work/nginx-px"

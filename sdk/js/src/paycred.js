@@ -53,8 +53,8 @@ function concat(...parts) {
 }
 
 /**
- * The Concat KDF of NIST SP 800-56A as JWA (RFC 7518 §4.6.2) uses it for ECDH-ES direct key
- * agreement: one SHA-256 round gives the 256-bit content key of A256GCM.
+ * The Concat KDF of NIST SP 800-56A as JWA (RFC 7518, section 4.6.2) uses it for ECDH-ES direct
+ * key agreement: one SHA-256 round gives the 256-bit content key of A256GCM.
  */
 export async function concatKdf(
   subtle,

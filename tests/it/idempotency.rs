@@ -1,10 +1,7 @@
-//! `Idempotency-Key` on POST (issue 6, DESIGN.md §4): replay, conflict, scoping, validation
+//! `Idempotency-Key` on POST (docs/design.md): replay, conflict, scoping, validation
 //! failures not stored, concurrent requests executed once, replay across a restart.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 
 use paycred::template::{ResolveError, Scanner, TemplateRef};
 
-#[path = "../benches/common/bodies.rs"]
+#[path = "../../common/bodies.rs"]
 mod bodies;
 use bodies::{body, load_bench_body};
 

@@ -1,8 +1,6 @@
 //! Properties of the template scanner: chunking never changes the outcome, bodies without
 //! templates pass byte for byte, valid JSON stays valid with values escaped, nothing panics.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use paycred::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
 use proptest::prelude::*;
 use serde_json::{Map, Value};

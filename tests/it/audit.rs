@@ -1,12 +1,9 @@
-//! The audit log (issue 6): create/delete/reveal, proxy uses and auth failures are recorded
+//! The audit log: create/delete/reveal, proxy uses and auth failures are recorded
 //! without secrets; `paycred audit --verify` proves the chain and names the seq of an entry
 //! changed on disk.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::upstream::Upstream;
-use common::*;
+use crate::common::upstream::Upstream;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// The entries `paycred audit --verify` printed.

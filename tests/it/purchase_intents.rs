@@ -1,11 +1,8 @@
-//! Purchase intents over HTTP against the real server (spec §4.5, §4.6; DESIGN.md §2, §6):
+//! Purchase intents over HTTP against the real server, as the specification defines them:
 //! both path forms, the create and get shapes, entity isolation, verification and a sandbox
 //! authorization.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn mandates() -> Value {

@@ -1,11 +1,8 @@
-//! Rate limits per project and per entity (issue 6): 429 `rateLimited` with `Retry-After`,
+//! Rate limits per project and per entity: 429 `rateLimited` with `Retry-After`,
 //! entities isolated from each other. The isolation figure (latency of a quiet entity alone
 //! and next to a noisy one) is printed; timing is reported, not asserted.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,12 +1,9 @@
 //! JWT authentication against the real server: a matrix of crafted tokens, every one
 //! refused with the envelope, and the accepted algorithms.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::*;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use common::*;
 use hmac::{Hmac, Mac};
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
@@ -301,14 +298,7 @@ fn valid_tokens_of_each_algorithm_are_accepted() {
 #[test]
 fn project_and_role_mismatches_are_forbidden() {
     let server = Server::start();
-    let other = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "private",
-        300,
-    );
+    let other = other_project_token("user_1", "private");
     // A valid token of project B on project A's path.
     server
         .call(

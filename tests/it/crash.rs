@@ -1,14 +1,11 @@
-//! Crash safety (issue 6): many clients create payment methods and purchase intents and
+//! Crash safety: many clients create payment methods and purchase intents and
 //! charge them at the sandbox, the server is SIGKILLed at a random moment, restarted, and
 //! every acknowledged (2xx) write must be back and intact; usage counts never go backwards.
 //!
 //! `CRASH_TRIALS` (default 20) sets the number of kill/restart trials. The figure is printed
-//! (`cargo test --test crash -- --nocapture`).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! (`cargo test --test it crash:: -- --nocapture`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use paycred::store::Store;
 use rand::Rng;
 use serde_json::{json, Value};

@@ -1,9 +1,8 @@
-//! Storage faults (issue 6): a [`FaultyStore`] fails writes (and reads) through the `Store`
+//! Storage faults: a [`FaultyStore`] fails writes (and reads) through the `Store`
 //! trait while requests run through the API: every request answers 503 with the envelope and
 //! no internal detail, nothing half-written remains (each record is whole, the audit chain
 //! verifies, a failed delete leaves the method and its intents as they were), and everything
 //! works again once the fault clears.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use http::Method;
 use paycred::app::App;

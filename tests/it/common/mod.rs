@@ -1,6 +1,5 @@
 //! Test harness: starts the real `paycred` binary on an ephemeral port with its own data
 //! dir, master key and JWT keys, and talks HTTP to it.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod upstream;
 
@@ -457,7 +456,8 @@ impl Reply {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Asserts the error envelope of the specification's section 7.
+    /// Asserts the error envelope, `{"error": {status, type, title, message, details?}}`, with
+    /// this status and type.
     pub fn assert_error(&self, status: u16, kind: &str) {
         assert_eq!(self.status, status, "body: {}", self.text);
         let e = &self.json["error"];
@@ -470,6 +470,18 @@ impl Reply {
         );
         assert!(e["message"].is_string(), "body: {}", self.text);
     }
+}
+
+/// A token of project B ([`OTHER_PROJECT`]) for `sub` with `role`, valid for 300 s.
+pub fn other_project_token(sub: &str, role: &str) -> String {
+    token_for(
+        &KEYS.other.private_pem,
+        "k-b",
+        OTHER_PROJECT,
+        sub,
+        role,
+        300,
+    )
 }
 
 /// Mints a token with the given private key.

@@ -1,14 +1,11 @@
-//! Logs and metrics hold no secrets (issue 6, DESIGN.md §7): requests on every route, with the
+//! Logs and metrics hold no secrets: requests on every route, with the
 //! server logging at trace level (sled's debug lines included; pingora's are capped at info,
 //! since they print request headers and bodies), then the whole
 //! log is searched for every card number, cvc, cryptogram, credential number and JWT the run
 //! used or received; `/metrics` labels carry route shapes and statuses, never an id.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::upstream::Upstream;
-use common::*;
+use crate::common::upstream::Upstream;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn tpl(pm: &str, kind: &str, path: &str) -> String {
@@ -172,14 +169,7 @@ fn no_secret_reaches_the_debug_log_or_a_metric_label() {
     );
 
     // Auth failures: another project's token and a broken one.
-    let other = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "private",
-        300,
-    );
+    let other = other_project_token("user_1", "private");
     secrets.push(other.clone());
     server.call("GET", &p("/payment-methods"), Some(&other), None);
     let broken = format!("{}x", &t[..t.len() - 1]);

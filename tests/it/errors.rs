@@ -1,9 +1,6 @@
 //! The error envelope on every kind of bad request, and the service routes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

@@ -1,11 +1,8 @@
 //! Durability and data protection across restarts: every acknowledged payment method is
 //! back after a graceful stop and after SIGKILL, and no card number or cvc is readable in
 //! the data dir or the log.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 

@@ -1,10 +1,7 @@
-//! Payment methods end to end (spec §4.1–4.4, DESIGN.md §4): shapes, validation,
-//! deduplication, paging, entity isolation, deletion.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Payment methods end to end: create, list, get and delete as the specification defines
+//! them (shapes, validation, paging), deduplication, entity isolation.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn pm_path() -> String {
@@ -67,14 +64,7 @@ fn brands_funding_and_project_settings_shape_the_answer() {
     let mc = create(&server, &t, &card_body("user_1", MASTERCARD, CVC));
     assert_eq!(mc.json["card"]["brand"], "mastercard");
     // Project B: pan disabled and no vault key: no `pan`, no `token`.
-    let tb = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "private",
-        300,
-    );
+    let tb = other_project_token("user_1", "private");
     let b = server.call(
         "POST",
         &format!("/projects/{OTHER_PROJECT}/payment-methods"),
@@ -114,7 +104,7 @@ fn the_same_card_again_returns_the_existing_payment_method() {
 #[test]
 fn the_same_card_again_takes_the_new_cvc_and_expiry() {
     let mut server = Server::start();
-    let up = common::upstream::Upstream::start();
+    let up = crate::common::upstream::Upstream::start();
     let t = server.token("user_1", "private");
     let id = server.add_card(&t, "user_1", VISA);
     let field = |f: &str| format!("{{{{ paymentMethod: {id} | type: 'pan' | json: '$.{f}' }}}}");

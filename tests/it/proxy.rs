@@ -1,12 +1,9 @@
 //! The proxy end to end: a recording target on 127.0.0.1, templates substituted in small
 //! (checked before any connection) and multi-MiB (streamed) bodies, fail-closed errors, both
 //! auth headers, the target guard with listeners that prove no connection was made.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::upstream::{AfterAnswer, KeepAliveTls, Scripted, Upstream};
-use common::*;
+use crate::common::upstream::{AfterAnswer, KeepAliveTls, Scripted, Upstream};
+use crate::common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -1136,7 +1133,7 @@ fn a_prepared_and_a_streamed_body_reach_the_target_with_the_same_headers_and_bod
         let reqs = up.requests();
         assert_eq!(reqs.len(), before + 2, "{method}");
         let (prepared, streamed) = (&reqs[before], &reqs[before + 1]);
-        let seen = |r: &common::upstream::Recorded| {
+        let seen = |r: &crate::common::upstream::Recorded| {
             let mut h: Vec<(String, String)> = r
                 .headers
                 .iter()

@@ -1,13 +1,10 @@
 //! Client encryption (`GET .../client-encryption-key`, `encryptedCard`) and the token vault
 //! (`POST .../tokens`, `tokenId`) against the real server. JWEs are made here with josekit from
 //! the key the server publishes, as a browser SDK would.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::*;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
-use common::*;
 use josekit::jwe::{self, JweHeader, ECDH_ES, ECDH_ES_A256KW};
 use josekit::jwk::alg::ec::{EcCurve, EcKeyPair};
 use josekit::jwk::Jwk;
@@ -128,14 +125,7 @@ fn the_key_is_a_p256_jwk_for_ecdh_es_with_a_kid_and_both_roles_get_it() {
     let other = server.call(
         "GET",
         &format!("/projects/{OTHER_PROJECT}/client-encryption-key"),
-        Some(&token_for(
-            &KEYS.other.private_pem,
-            "k-b",
-            OTHER_PROJECT,
-            "user_1",
-            "public",
-            300,
-        )),
+        Some(&other_project_token("user_1", "public")),
         None,
     );
     assert_eq!(other.status, 200, "{}", other.text);
@@ -422,14 +412,7 @@ fn a_token_is_used_once_and_only_by_its_project_and_entity() {
         "tokenId",
     );
     // Another project neither.
-    let other_project = token_for(
-        &KEYS.other.private_pem,
-        "k-b",
-        OTHER_PROJECT,
-        "user_1",
-        "public",
-        300,
-    );
+    let other_project = other_project_token("user_1", "public");
     let r = server.call(
         "POST",
         &format!("/projects/{OTHER_PROJECT}/payment-methods"),

@@ -1,11 +1,8 @@
 //! Key management from the command line, with the server stopped: `paycred data-key rotate`
 //! makes a new data key current while every stored card keeps opening, and `paycred
 //! master-key --out` writes a key file only its owner can read, never over an existing one.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::process::Command;
 

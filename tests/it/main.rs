@@ -1,0 +1,31 @@
+//! The integration tests, one module per area, in one test binary: each binary links
+//! pingora, sled and openssl, so one binary is built and linked once where a file per area
+//! would link them fifteen times.
+//!
+//! Most areas start the real `paycred` binary on an ephemeral port with its own data dir
+//! and keys and talk HTTP to it, through the harness in [`common`]; a recording server on
+//! 127.0.0.1 (`common::upstream`) stands in for targets. `storage_faults` and
+//! `template_props` call the library in-process.
+//!
+//! Run one area with `cargo test --test it AREA::` (e.g. `cargo test --test it proxy::`).
+//! Proptest keeps the failing cases it found in `tests/proptest-regressions/AREA.txt` and
+//! runs them first.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod audit;
+mod auth;
+mod client_encryption;
+mod crash;
+mod errors;
+mod idempotency;
+mod keys;
+mod log_hygiene;
+mod payment_methods;
+mod proxy;
+mod purchase_intents;
+mod ratelimit;
+mod restart;
+mod storage_faults;
+mod template_props;
