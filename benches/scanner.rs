@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use paycred::secret::Revealed;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -37,8 +38,9 @@ fn scanner(c: &mut Criterion) {
             group.throughput(Throughput::Bytes(input.len() as u64));
             let mut scanner = Scanner::new();
             let mut out = Vec::with_capacity(input.len() * 2);
-            let mut resolve =
-                |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+            let mut resolve = |_: &TemplateRef| {
+                Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()))
+            };
             group.bench_with_input(
                 BenchmarkId::new(name, format!("{templates}_templates")),
                 &input,
@@ -63,7 +65,8 @@ fn scanner(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(input.len() as u64));
     let mut scanner = Scanner::new();
     let mut out = Vec::with_capacity(input.len() * 2);
-    let mut resolve = |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+    let mut resolve =
+        |_: &TemplateRef| Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()));
     for (name, last) in [("feed_finish", false), ("feed_last", true)] {
         group.bench_function(BenchmarkId::new("load_64KiB_whole", name), |b| {
             b.iter(|| {

@@ -1,5 +1,5 @@
 //! Card data and keys, by type: [`CardNumber`], [`Cvc`], [`Cryptogram`], [`KeyMaterial`] and
-//! [`BearerToken`]. A value of one of these types is card data or a key, and the compiler
+//! [`BearerToken`], and [`Revealed`], a credential field a proxy template writes into a body. A value of one of these types is card data or a key, and the compiler
 //! says where it flows:
 //!
 //! - the value lives in a [`Zeroizing`] buffer, wiped when it is dropped;
@@ -105,6 +105,28 @@ impl CardNumber {
         self.0
             .get(self.0.len().saturating_sub(4)..)
             .unwrap_or_default()
+    }
+}
+
+/// One field of a credential as a proxy template reveals it into a body: the scanner's
+/// output. Card data keeps its type; an expiry month or year is not secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revealed {
+    Number(CardNumber),
+    Cvc(Cvc),
+    Cryptogram(Cryptogram),
+    Expiry(String),
+}
+
+impl Revealed {
+    /// The value itself, to be written into the body.
+    pub fn expose(&self) -> &str {
+        match self {
+            Revealed::Number(v) => v.expose(),
+            Revealed::Cvc(v) => v.expose(),
+            Revealed::Cryptogram(v) => v.expose(),
+            Revealed::Expiry(v) => v,
+        }
     }
 }
 

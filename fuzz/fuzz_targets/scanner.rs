@@ -6,12 +6,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use paycred::secret::Revealed;
 use paycred::template::{ResolveError, Scanner, TemplateError, TemplateRef};
 
 /// `pm_ok` resolves to a value that needs escaping; anything else is unknown.
-fn resolve(t: &TemplateRef) -> Result<String, ResolveError> {
+fn resolve(t: &TemplateRef) -> Result<Revealed, ResolveError> {
     if t.payment_method == "pm_ok" {
-        Ok("42\"\\\n\u{1}é".to_owned())
+        Ok(Revealed::Cvc("42\"\\\n\u{1}é".into()))
     } else {
         Err(ResolveError::new("unknown payment method"))
     }

@@ -10,6 +10,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::domain::issuer::{Credential, CredentialType};
 use crate::error::ApiError;
+use crate::secret::Revealed;
 use crate::service::intents;
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
 use jsonpath_rust::parser::parse_json_path;
@@ -39,18 +40,18 @@ impl CredentialValues {
 
     /// The value the template's JSONPath selects, or why there is none (a message without
     /// card data).
-    pub fn select(&self, t: &TemplateRef) -> Result<String, String> {
+    pub fn select(&self, t: &TemplateRef) -> Result<Revealed, String> {
         let field = selected_field(t.kind, &t.path)?;
         let c = &self.credential;
         let value = match field {
-            CredentialField::Number => Some(c.number.expose()),
-            CredentialField::ExpirationMonth => Some(c.expiration_month.as_str()),
-            CredentialField::ExpirationYear => Some(c.expiration_year.as_str()),
-            CredentialField::Cvc => c.cvc.as_ref().map(|v| v.expose()),
-            CredentialField::Cryptogram => c.cryptogram.as_ref().map(|v| v.expose()),
+            CredentialField::Number => Some(Revealed::Number(c.number.clone())),
+            CredentialField::ExpirationMonth => Some(Revealed::Expiry(c.expiration_month.clone())),
+            CredentialField::ExpirationYear => Some(Revealed::Expiry(c.expiration_year.clone())),
+            CredentialField::Cvc => c.cvc.clone().map(Revealed::Cvc),
+            CredentialField::Cryptogram => c.cryptogram.clone().map(Revealed::Cryptogram),
         };
         match value {
-            Some(v) => Ok(v.to_string()),
+            Some(v) => Ok(v),
             None if field == CredentialField::Cvc => {
                 Err("the cvc is no longer retained for this credential".to_string())
             }

@@ -10,6 +10,7 @@ use super::credentials::{self, Lookup};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
+use crate::secret::Revealed;
 use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
 use bytes::Bytes;
 use std::collections::BTreeSet;
@@ -24,6 +25,10 @@ fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
         std::task::Poll::Pending => None,
     }
 }
+
+/// What a template is resolved to in a pass whose output is thrown away: its credential is
+/// still being fetched, and the chunk is scanned again once it is there.
+const PENDING: Revealed = Revealed::Expiry(String::new());
 
 /// Most distinct credentials one request may name.
 pub const MAX_CREDENTIALS_PER_REQUEST: usize = 32;
@@ -255,11 +260,11 @@ impl Substitution {
             let mut missing: Vec<CredentialKey> = Vec::new();
             let mut failure: Option<ApiError> = None;
             let Substitution { scanner, cache, .. } = self;
-            let mut resolve = |t: &TemplateRef| -> Result<String, ResolveError> {
+            let mut resolve = |t: &TemplateRef| -> Result<Revealed, ResolveError> {
                 let (id, kind) = (t.payment_method.as_str(), t.kind);
                 if cache.get(id, kind).is_none() {
                     if missing.iter().any(|(i, k)| *k == kind && i == id) {
-                        return Ok(String::new());
+                        return Ok(PENDING);
                     }
                     if cache.len() >= MAX_CREDENTIALS_PER_REQUEST {
                         let limit = format!(
@@ -277,7 +282,7 @@ impl Substitution {
                             }
                             None => {
                                 missing.push((id.to_string(), kind));
-                                return Ok(String::new());
+                                return Ok(PENDING);
                             }
                         }
                     }
@@ -285,7 +290,7 @@ impl Substitution {
                 match cache.get(id, kind) {
                     Some(Ok(values)) => values.select(t).map_err(ResolveError::new),
                     Some(Err(message)) => Err(ResolveError::new(message.clone())),
-                    None => Ok(String::new()),
+                    None => Ok(PENDING),
                 }
             };
             let result = match place {

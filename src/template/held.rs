@@ -11,6 +11,7 @@ use std::sync::Arc;
 use once_cell::sync::Lazy;
 
 use super::expr::{self, TemplateRef};
+use crate::secret::Revealed;
 
 /// Longest template, `{{` to `}}` inclusive, as written in the body (escapes undecoded).
 pub const MAX_TEMPLATE_LEN: usize = 512;
@@ -30,14 +31,14 @@ pub trait Resolver {
     /// The credential value for `t`, or why there is none. The message becomes the
     /// [`TemplateError::message`](super::TemplateError::message) and so the client-facing
     /// error: it must not contain card data.
-    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError>;
+    fn resolve(&mut self, t: &TemplateRef) -> Result<Revealed, ResolveError>;
 }
 
 impl<F> Resolver for F
 where
-    F: FnMut(&TemplateRef) -> Result<String, ResolveError>,
+    F: FnMut(&TemplateRef) -> Result<Revealed, ResolveError>,
 {
-    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError> {
+    fn resolve(&mut self, t: &TemplateRef) -> Result<Revealed, ResolveError> {
         self(t)
     }
 }
@@ -144,8 +145,9 @@ impl Held {
         if !cached {
             PARSED.insert(self.bytes.clone(), reference);
         }
-        E::escape_into(out, value.as_bytes());
-        wipe(value);
+        E::escape_into(out, value.expose().as_bytes());
+        // The value is wiped as it drops (its type does it); `out` is the caller's to protect.
+        drop(value);
         self.bytes.clear();
         Ok(())
     }
@@ -168,12 +170,4 @@ impl Held {
 #[cfg(test)]
 pub(super) fn is_cached(template: &str) -> bool {
     PARSED.get(template.as_bytes()).is_some()
-}
-
-/// Overwrites a resolved value before freeing it. Best effort: copies made while `out` grew
-/// are out of reach, and `out` itself is the caller's to protect.
-fn wipe(value: String) {
-    let mut bytes = value.into_bytes();
-    bytes.fill(0);
-    std::hint::black_box(&bytes);
 }

@@ -32,10 +32,11 @@
 //!   message free of card data. The proxy maps it to 400 `invalidTemplate`.
 //!
 //! ```
+//! use paycred::secret::Revealed;
 //! use paycred::template::{ResolveError, Scanner, TemplateRef};
 //!
 //! let body = br#"{"n":"{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}"}"#;
-//! let mut resolve = |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+//! let mut resolve = |_: &TemplateRef| Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()));
 //! let mut scanner = Scanner::new();
 //! let mut out = Vec::new();
 //! for chunk in body.chunks(7) {
@@ -46,7 +47,7 @@
 //! # Ok::<(), paycred::template::TemplateError>(())
 //! ```
 //!
-//! A leaf: imports nothing of paycred; the proxy resolves what a template names.
+//! May import: `secret` (what a resolver reveals). The proxy resolves what a template names.
 
 /// A byte table, built at compile time: `true` for the bytes `$b` for which `$is` holds (the
 /// parser's and the scanner's byte classes).

@@ -1,6 +1,7 @@
 //! Properties of the template scanner: chunking never changes the outcome, bodies without
 //! templates pass byte for byte, valid JSON stays valid with values escaped, nothing panics.
 
+use paycred::secret::Revealed;
 use paycred::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -11,11 +12,12 @@ struct Table<'a> {
 }
 
 impl paycred::template::Resolver for Table<'_> {
-    fn resolve(&mut self, t: &TemplateRef) -> Result<String, ResolveError> {
+    fn resolve(&mut self, t: &TemplateRef) -> Result<Revealed, ResolveError> {
         t.payment_method
             .strip_prefix("pm_")
             .and_then(|n| n.parse::<usize>().ok())
             .and_then(|n| self.values.get(n).cloned())
+            .map(|v| Revealed::Number(v.into()))
             .ok_or_else(|| ResolveError::new("unknown payment method"))
     }
 }

@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use paycred::secret::Revealed;
 use paycred::template::{ResolveError, Scanner, TemplateRef};
 
 #[path = "../../common/bodies.rs"]
@@ -30,7 +31,8 @@ fn main() {
     let streamed = case == "load1m";
     let mut scanner = Scanner::new();
     let mut out = Vec::with_capacity(input.len() * 2);
-    let mut resolve = |_: &TemplateRef| Ok::<_, ResolveError>("4242424242424242".to_owned());
+    let mut resolve =
+        |_: &TemplateRef| Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()));
     let mut total = 0;
     for _ in 0..n {
         out.clear();

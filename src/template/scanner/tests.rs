@@ -5,6 +5,7 @@
 
 use super::escape::BAD_ESCAPE;
 use super::*;
+use crate::secret::Revealed;
 use crate::template::held::is_cached;
 use crate::template::{CredentialField, CredentialKind};
 
@@ -12,15 +13,16 @@ pub(super) const PAN_NUMBER: &str = "{{ paymentMethod: pm_1 | type: 'pan' | json
 
 /// Resolves `pm_<x>` to `<x>:<type>:<field>`, `pm_q` to a value that needs escaping, and
 /// anything else to "unknown payment method".
-pub(super) fn resolver(t: &TemplateRef) -> Result<String, ResolveError> {
-    match t.payment_method.as_str() {
-        "pm_q" => Ok("a\"b\\c\n\u{1}é😀".to_owned()),
-        "pm_num" => Ok("4242424242424242".to_owned()),
+pub(super) fn resolver(t: &TemplateRef) -> Result<Revealed, ResolveError> {
+    let value = match t.payment_method.as_str() {
+        "pm_q" => "a\"b\\c\n\u{1}é😀".to_owned(),
+        "pm_num" => "4242424242424242".to_owned(),
         pm => match pm.strip_prefix("pm_") {
-            Some(x) => Ok(format!("{x}:{}:{}", t.kind, t.field)),
-            None => Err(ResolveError::new("unknown payment method")),
+            Some(x) => format!("{x}:{}:{}", t.kind, t.field),
+            None => return Err(ResolveError::new("unknown payment method")),
         },
-    }
+    };
+    Ok(Revealed::Number(value.into()))
 }
 
 #[test]
@@ -244,7 +246,8 @@ fn errors() {
 
 #[test]
 fn deep_nesting_resolves_and_unwinds() {
-    let mut r = |t: &TemplateRef| Ok::<_, ResolveError>(t.payment_method.clone());
+    let mut r =
+        |t: &TemplateRef| Ok::<_, ResolveError>(Revealed::Number(t.payment_method.as_str().into()));
     let depth = MAX_KIND_DEPTH + 10;
     let body =
         format!("{}{}{}", r#"{"k":"#.repeat(depth), "1", "}".repeat(depth)) + r#"{"a":["{{x}}"]}"#;
@@ -302,7 +305,7 @@ fn passes_kinds_and_fields() {
     let mut seen = Vec::new();
     let mut r = |t: &TemplateRef| {
         seen.push((t.kind, t.field));
-        Ok::<_, ResolveError>(String::new())
+        Ok::<_, ResolveError>(Revealed::Expiry(String::new()))
     };
     let mut s = Scanner::new();
     let mut out = Vec::new();
