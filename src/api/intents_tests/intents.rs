@@ -1,0 +1,414 @@
+//! Purchase intents: create, get, expiry, mandates, test cards, deletion, the proxy's helpers,
+//! sealing at rest and idempotent replays.
+
+use super::*;
+
+#[tokio::test]
+async fn virtual_card_is_active_then_expires_after_24_hours() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("100")).await;
+    assert_eq!(v["status"], "active");
+    assert_eq!(v["entityId"], "user_1");
+    assert_eq!(v["credentialType"], "virtual-card");
+    assert_eq!(v["createdAt"], "2026-11-21T10:00:00.000Z");
+    assert_eq!(v["expiresAt"], "2026-11-22T10:00:00.000Z");
+    let card = &v["card"];
+    let number = card["number"].as_str().unwrap();
+    assert!(number.starts_with("499990") && number != VISA);
+    assert!(crate::domain::issuer::luhn_valid(number));
+    assert_eq!(card["cvc"].as_str().unwrap().len(), 3);
+    assert!(v.get("token").is_none() && v.get("pan").is_none());
+
+    let id = v["id"].as_str().unwrap();
+    let (status, got) = get_intent(&env, &p, id).await;
+    assert_eq!(status, 200);
+    assert_eq!(got["card"], *card);
+
+    env.clock
+        .advance(Duration::hours(24) - Duration::seconds(1));
+    assert_eq!(get_intent(&env, &p, id).await.1["status"], "active");
+    env.clock.advance(Duration::seconds(1));
+    let (_, got) = get_intent(&env, &p, id).await;
+    assert_eq!(got["status"], "expired");
+    assert!(got.get("card").is_none(), "{got}");
+
+    // Reveals are audited, without values.
+    let log = env.app.store.audit_log().unwrap();
+    let actions: Vec<_> = log.iter().map(|e| e.event.action.as_str()).collect();
+    assert!(actions.contains(&"purchaseIntent.create"));
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == "purchaseIntent.reveal")
+            .count(),
+        3
+    );
+    let text = serde_json::to_string(&log).unwrap();
+    assert!(!text.contains(number) && !text.contains(VISA));
+}
+
+#[tokio::test]
+async fn expiration_date_mandate_makes_expires_at_sooner() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(
+        &env,
+        &p,
+        &pm,
+        "virtual-card",
+        json!([
+            {"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}},
+            {"type": "expirationDate", "value": "x", "details": {"date": "2026-11-21T12:00:00Z"}}
+        ]),
+    )
+    .await;
+    assert_eq!(v["expiresAt"], "2026-11-21T12:00:00.000Z");
+    env.clock.advance(Duration::hours(2));
+    let (_, got) = get_intent(&env, &p, v["id"].as_str().unwrap()).await;
+    assert_eq!(got["status"], "expired");
+}
+
+#[tokio::test]
+async fn deleting_the_payment_method_cancels_its_intents() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let keep_pm = add_card(&env, &p, MASTERCARD).await;
+    let a = intent(&env, &p, &pm, "virtual-card", guide_usd("20")).await;
+    let b = intent(&env, &p, &pm, "pan", guide_usd("20")).await;
+    let c = intent(&env, &p, &keep_pm, "virtual-card", guide_usd("20")).await;
+    let (status, _) = reply(payment_methods::delete(&env.app, &p, &pm).await);
+    assert_eq!(status, 204);
+    for v in [&a, &b] {
+        let (_, got) = get_intent(&env, &p, v["id"].as_str().unwrap()).await;
+        assert_eq!(got["status"], "canceled");
+        assert!(got.get("card").is_none() && got.get("pan").is_none());
+    }
+    assert_eq!(
+        get_intent(&env, &p, c["id"].as_str().unwrap()).await.1["status"],
+        "active"
+    );
+    // A canceled credential no longer authorizes.
+    let r = authorize(&env, &p, charge(&a["card"], "1", "USD", None)).await;
+    assert_eq!(declined(&r), "notActive");
+    // And the proxy finds nothing for the deleted method.
+    let found = active_credential(
+        &env.app,
+        PAN_PROJECT,
+        "user_1",
+        &pm,
+        CredentialType::VirtualCard,
+    )
+    .await
+    .unwrap();
+    assert!(found.is_none());
+    let log = env.app.store.audit_log().unwrap();
+    assert!(log.iter().any(|e| e.event.action == "paymentMethod.delete"));
+}
+
+#[tokio::test]
+async fn pan_is_the_stored_card_only_where_enabled() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "pan", guide_usd("20")).await;
+    assert_eq!(v["status"], "active");
+    assert_eq!(
+        v["pan"],
+        json!({"number": VISA, "expirationMonth": "12", "expirationYear": "2031", "cvc": "123"})
+    );
+    let approved = authorize(&env, &p, charge(&v["pan"], "5", "USD", None)).await;
+    assert_eq!(approved, json!({"approved": true}));
+
+    let q = who(NO_PAN_PROJECT, "user_1", Role::Private);
+    let pm = add_card(&env, &q, VISA).await;
+    let v = intent(&env, &q, &pm, "pan", guide_usd("20")).await;
+    assert_eq!(v["status"], "unavailable");
+    assert!(v.get("pan").is_none());
+    assert!(
+        stored_card_credential(&env.app, NO_PAN_PROJECT, "user_1", &pm)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn test_cards_drive_the_documented_outcomes() {
+    let env = env();
+    let p = private("user_1");
+    let public = who(PAN_PROJECT, "user_1", Role::Public);
+
+    let no_vc = add_card(&env, &p, TEST_CARD_NO_VIRTUAL_CARD).await;
+    let v = intent(&env, &p, &no_vc, "virtual-card", guide_usd("1")).await;
+    assert_eq!(v["status"], "unavailable");
+    assert!(v.get("card").is_none());
+
+    let no_nt = add_card(&env, &p, TEST_CARD_NO_NETWORK_TOKEN).await;
+    let v = intent(&env, &p, &no_nt, "network-token", guide_usd("1")).await;
+    assert_eq!(v["status"], "unavailable");
+    assert_eq!(
+        intent(&env, &p, &no_nt, "virtual-card", guide_usd("1")).await["status"],
+        "active"
+    );
+
+    let always = add_card(&env, &p, TEST_CARD_ALWAYS_VERIFY).await;
+    let first = intent(&env, &p, &always, "network-token", guide_usd("1")).await;
+    assert_eq!(first["status"], "verify");
+    let id = first["id"].as_str().unwrap();
+    assert_eq!(
+        verify_with(&env, &public, id, Some("123456")).await.1["status"],
+        "active"
+    );
+    // Verified once, but this card's tokens always need verification.
+    let second = intent(&env, &p, &always, "network-token", guide_usd("1")).await;
+    assert_eq!(second["status"], "verify");
+}
+
+#[tokio::test]
+async fn create_validation_and_scoping() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let (status, v) = create_intent(
+        &env,
+        &p,
+        json!({"credentialType": "virtualCard", "paymentMethodId": pm, "mandates": guide_usd("1")}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(v["error"]["details"]["fields"]["credentialType"].is_string());
+    let (status, v) = create_intent(
+        &env,
+        &p,
+        json!({"credentialType": "pan", "paymentMethodId": pm,
+            "mandates": [{"type": "maxAmount", "value": "1"}, {"type": "currency", "value": "XYZ"}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        v["error"]["details"]["fields"]["mandates[1].value"].is_string(),
+        "{v}"
+    );
+    let (status, v) = create_intent(&env, &p, json!({"paymentMethodId": pm})).await;
+    assert_eq!(status, 400);
+    assert!(v["error"]["details"]["fields"]["credentialType"].is_string());
+    assert!(v["error"]["details"]["fields"]["mandates"].is_string());
+    // Unknown, and another entity's payment method: 404 alike.
+    let ok = |pm: &str| json!({"credentialType": "virtual-card", "paymentMethodId": pm, "mandates": guide_usd("1")});
+    assert_eq!(create_intent(&env, &p, ok("pm_nope")).await.0, 404);
+    let other = private("user_2");
+    let (status, v) = create_intent(&env, &other, ok(&pm)).await;
+    assert_eq!(
+        (status, v["error"]["type"].as_str()),
+        (404, Some("notFound"))
+    );
+    // entityId, when given, must be the token's subject.
+    let mut body = ok(&pm);
+    body["entityId"] = json!("user_2");
+    assert_eq!(create_intent(&env, &p, body.clone()).await.0, 403);
+    body["entityId"] = json!("user_1");
+    assert_eq!(create_intent(&env, &p, body).await.0, 201);
+    // Public role may not create or get.
+    let public = who(PAN_PROJECT, "user_1", Role::Public);
+    assert_eq!(create_intent(&env, &public, ok(&pm)).await.0, 403);
+    // Another entity cannot read an intent.
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("1")).await;
+    assert_eq!(
+        get_intent(&env, &other, v["id"].as_str().unwrap()).await.0,
+        404
+    );
+}
+
+#[tokio::test]
+async fn proxy_helpers_find_the_newest_active_intent_and_count_uses() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let find = |kind| active_credential(&env.app, PAN_PROJECT, "user_1", &pm, kind);
+    assert!(find(CredentialType::VirtualCard).await.unwrap().is_none());
+    let old = intent(&env, &p, &pm, "virtual-card", guide_usd("10")).await;
+    env.clock.advance(Duration::seconds(1));
+    let new = intent(
+        &env,
+        &p,
+        &pm,
+        "virtual-card",
+        json!([{"type": "maxAmount", "value": "10", "details": {"currency": "USD"}},
+               {"type": "usageLimit", "details": {"count": 1}}]),
+    )
+    .await;
+    let (id, cred) = find(CredentialType::VirtualCard).await.unwrap().unwrap();
+    assert_eq!(id, new["id"].as_str().unwrap());
+    assert_eq!(serde_json::to_value(&cred).unwrap(), new["card"]);
+    // No network token yet (the first one would be in verify).
+    assert!(find(CredentialType::NetworkToken).await.unwrap().is_none());
+    record_proxy_use(&env.app, PAN_PROJECT, "user_1", &id)
+        .await
+        .unwrap();
+    let e = record_proxy_use(&env.app, PAN_PROJECT, "user_1", &id)
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), 409);
+    // The newest is used up: the older one is found.
+    let (id, _) = find(CredentialType::VirtualCard).await.unwrap().unwrap();
+    assert_eq!(id, old["id"].as_str().unwrap());
+    let card = stored_card_credential(&env.app, PAN_PROJECT, "user_1", &pm)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(card.number.expose(), VISA);
+    assert_eq!(
+        record_proxy_use(&env.app, PAN_PROJECT, "user_1", "pi_nope")
+            .await
+            .unwrap_err()
+            .status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn credentials_are_sealed_at_rest() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("10")).await;
+    let stored = env
+        .app
+        .store
+        .get_intent(scope(PAN_PROJECT, "user_1"), v["id"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let raw = serde_json::to_string(&stored).unwrap();
+    assert!(!raw.contains(v["card"]["number"].as_str().unwrap()));
+    assert!(stored.credential_sealed.is_some());
+}
+
+/// A create answered through `Idempotency-Key`: status, body, and whether it was a replay.
+async fn create_once(env: &Env, p: &Principal, key: &str, req: &str) -> (u16, Value, bool) {
+    let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+    let in_flight = crate::edge::idempotency::InFlight::default();
+    let r = crate::edge::idempotency::run(
+        &env.app,
+        &in_flight,
+        p,
+        ("POST", &path, req.as_bytes()),
+        key,
+        create(&env.app, p, req.as_bytes()),
+    )
+    .await;
+    let replayed = r
+        .as_ref()
+        .is_ok_and(|r| r.headers.iter().any(|(n, _)| *n == "Idempotent-Replayed"));
+    let (status, v) = reply(r);
+    (status, v, replayed)
+}
+
+#[tokio::test]
+async fn idempotent_replays_of_a_create_follow_the_intent_and_the_cvc_retention() {
+    let env = env();
+    let p = private("user_1");
+    let public = who(PAN_PROJECT, "user_1", Role::Public);
+    let pm = add_card(&env, &p, VISA).await;
+    let req = json!({"credentialType": "pan", "paymentMethodId": pm, "mandates": guide_usd("10")})
+        .to_string();
+    let (status, first, replayed) = create_once(&env, &p, "new", &req).await;
+    assert_eq!((status, replayed), (201, false), "{first}");
+    assert_eq!(first["pan"]["cvc"], "123");
+
+    // A record as stored before intents were kept by id: the whole answer, no role.
+    let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+    let now = micros(env.app.clock.now());
+    let legacy = crate::store::IdempotentRecord {
+        fingerprint: crate::edge::idempotency::fingerprint("POST", &path, req.as_bytes()),
+        status: 201,
+        body_sealed: Some(
+            env.app
+                .vault
+                .seal(
+                    PAN_PROJECT,
+                    &crate::edge::idempotency::aad(&p, "old"),
+                    first.to_string().as_bytes(),
+                )
+                .unwrap(),
+        ),
+        intent_id: None,
+        role: None,
+        created_micros: now,
+        expires_micros: now + 86_400_000_000,
+    };
+    let sc = scope(PAN_PROJECT, "user_1");
+    env.app
+        .store
+        .put_idempotent(sc, "old", &legacy)
+        .await
+        .unwrap();
+
+    for key in ["new", "old"] {
+        let (status, v, replayed) = create_once(&env, &p, key, &req).await;
+        assert_eq!((status, &v, replayed), (201, &first, true), "{key}");
+    }
+    // The entity's public token gets no card: another request for a new record, the
+    // private role's answer for an old one.
+    assert_eq!(create_once(&env, &public, "new", &req).await.0, 409);
+    assert_eq!(create_once(&env, &public, "old", &req).await.0, 403);
+
+    // Past the cvc's retention the replays carry the card without it, as GET does.
+    env.clock.advance(Duration::hours(2));
+    let (_, now_shown) = get_intent(&env, &p, first["id"].as_str().unwrap()).await;
+    assert_eq!(now_shown["pan"]["number"], VISA, "{now_shown}");
+    assert!(now_shown["pan"].get("cvc").is_none(), "{now_shown}");
+    for key in ["new", "old"] {
+        let (status, v, _) = create_once(&env, &p, key, &req).await;
+        assert_eq!((status, &v), (201, &now_shown), "{key}");
+    }
+
+    // After the payment method is deleted: the intent, canceled, and no card.
+    let (status, _) = reply(payment_methods::delete(&env.app, &p, &pm).await);
+    assert_eq!(status, 204);
+    for key in ["new", "old"] {
+        let (status, v, _) = create_once(&env, &p, key, &req).await;
+        assert_eq!(
+            (status, v["status"].as_str()),
+            (201, Some("canceled")),
+            "{v}"
+        );
+        assert!(v.get("pan").is_none(), "{v}");
+    }
+}
+
+#[tokio::test]
+async fn a_pan_intent_shows_no_card_once_its_project_disables_pan() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "pan", guide_usd("10")).await;
+    assert_eq!(v["pan"]["number"], VISA);
+    let id = v["id"].as_str().unwrap();
+
+    // The same store and keys under a config that no longer enables `pan`.
+    let config = config(env.dir.path(), "disabled");
+    let app = App {
+        auth: Authenticator::new(config.projects.clone()),
+        config: Arc::new(config),
+        store: env.app.store.clone(),
+        vault: env.app.vault.clone(),
+        clock: env.app.clock.clone(),
+        metrics: Default::default(),
+        issuer: env.app.issuer.clone(),
+        verifying: Default::default(),
+    };
+    let (status, got) = reply(get(&app, &p, id).await);
+    assert_eq!(status, 200, "{got}");
+    assert!(got.get("pan").is_none(), "{got}");
+    assert!(
+        active_credential(&app, PAN_PROJECT, "user_1", &pm, CredentialType::Pan)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
