@@ -6,7 +6,7 @@
 use crate::auth::Authenticator;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::domain::issuer::Issuer;
+use crate::domain::issuer::{Issuer, Sandbox};
 use crate::ops::metrics::Metrics;
 use crate::store::Store;
 use crate::vault::Vault;
@@ -30,6 +30,28 @@ pub struct App {
 }
 
 impl App {
+    /// The state of a server with `config`, its store and vault, reading time from `clock`:
+    /// the sandbox issuer keyed by a secret derived from the master key (so its cryptograms
+    /// survive restarts), authentication of the config's projects.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        vault: Arc<Vault>,
+        clock: Arc<dyn Clock>,
+    ) -> App {
+        let issuer = Arc::new(Sandbox::new(vault.derive_secret("paycred/sandbox-issuer")));
+        App {
+            auth: Authenticator::new(config.projects.clone()),
+            config: Arc::new(config),
+            store,
+            vault,
+            clock,
+            metrics: Metrics::default(),
+            issuer,
+            verifying: InFlight::default(),
+        }
+    }
+
     /// Unix seconds now.
     pub fn now_secs(&self) -> u64 {
         u64::try_from(self.clock.now().unix_timestamp()).unwrap_or(0)

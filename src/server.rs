@@ -46,21 +46,8 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     ));
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     crate::edge::idempotency::spawn_sweeper(Arc::downgrade(&store));
-    let auth = crate::auth::Authenticator::new(config.projects.clone());
-    // Derived from the master key, so sandbox credentials (cryptograms) survive restarts.
-    let issuer = Arc::new(crate::domain::issuer::Sandbox::new(
-        vault.derive_secret("paycred/sandbox-issuer"),
-    ));
-    Ok(Arc::new(App {
-        config: Arc::new(config),
-        store,
-        vault,
-        auth,
-        clock: Arc::new(crate::clock::SystemClock),
-        metrics: crate::ops::metrics::Metrics::default(),
-        issuer,
-        verifying: Default::default(),
-    }))
+    let clock = Arc::new(crate::clock::SystemClock);
+    Ok(Arc::new(App::new(config, store, vault, clock)))
 }
 
 /// Destroys expired CVC keys even when no request touches them.

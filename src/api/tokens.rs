@@ -117,10 +117,10 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::auth::{Authenticator, Role};
+    use crate::auth::Role;
     use crate::clock::ManualClock;
     use crate::config::Config;
-    use crate::domain::issuer::Sandbox;
+
     use crate::store::{SledStore, Store};
     use crate::vault::master::MasterKey;
     use crate::vault::Vault;
@@ -147,17 +147,7 @@ mod tests {
             std::time::Duration::from_secs(3 * 3600),
         ));
         let clock = Arc::new(ManualClock::new(datetime!(2026-11-21 10:00 UTC)));
-        let issuer = Arc::new(Sandbox::new(vault.derive_secret("test")));
-        let app = Arc::new(App {
-            auth: Authenticator::new(config.projects.clone()),
-            config: Arc::new(config),
-            store,
-            vault,
-            clock: clock.clone(),
-            metrics: Default::default(),
-            issuer,
-            verifying: Default::default(),
-        });
+        let app = Arc::new(App::new(config, store, vault, clock.clone()));
         (app, clock)
     }
 

@@ -6,7 +6,7 @@
 
 use http::Method;
 use paycred::app::App;
-use paycred::auth::{Authenticator, Principal, Role};
+use paycred::auth::{Principal, Role};
 use paycred::config::Config;
 use paycred::edge::rest::{self as api, ApiRequest};
 use paycred::http::Response;
@@ -44,19 +44,8 @@ fn env() -> Env {
         store.clone(),
         std::time::Duration::from_secs(3600),
     ));
-    let issuer = Arc::new(paycred::domain::issuer::Sandbox::new(
-        vault.derive_secret("paycred/sandbox-issuer"),
-    ));
-    let app = Arc::new(App {
-        auth: Authenticator::new(config.projects.clone()),
-        config: Arc::new(config),
-        store,
-        vault,
-        clock: Arc::new(paycred::clock::SystemClock),
-        metrics: Default::default(),
-        issuer,
-        verifying: Default::default(),
-    });
+    let clock = Arc::new(paycred::clock::SystemClock);
+    let app = Arc::new(App::new(config, store, vault, clock));
     Env {
         app,
         faulty,

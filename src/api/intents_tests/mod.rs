@@ -26,7 +26,6 @@ use crate::config::Config;
 use crate::domain::issuer::sandbox::{
     TEST_CARD_ALWAYS_VERIFY, TEST_CARD_NO_NETWORK_TOKEN, TEST_CARD_NO_VIRTUAL_CARD,
 };
-use crate::domain::issuer::Sandbox;
 use crate::store::{SledStore, Store};
 use crate::vault::master::MasterKey;
 use crate::vault::Vault;
@@ -77,17 +76,7 @@ fn env() -> Env {
         std::time::Duration::from_secs(3600),
     ));
     let clock = Arc::new(ManualClock::new(datetime!(2026-11-21 10:00 UTC)));
-    let issuer = Arc::new(Sandbox::new(vault.derive_secret("paycred/sandbox-issuer")));
-    let app = Arc::new(App {
-        auth: Authenticator::new(config.projects.clone()),
-        config: Arc::new(config),
-        store,
-        vault,
-        clock: clock.clone(),
-        metrics: Default::default(),
-        issuer,
-        verifying: Default::default(),
-    });
+    let app = Arc::new(App::new(config, store, vault, clock.clone()));
     Env { app, clock, dir }
 }
 
