@@ -27,9 +27,11 @@ RUN apt-get update \
  && useradd --system --uid 10001 --home-dir /var/lib/paycred --create-home paycred \
  && install -d -o paycred -g paycred /var/lib/paycred/data
 COPY --from=build /src/target/release/paycred /usr/local/bin/paycred
-# The config's relative paths (keys, data_dir, master_key_file) resolve from here.
 WORKDIR /var/lib/paycred
+# The config's relative paths (keys, data_dir, master_key_file) start from its directory:
+# the store is /var/lib/paycred/conf/data, writable by paycred only.
 COPY conf conf
+RUN install -d -m 0700 -o paycred -g paycred /var/lib/paycred/conf/data
 # The config listens on loopback; in a container it must take connections from outside.
 ENV PAYCRED_LISTEN=0.0.0.0:8080
 USER 10001

@@ -44,6 +44,7 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
         store.clone(),
         config.cvc_retention,
     ));
+    vault.check_master_key(config.projects.keys().map(String::as_str))?;
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     crate::edge::idempotency::spawn_sweeper(Arc::downgrade(&store));
     let clock = Arc::new(crate::clock::SystemClock);

@@ -68,6 +68,7 @@ const ERRORS: [(u16, &str); 10] = [
         client_encryption::get_key,
         proxy,
         health,
+        ready,
         metrics,
         openapi,
     ),
@@ -101,7 +102,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
 )]
 fn proxy() {}
 
-/// `{"status": "ok"}`.
+/// `{"status": "ok"}` (liveness) or `{"status": "ready"}` (readiness).
 #[derive(ToSchema)]
 struct Health {
     #[allow(dead_code, reason = "documentation only")]
@@ -113,6 +114,16 @@ struct Health {
     responses((status = 200, description = "OK", body = Health)))]
 #[allow(dead_code, reason = "documents a route the gateway serves")]
 fn health() {}
+
+/// Readiness: the store answers, and the master key opened the store's keys at start (a
+/// server whose master key does not open them does not start).
+#[utoipa::path(get, path = "/ready", operation_id = "ready",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "The store does not answer", body = crate::error::Envelope),
+    ))]
+#[allow(dead_code, reason = "documents a route the gateway serves")]
+fn ready() {}
 
 /// Prometheus metrics.
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics",
@@ -284,7 +295,7 @@ mod tests {
     fn every_route_form_is_described_and_refs_resolve() {
         let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 9 + 3 + 3);
+        assert_eq!(paths.len(), 2 * 9 + 3 + 4);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

@@ -20,7 +20,7 @@ pub fn open_offline(
     // Opening a missing directory would make an empty store there and act on it.
     if !config.data_dir.is_dir() {
         return Err(format!(
-            "data_dir {} does not exist (relative paths start from the current directory)",
+            "data_dir {} does not exist (relative paths start from the config file's directory)",
             config.data_dir.display()
         ));
     }

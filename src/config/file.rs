@@ -4,7 +4,7 @@
 //! [`super::Config`]. `conf/paycred.yaml` documents every key.
 
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The whole file.
 #[derive(Debug, Deserialize)]
@@ -163,6 +163,36 @@ impl Default for ProxyFile {
 fn default_listen() -> String {
     "127.0.0.1:8080".into()
 }
+impl FileConfig {
+    /// Every relative path of the file made relative to `base`, the directory of the config
+    /// file (as nginx resolves paths from its prefix), so that a config means the same files
+    /// from whatever directory paycred is started.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        let at = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        at(&mut self.data_dir);
+        at(&mut self.master_key_file);
+        if let Some(tls) = &mut self.tls {
+            at(&mut tls.cert_file);
+            at(&mut tls.key_file);
+        }
+        for project in &mut self.projects {
+            for key in &mut project.jwt.keys {
+                at(&mut key.public_key_file);
+            }
+            if let Some(ca) = project.proxy.ca_file.as_mut() {
+                at(ca);
+            }
+        }
+        if let Some(demo) = &mut self.demo {
+            at(&mut demo.private_key_file);
+        }
+    }
+}
+
 fn default_data_dir() -> PathBuf {
     PathBuf::from("./data")
 }

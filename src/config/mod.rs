@@ -158,7 +158,8 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        let file = with_listen(parse(&text)?, std::env::var(LISTEN_ENV).ok())?;
+        let mut file = with_listen(parse(&text)?, std::env::var(LISTEN_ENV).ok())?;
+        file.resolve_paths(path.parent().unwrap_or(Path::new(".")));
         Self::from_file(file)
     }
 
@@ -405,6 +406,29 @@ mod tests {
             Ok(_) => String::from("ok"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn relative_paths_start_from_the_config_files_directory() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let conf = dir.path().join("conf");
+        std::fs::create_dir_all(conf.join("keys")).unwrap_or_else(|e| unreachable!("{e}"));
+        let (_, public) =
+            crate::auth::mint::generate_ed25519().unwrap_or_else(|e| unreachable!("{e}"));
+        std::fs::write(conf.join("keys/k.pem"), public).unwrap_or_else(|e| unreachable!("{e}"));
+        let file = conf.join("paycred.yaml");
+        std::fs::write(
+            &file,
+            "data_dir: ./data\nmaster_key_file: /etc/paycred/master.key\nprojects:\n  - id: p1\n    jwt: {keys: [{kid: k1, public_key_file: keys/k.pem}]}\n",
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"));
+        // The working directory is not the config's: the key is found all the same.
+        let c = Config::load(&file).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(c.data_dir, conf.join("./data"));
+        assert_eq!(c.master_key_file, PathBuf::from("/etc/paycred/master.key"));
+        // Read as text, the same file resolves from the working directory and fails.
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(Config::from_yaml(&text).is_err());
     }
 
     #[test]

@@ -58,14 +58,15 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
     let config_file = dir.join("paycred.yaml");
     let config = format!(
         "# Written by `paycred serve --dev`: a local development setup. Not for production.\n\
+         # Relative paths start from this file's directory.\n\
          listen: {listen}\n\
-         data_dir: {data}\n\
-         master_key_file: {master}\n\
+         data_dir: data\n\
+         master_key_file: master.key\n\
          cvc_retention: 1h\n\
          projects:\n\
          \x20 - id: dev\n\
          \x20   jwt:\n\
-         \x20     keys: [{{kid: dev-1, public_key_file: {public}}}]\n\
+         \x20     keys: [{{kid: dev-1, public_key_file: dev-public.pem}}]\n\
          \x20     max_lifetime: 1h\n\
          \x20   pan: enabled\n\
          \x20   token_vault_key: true\n\
@@ -74,11 +75,7 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
          \x20     allow_http: true\n\
          \x20     allow_private_networks: true\n\
          # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
-         demo: {{project: dev, kid: dev-1, private_key_file: {private}}}\n",
-        private = private_key.display(),
-        data = dir.join("data").display(),
-        master = master.display(),
-        public = public_key.display(),
+         demo: {{project: dev, kid: dev-1, private_key_file: dev-private.pem}}\n",
     );
     std::fs::write(&config_file, config)?;
     Ok(DevSetup {

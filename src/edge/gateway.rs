@@ -5,7 +5,7 @@
 //! ```text
 //!  request ──▶ request_filter ─┬─ unknown route ─────────────▶ 404 envelope
 //!                              ├─ wrong method ──────────────▶ 405 envelope + Allow
-//!                              ├─ /health, /metrics, /openapi.json, /demo ─▶ answered here
+//!                              ├─ /health, /ready, /metrics, /openapi.json, /demo ─▶ answered here
 //!                              ├─ REST route ─▶ auth (Authorization) ─▶ rate limits
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope                  (Ok(true))
@@ -259,6 +259,11 @@ impl Gateway {
             (Resource::Health, _) => {
                 return Response::json(200, &serde_json::json!({"status": "ok"}))
                     .map(Answer::Response)
+            }
+            (Resource::Ready, _) => {
+                self.app.store.ready().await?;
+                return Response::json(200, &serde_json::json!({"status": "ready"}))
+                    .map(Answer::Response);
             }
             (Resource::Metrics, _) => return Ok(Answer::Response(self.metrics())),
             (Resource::OpenApi, _) => {

@@ -9,6 +9,8 @@ use http::Method;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resource {
     Health,
+    /// `GET /ready`: the store answers (the keys were checked at start).
+    Ready,
     Metrics,
     /// `GET /openapi.json`
     OpenApi,
@@ -42,6 +44,7 @@ impl Route {
     pub fn allowed(&self) -> &'static [Method] {
         match self.resource {
             Resource::Health
+            | Resource::Ready
             | Resource::Metrics
             | Resource::OpenApi
             | Resource::ClientEncryptionKey => &[Method::GET],
@@ -76,6 +79,7 @@ impl Route {
     pub fn label(&self) -> &'static str {
         match self.resource {
             Resource::Health => "health",
+            Resource::Ready => "ready",
             Resource::Metrics => "metrics",
             Resource::OpenApi => "openapi",
             Resource::PaymentMethods => "payment_methods",
@@ -112,6 +116,7 @@ pub fn route(path: &str) -> Option<Route> {
     };
     match segments.as_slice() {
         ["health"] => service(Resource::Health),
+        ["ready"] => service(Resource::Ready),
         ["metrics"] => service(Resource::Metrics),
         ["openapi.json"] => service(Resource::OpenApi),
         ["projects" | "tenants", project, rest @ ..] if valid_id(project) => {

@@ -250,6 +250,10 @@ impl Store for FaultyStore {
         self.inner.swap_keyring(project, expected, keyring)
     }
 
+    async fn ready(&self) -> StoreResult<()> {
+        self.inner.ready().await
+    }
+
     fn stats(&self) -> StoreStats {
         self.inner.stats()
     }

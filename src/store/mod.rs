@@ -228,6 +228,9 @@ pub trait Store: Send + Sync + 'static {
     /// it changed meanwhile.
     fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool>;
 
+    /// Whether the store answers now (readiness): a read that reaches the backend.
+    async fn ready(&self) -> StoreResult<()>;
+
     /// Counters.
     fn stats(&self) -> StoreStats;
 

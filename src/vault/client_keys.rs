@@ -203,6 +203,16 @@ impl ClientKeys {
     }
 
     /// The project's current public key as a JWK (created on first use).
+    /// Whether `master` unwraps every key the store holds for `project` (none: yes).
+    pub fn check(&self, master: &MasterKey, project: &str) -> Result<(), VaultError> {
+        if let Some((_, set)) = self.read(project)? {
+            for key in &set.keys {
+                master.unwrap_key(&context(project, &key.kid), &key.d_wrapped)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn current_public(&self, master: &MasterKey, project: &str) -> Result<Value, VaultError> {
         let l = self.loaded(master, project)?;
         l.public

@@ -204,6 +204,23 @@ impl Vault {
         Ok(id)
     }
 
+    /// Whether the configured master key opens every key the store holds for `projects`
+    /// (keyrings and client-encryption keys). A server started with another master key would
+    /// answer every read that needs a key with 500: it refuses to start instead, with the
+    /// error that names both keys' ids. Projects without keys yet pass.
+    pub fn check_master_key<'a>(
+        &self,
+        projects: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), VaultError> {
+        for project in projects {
+            if let Some(bytes) = self.store.load_keyring(project)? {
+                self.open_keyring(project, &parse_keyring(&bytes)?)?;
+            }
+            self.client.check(&self.master, project)?;
+        }
+        Ok(())
+    }
+
     /// The ids of the project's data keys in the store, oldest first, and the current one's;
     /// [`VaultError::NoKeyring`] before the project's first sealed value.
     pub fn data_key_ids(&self, project: &str) -> Result<(Vec<String>, String), VaultError> {

@@ -147,3 +147,59 @@ fn data_key_commands_refuse_a_store_that_is_not_the_servers() {
     );
     assert!(!missing.exists());
 }
+
+/// A server started with another master key than the one its store's keys are wrapped by
+/// refuses to start, naming both keys' ids (it would otherwise answer every read with 500);
+/// with the right key it starts and `/ready` answers 200.
+#[test]
+fn a_wrong_master_key_is_refused_at_start() {
+    let mut server = Server::start();
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    let ready = server.call("GET", "/ready", None, None);
+    assert_eq!(
+        (ready.status, ready.json["status"].as_str()),
+        (200, Some("ready"))
+    );
+    server.stop(false);
+
+    let key_file = server.dir.path().join("master.key");
+    let right = std::fs::read_to_string(&key_file).unwrap();
+    std::fs::write(
+        &key_file,
+        paycred::vault::master::MasterKey::generate_hex().as_str(),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "-c"])
+        .arg(&server.config_path)
+        .env_remove("PAYCRED_MASTER_KEY")
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = eventually(std::time::Duration::from_secs(20), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(exited && !out.status.success(), "it started: {said}");
+    assert!(
+        said.contains("data is wrapped by master key") && said.contains("configured master key is"),
+        "{said}"
+    );
+
+    std::fs::write(&key_file, right).unwrap();
+    server.restart();
+    let got = server.call(
+        "GET",
+        &format!("/projects/{PROJECT}/payment-methods/{pm}"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(got.status, 200, "{}", got.text);
+}

@@ -615,6 +615,10 @@ impl Store for SledStore {
         Ok(swapped)
     }
 
+    async fn ready(&self) -> StoreResult<()> {
+        self.meta.get(b"ready").map(|_| ()).map_err(unavailable)
+    }
+
     fn stats(&self) -> StoreStats {
         StoreStats {
             durable_writes: self.commit.waits(),
