@@ -9,8 +9,8 @@ use std::time::Duration;
 /// Why a token could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum MintError {
-    #[error("not a PEM private key of type RSA, P-256 or Ed25519")]
-    Key,
+    #[error("{0}")]
+    Key(String),
     #[error("signing failed: {0}")]
     Sign(String),
     #[error("key generation failed: {0}")]
@@ -27,17 +27,9 @@ struct Claims<'a> {
 }
 
 /// The signing key and its algorithm, from a PEM private key.
+/// The formats accepted are those of [`crate::config::keys`].
 pub fn encoding_key(pem: &[u8]) -> Result<(Algorithm, EncodingKey), MintError> {
-    if let Ok(k) = EncodingKey::from_rsa_pem(pem) {
-        return Ok((Algorithm::RS256, k));
-    }
-    if let Ok(k) = EncodingKey::from_ec_pem(pem) {
-        return Ok((Algorithm::ES256, k));
-    }
-    if let Ok(k) = EncodingKey::from_ed_pem(pem) {
-        return Ok((Algorithm::EdDSA, k));
-    }
-    Err(MintError::Key)
+    crate::config::keys::private_key(pem).map_err(MintError::Key)
 }
 
 /// A token for `project`/`sub` with `role`, valid for `ttl` from `now` (unix seconds).
@@ -65,14 +57,10 @@ pub fn mint(
 
 /// A fresh Ed25519 key pair as (private PKCS#8 PEM, public SPKI PEM).
 pub fn generate_ed25519() -> Result<(zeroize::Zeroizing<String>, String), MintError> {
-    use ed25519_dalek::pkcs8::{spki::der::pem::LineEnding, EncodePrivateKey, EncodePublicKey};
-    let signing = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
-    let private = signing
-        .to_pkcs8_pem(LineEnding::LF)
-        .map_err(|e| MintError::Generate(e.to_string()))?;
-    let public = signing
-        .verifying_key()
-        .to_public_key_pem(LineEnding::LF)
-        .map_err(|e| MintError::Generate(e.to_string()))?;
-    Ok((zeroize::Zeroizing::new(private.to_string()), public))
+    let generate = |e: openssl::error::ErrorStack| MintError::Generate(e.to_string());
+    let key = openssl::pkey::PKey::generate_ed25519().map_err(generate)?;
+    let private = zeroize::Zeroizing::new(key.private_key_to_pem_pkcs8().map_err(generate)?);
+    let public = key.public_key_to_pem().map_err(generate)?;
+    let text = |pem: &[u8]| String::from_utf8_lossy(pem).into_owned();
+    Ok((zeroize::Zeroizing::new(text(&private)), text(&public)))
 }

@@ -42,7 +42,8 @@ enum Command {
     },
     /// Mint a development JWT signed with a private key.
     Jwt {
-        /// PEM private key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA).
+        /// PEM private key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA): PKCS#8, or the
+        /// traditional RSA PRIVATE KEY or EC PRIVATE KEY that `openssl` writes.
         #[arg(long)]
         key: PathBuf,
         /// Key id for the token header.

@@ -123,7 +123,8 @@ pub struct JwtFile {
 pub struct JwtKeyFile {
     /// Key id, matched against the token header's `kid`.
     pub kid: String,
-    /// PEM public key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA).
+    /// PEM public key (RSA → RS256, P-256 → ES256, Ed25519 → EdDSA): SPKI, PKCS#1 or a
+    /// certificate ([`super::keys`]).
     pub public_key_file: PathBuf,
 }
 

@@ -9,6 +9,7 @@
 //! May import: `audit::chain` (the hash setting), `error`. Everything else may import it.
 
 pub mod file;
+pub mod keys;
 pub mod rate_limits;
 
 use crate::audit::chain::HashFunction;
@@ -291,10 +292,10 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
                 format!("cannot read {}: {e}", k.public_key_file.display()),
             )
         })?;
-        let (alg, decoding) = decoding_key(&pem).ok_or_else(|| {
+        let (alg, decoding) = keys::public_key(&pem).map_err(|e| {
             invalid(
                 format!("{kkey}.public_key_file"),
-                "not a PEM public key of type RSA (2048+ bits), P-256 or Ed25519",
+                format!("{}: {e}", k.public_key_file.display()),
             )
         })?;
         jwt_keys.push(JwtKey {
@@ -364,19 +365,6 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
 }
 
 /// Classifies a PEM public key and builds its decoding key; the algorithm is the key's.
-fn decoding_key(pem: &[u8]) -> Option<(Algorithm, DecodingKey)> {
-    if let Ok(k) = DecodingKey::from_rsa_pem(pem) {
-        return Some((Algorithm::RS256, k));
-    }
-    if let Ok(k) = DecodingKey::from_ec_pem(pem) {
-        return Some((Algorithm::ES256, k));
-    }
-    if let Ok(k) = DecodingKey::from_ed_pem(pem) {
-        return Some((Algorithm::EdDSA, k));
-    }
-    None
-}
-
 fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(text).map_err(|_| {
         invalid(

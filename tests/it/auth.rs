@@ -360,3 +360,68 @@ fn project_and_role_mismatches_are_forbidden() {
         )
         .assert_error(403, "forbidden");
 }
+
+/// `paycred jwt` signs with OpenSSL's default EC key format (SEC1, `EC PRIVATE KEY`) and the
+/// traditional RSA one (`RSA PRIVATE KEY`); the server accepts the tokens.
+#[test]
+fn the_cli_signs_with_traditional_key_formats() {
+    use openssl::pkey::PKey;
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    // As `openssl ecparam -genkey` and `openssl genrsa -traditional` write them.
+    let ec = PKey::private_key_from_pem(KEYS.ec.private_pem.as_bytes()).unwrap();
+    let sec1 = String::from_utf8(ec.ec_key().unwrap().private_key_to_pem().unwrap()).unwrap();
+    let rsa = PKey::private_key_from_pem(KEYS.rsa.private_pem.as_bytes()).unwrap();
+    let pkcs1 = String::from_utf8(rsa.rsa().unwrap().private_key_to_pem().unwrap()).unwrap();
+    for (file, pem, kid) in [
+        ("ec.pem", sec1.as_str(), "k-ec"),
+        ("rsa.pem", pkcs1.as_str(), "k-rsa"),
+    ] {
+        assert!(pem.contains(if kid == "k-ec" {
+            "EC PRIVATE KEY"
+        } else {
+            "RSA PRIVATE KEY"
+        }));
+        let path = dir.path().join(file);
+        std::fs::write(&path, pem).unwrap();
+        let out = cli_jwt(kid, &path);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let r = server.call(
+            "GET",
+            &format!("/projects/{PROJECT}/payment-methods"),
+            Some(&token),
+            None,
+        );
+        assert_eq!(r.status, 200, "{kid}: {}", r.text);
+    }
+    // An OpenSSH key is named, with what would work.
+    let path = dir.path().join("ssh");
+    std::fs::write(
+        &path,
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let out = cli_jwt("k-ssh", &path);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains("OPENSSH PRIVATE KEY")
+            && said.contains("EC PRIVATE KEY"),
+        "{said}"
+    );
+}
+
+/// `paycred jwt` for a private-role token of `user_1`, signed with the key file at `path`.
+fn cli_jwt(kid: &str, path: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["jwt", "--kid", kid, "--project", PROJECT, "--sub", "user_1"])
+        .args(["--role", "private", "--key"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
