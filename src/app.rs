@@ -22,7 +22,8 @@ pub struct App {
     pub vault: Arc<Vault>,
     pub auth: Authenticator,
     pub clock: Arc<dyn Clock>,
-    pub metrics: Metrics,
+    /// Shared by every configuration this process runs (see [`App::reconfigured`]).
+    pub metrics: Arc<Metrics>,
     /// Where purchase-intent credentials come from (the sandbox issuer by default).
     pub issuer: Arc<dyn Issuer>,
     /// Purchase intents whose verification is running (a second one at once is 409).
@@ -46,9 +47,26 @@ impl App {
             store,
             vault,
             clock,
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             issuer,
             verifying: InFlight::default(),
+        }
+    }
+
+    /// The state of this server under a new `config`: the same store, keys, issuer, metrics
+    /// and running verifications; the projects (their keys, proxy rules, limits) of `config`.
+    /// A reload swaps it in whole, so a request runs under one configuration from start to
+    /// end.
+    pub fn reconfigured(&self, config: Config) -> App {
+        App {
+            auth: Authenticator::new(config.projects.clone()),
+            config: Arc::new(config),
+            store: self.store.clone(),
+            vault: self.vault.clone(),
+            clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
+            issuer: self.issuer.clone(),
+            verifying: self.verifying.clone(),
         }
     }
 

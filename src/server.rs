@@ -1,10 +1,16 @@
 //! Start-up: opens the store and the keys, builds the shared [`App`] and the pingora server
-//! with paycred's listener. Tests and benches build the same server.
+//! with paycred's listener, the metrics listener and the reload on SIGHUP. Tests and benches
+//! build the same server.
 
 use crate::app::App;
 use crate::config::Config;
+use crate::edge::live::{Live, Reloader};
+use crate::edge::metrics::MetricsPage;
+use arc_swap::ArcSwap;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
+use pingora::services::listening::Service;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,14 +69,15 @@ fn spawn_cvc_sweeper(vault: std::sync::Weak<crate::vault::Vault>) {
         });
 }
 
-/// Builds the pingora server with paycred's one listener. Call `run` (or `run_forever`) on it.
-pub fn build_server(config: Config) -> Result<Server, StartError> {
+/// Builds the pingora server with paycred's listener (and the metrics listener, if
+/// configured); SIGHUP reloads `config_path` from then on. Call `run` (or `run_forever`) on it.
+pub fn build_server(config: Config, config_path: &Path) -> Result<Server, StartError> {
     let server_conf = ServerConf {
         threads: config.server.threads,
         grace_period_seconds: Some(config.server.grace_period.as_secs()),
         graceful_shutdown_timeout_seconds: Some(config.server.graceful_shutdown_timeout.as_secs()),
         upstream_keepalive_pool_size: config.server.upstream_keepalive_pool_size,
-        pid_file: config.data_dir.join("paycred.pid").display().to_string(),
+        pid_file: pid_file(&config).display().to_string(),
         upgrade_sock: config
             .data_dir
             .join("paycred-upgrade.sock")
@@ -80,14 +87,27 @@ pub fn build_server(config: Config) -> Result<Server, StartError> {
     };
     let listen = config.listen.to_string();
     let tls = config.tls.clone();
+    let metrics_listen = config.metrics.listen;
+    let pid_file = pid_file(&config);
     let app = build_app(config)?;
-    let ca_roots =
-        crate::proxy::load_ca_roots(&app.config.projects).map_err(StartError::Listener)?;
+    let page = Arc::new(MetricsPage {
+        metrics: app.metrics.clone(),
+        store: app.store.clone(),
+        exchanger: Arc::default(),
+    });
+    let live = Arc::new(ArcSwap::from_pointee(
+        Live::new(app).map_err(StartError::Listener)?,
+    ));
+    Reloader::new(config_path.to_path_buf(), &live)
+        .on_hangup()
+        .map_err(|e| StartError::Listener(format!("SIGHUP handler: {e}")))?;
+    std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+        .map_err(|e| StartError::Listener(format!("{}: {e}", pid_file.display())))?;
     let mut server = Server::new_with_opt_and_conf(None, server_conf);
     server.bootstrap();
     let mut service = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
-        crate::edge::gateway::Gateway::new(app, ca_roots),
+        crate::edge::gateway::Gateway::new(live, page.clone()),
         "paycred",
     );
     match tls {
@@ -101,5 +121,15 @@ pub fn build_server(config: Config) -> Result<Server, StartError> {
         None => service.add_tcp(&listen),
     }
     server.add_service(service);
+    if let Some(addr) = metrics_listen {
+        let mut metrics = Service::new("paycred-metrics".to_string(), (*page).clone());
+        metrics.add_tcp(&addr.to_string());
+        server.add_service(metrics);
+    }
     Ok(server)
+}
+
+/// The file holding the running server's process id (`paycred reload` signals it).
+pub fn pid_file(config: &Config) -> PathBuf {
+    config.data_dir.join("paycred.pid")
 }

@@ -140,7 +140,7 @@ rest() { # name script url
 }
 rest "rest GET purchase intent" get.lua "http://127.0.0.1:$PC/projects/bench/purchase-intents/$PI"
 rest "rest POST payment method (durable)" create_pm.lua "http://127.0.0.1:$PC"
-flushes=$(curl -s "127.0.0.1:$PC/metrics" | awk '/^paycred_store_flushes_total/{f=$2} /^paycred_store_durable_writes_total/{w=$2} END{printf "%d flushes for %d durable writes", f, w}')
+flushes=$(curl -s -H "Authorization: Bearer $(cat "$work/metrics.token")" "127.0.0.1:$PC/metrics" | awk '/^paycred_store_flushes_total/{f=$2} /^paycred_store_durable_writes_total/{w=$2} END{printf "%d flushes for %d durable writes", f, w}')
 
 # Memory, on a fresh paycred (nothing cached yet): one 100 MiB body with 100 templates
 # streaming through, then 200 concurrent 64 KiB requests.

@@ -125,9 +125,15 @@ fn health() {}
 #[allow(dead_code, reason = "documents a route the gateway serves")]
 fn ready() {}
 
-/// Prometheus metrics.
+/// Prometheus metrics, on this listener only when `metrics.bearer_token_file` is configured,
+/// for `Authorization: Bearer <that token>` (not a JWT). `metrics.listen` serves them on a
+/// listener of their own instead.
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics",
-    responses((status = 200, description = "OK", body = String, content_type = "text/plain")))]
+    responses(
+        (status = 200, description = "OK", body = String, content_type = "text/plain"),
+        (status = 401, description = "Without the metrics bearer token", body = crate::error::Envelope),
+        (status = 404, description = "Not served on this listener", body = crate::error::Envelope),
+    ))]
 #[allow(dead_code, reason = "documents a route the gateway serves")]
 fn metrics() {}
 

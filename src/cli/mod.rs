@@ -67,6 +67,12 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Make the running server re-read its configuration file: checks the file, then sends
+    /// the server SIGHUP (its log says what the reload changed).
+    Reload {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
     /// Print the audit log (one JSON entry a line); --verify proves its hash chain. Run with
     /// the server stopped.
     Audit {
@@ -176,9 +182,39 @@ fn serve(
         config.ok_or("give -c FILE, or --dev for a local setup")?
     };
     let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let server = crate::build_server(config).map_err(|e| e.to_string())?;
+    let server = crate::build_server(config, &path).map_err(|e| e.to_string())?;
     server.run(pingora::server::RunArgs::default());
     Ok(())
+}
+
+/// Sends SIGHUP to the server running with `path`: the process named in its data dir's pid
+/// file, if that process is paycred (a stale file may name a pid reused by another program).
+fn reload(path: &std::path::Path) -> Result<i32, String> {
+    let config = Config::load(path)
+        .map_err(|e| format!("{e} (the server was not signalled: it would refuse this file)"))?;
+    let pid_file = crate::server::pid_file(&config);
+    let text = std::fs::read_to_string(&pid_file)
+        .map_err(|e| format!("{}: {e} (is the server running?)", pid_file.display()))?;
+    let pid: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{}: not a process id", pid_file.display()))?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    if !exe
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("paycred"))
+    {
+        return Err(format!(
+            "{}: process {pid} is not a running paycred",
+            pid_file.display()
+        ));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .map_err(|e| format!("SIGHUP to {pid}: {e}"))?;
+    Ok(pid)
 }
 
 /// Runs the command line of `std::env::args`.
@@ -237,6 +273,13 @@ pub fn run() -> ExitCode {
                 }
                 Err(e) => fail(format!("{}: {e}", config.display())),
             },
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::Reload { config } => match reload(&config) {
+            Ok(pid) => {
+                println!("sent SIGHUP to paycred (pid {pid}); its log says how the reload went");
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(format!("{}: {e}", config.display())),
         },
         Command::ClientKey {

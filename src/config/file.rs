@@ -39,9 +39,26 @@ pub struct FileConfig {
     /// The projects (tenants) this service answers for.
     #[serde(default)]
     pub projects: Vec<ProjectFile>,
+    /// Where `/metrics` is served. Neither key: nowhere (the public `/metrics` is 404).
+    /// (`metrics:` with every key commented out is the same as none.)
+    #[serde(default)]
+    pub metrics: Option<MetricsFile>,
     /// Development only: serve the demo page at `/demo` (see `crate::dev::demo`).
     #[serde(default)]
     pub demo: Option<DemoFile>,
+}
+
+/// `metrics:`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsFile {
+    /// A separate plain-HTTP listener that serves only `/metrics`, e.g. `127.0.0.1:9464`.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// A file holding a bearer token: `/metrics` on the public listener then answers a
+    /// request whose `Authorization` is `Bearer <token>`.
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
 }
 
 /// `tls:`
@@ -190,6 +207,13 @@ impl FileConfig {
         }
         if let Some(demo) = &mut self.demo {
             at(&mut demo.private_key_file);
+        }
+        if let Some(token) = self
+            .metrics
+            .as_mut()
+            .and_then(|m| m.bearer_token_file.as_mut())
+        {
+            at(token);
         }
     }
 }

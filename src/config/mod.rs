@@ -58,8 +58,19 @@ pub struct Config {
     pub audit_hash: HashFunction,
     pub server: ServerSettings,
     pub projects: BTreeMap<String, Arc<ProjectConfig>>,
+    /// Where `/metrics` is served.
+    pub metrics: MetricsConfig,
     /// Development only: the `/demo` page and its token-minting session route.
     pub demo: Option<DemoConfig>,
+}
+
+/// The checked `metrics:` section. Neither set: `/metrics` is served nowhere.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsConfig {
+    /// A separate listener that serves only `/metrics`.
+    pub listen: Option<SocketAddr>,
+    /// The bearer token `/metrics` asks for on the public listener.
+    pub bearer_token: Option<crate::secret::BearerToken>,
 }
 
 #[derive(Debug, Clone)]
@@ -236,7 +247,9 @@ impl Config {
             }
             require_file("demo.private_key_file", &demo.private_key_file)?;
         }
+        let metrics = metrics(&file.metrics.unwrap_or_default(), listen)?;
         Ok(Config {
+            metrics,
             demo: file.demo,
             listen,
             tls,
@@ -254,6 +267,52 @@ impl Config {
     pub fn project(&self, id: &str) -> Option<&Arc<ProjectConfig>> {
         self.projects.get(id)
     }
+}
+
+/// Shortest bearer token `/metrics` accepts.
+const MIN_METRICS_TOKEN: usize = 32;
+
+/// Checks `metrics:`: a listener other than the public one, a token file that holds a token.
+fn metrics(file: &file::MetricsFile, public: SocketAddr) -> Result<MetricsConfig, ConfigError> {
+    let listen = match &file.listen {
+        None => None,
+        Some(l) => {
+            let addr: SocketAddr = l
+                .parse()
+                .map_err(|_| invalid("metrics.listen", "must be an address like 127.0.0.1:9464"))?;
+            if addr.port() == public.port()
+                && (addr.ip() == public.ip()
+                    || addr.ip().is_unspecified()
+                    || public.ip().is_unspecified())
+            {
+                return Err(invalid("metrics.listen", "must differ from `listen`"));
+            }
+            Some(addr)
+        }
+    };
+    let bearer_token = match &file.bearer_token_file {
+        None => None,
+        Some(path) => {
+            let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    "metrics.bearer_token_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?);
+            let token = text.trim();
+            if token.len() < MIN_METRICS_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(invalid(
+                    "metrics.bearer_token_file",
+                    format!("must hold one token of at least {MIN_METRICS_TOKEN} printable characters (e.g. `openssl rand -hex 32`)"),
+                ));
+            }
+            Some(crate::secret::BearerToken::new(token))
+        }
+    };
+    Ok(MetricsConfig {
+        listen,
+        bearer_token,
+    })
 }
 
 /// Ids of projects, entities and resources: what may appear in a path.

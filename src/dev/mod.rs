@@ -55,6 +55,12 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
         write_private(&private_key, private.as_bytes())?;
         std::fs::write(&public_key, public)?;
     }
+    let metrics_token = dir.join("metrics.token");
+    if !metrics_token.exists() {
+        let mut token = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut token);
+        write_private(&metrics_token, hex::encode(token).as_bytes())?;
+    }
     let config_file = dir.join("paycred.yaml");
     let config = format!(
         "# Written by `paycred serve --dev`: a local development setup. Not for production.\n\
@@ -74,6 +80,8 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
          \x20     allowed_hosts: [localhost, 127.0.0.1]\n\
          \x20     allow_http: true\n\
          \x20     allow_private_networks: true\n\
+         # /metrics for a caller with the bearer token in metrics.token.\n\
+         metrics: {{bearer_token_file: metrics.token}}\n\
          # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
          demo: {{project: dev, kid: dev-1, private_key_file: dev-private.pem}}\n",
     );
@@ -97,7 +105,9 @@ pub fn banner(setup: &DevSetup, listen: SocketAddr) -> String {
          \x20 curl -s -X POST http://{listen}/projects/dev/payment-methods \\\n\
          \x20   -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\\n\
          \x20   -d '{{\"entityId\":\"user_1\",\"card\":{{\"number\":\"4242424242424242\",\"expirationMonth\":\"12\",\"expirationYear\":\"2030\",\"cvc\":\"123\"}}}}'\n\
-         \x20 curl -s http://{listen}/projects/dev/payment-methods -H \"Authorization: Bearer $TOKEN\"\n",
+         \x20 curl -s http://{listen}/projects/dev/payment-methods -H \"Authorization: Bearer $TOKEN\"\n\
+         \n\
+         Metrics: curl -s http://{listen}/metrics -H \"Authorization: Bearer $(cat {dir}/metrics.token)\"\n",
         dir = setup.dir.display(),
     )
 }

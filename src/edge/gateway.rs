@@ -31,14 +31,15 @@
 //! ```
 
 use super::idempotency;
-use super::ratelimit::Limiter;
+use super::live::Live;
+use super::metrics::MetricsPage;
 use super::rest;
 use super::routes::{self, Resource, Route};
-use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::http::{write_response, Response};
-use crate::proxy::{self, direct::Exchanger, failure, CaRoots, ProxyCtx, SVC_AUTHORIZATION};
+use crate::proxy::{self, direct::Exchanger, failure, ProxyCtx, SVC_AUTHORIZATION};
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::header;
@@ -50,31 +51,31 @@ use std::time::Instant;
 
 /// The service.
 pub struct Gateway {
-    app: Arc<App>,
-    ca_roots: CaRoots,
+    /// The current configuration's state; a reload swaps it.
+    live: Arc<ArcSwap<Live>>,
     /// `Idempotency-Key`s whose first request is running.
     idempotency: idempotency::InFlight,
-    /// Per-project and per-entity rate limits.
-    limits: Limiter,
     /// Connections for prepared bodies, made on first use (its TLS context loads the system
     /// roots).
-    exchanger: std::sync::OnceLock<Exchanger>,
+    exchanger: Arc<std::sync::OnceLock<Exchanger>>,
+    metrics: Arc<MetricsPage>,
 }
 
 impl Gateway {
-    pub fn new(app: Arc<App>, ca_roots: CaRoots) -> Self {
+    pub fn new(live: Arc<ArcSwap<Live>>, metrics: Arc<MetricsPage>) -> Self {
         Self {
-            limits: Limiter::new(&app.config.projects),
-            app,
-            ca_roots,
+            live,
             idempotency: Default::default(),
-            exchanger: Default::default(),
+            exchanger: metrics.exchanger.clone(),
+            metrics,
         }
     }
 }
 
 /// Per-request state.
 pub struct RequestCtx {
+    /// The configuration this request runs under, from its start to its end.
+    live: Arc<Live>,
     started: Instant,
     route: &'static str,
     status: u16,
@@ -100,6 +101,7 @@ impl ProxyHttp for Gateway {
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
+            live: self.live.load_full(),
             started: Instant::now(),
             route: "unknown",
             status: 0,
@@ -119,7 +121,7 @@ impl ProxyHttp for Gateway {
                 }
                 // An error here is a response cut short: pingora then closes the caller's
                 // connection instead of ending the response as if it were complete.
-                ctx.status = self.relay(session, p).await?;
+                ctx.status = self.relay(session, &ctx.live, p).await?;
                 return Ok(true);
             }
             Err(e) => Response::error(&e),
@@ -140,7 +142,7 @@ impl ProxyHttp for Gateway {
                 "no upstream for this route",
             ));
         };
-        Ok(Box::new(self.peer(p)))
+        Ok(Box::new(Self::peer(&ctx.live, p)))
     }
 
     async fn upstream_request_filter(
@@ -170,7 +172,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         match ctx.proxy.as_mut() {
-            Some(p) => proxy::body::filter(&self.app, p, body, end_of_stream).await,
+            Some(p) => proxy::body::filter(&ctx.live.app, p, body, end_of_stream).await,
             None => Ok(()),
         }
     }
@@ -200,21 +202,20 @@ impl ProxyHttp for Gateway {
                 ctx.status = resp.status.as_u16();
             }
         }
-        self.app.metrics.record(ctx.route, ctx.status, elapsed);
+        let app = &ctx.live.app;
+        app.metrics.record(ctx.route, ctx.status, elapsed);
         if let Some(p) = &ctx.proxy {
             let upstream = p
                 .upstream_started
                 .map(|t| ended.saturating_duration_since(t));
-            self.app.metrics.record_proxy(
+            app.metrics.record_proxy(
                 ctx.status,
                 upstream,
                 e.is_some() || p.failed,
                 p.substitution.templates,
             );
             // One entry per request, including every credential it revealed.
-            self.app
-                .store
-                .append_audit_nowait(p.audit_event(ctx.status));
+            app.store.append_audit_nowait(p.audit_event(ctx.status));
         }
         let target = ctx
             .proxy
@@ -241,9 +242,11 @@ impl Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Answer, ApiError> {
+        let live = ctx.live.clone();
+        let app = &live.app;
         let req = session.req_header();
         if let Some(demo) =
-            crate::dev::demo::answer(self.app.config.demo.as_ref(), &req.method, req.uri.path())
+            crate::dev::demo::answer(app.config.demo.as_ref(), &req.method, req.uri.path())
         {
             ctx.route = "demo";
             return demo.map(Answer::Response);
@@ -261,11 +264,16 @@ impl Gateway {
                     .map(Answer::Response)
             }
             (Resource::Ready, _) => {
-                self.app.store.ready().await?;
+                app.store.ready().await?;
                 return Response::json(200, &serde_json::json!({"status": "ready"}))
                     .map(Answer::Response);
             }
-            (Resource::Metrics, _) => return Ok(Answer::Response(self.metrics())),
+            (Resource::Metrics, _) => {
+                return self
+                    .metrics
+                    .public(&app.config.metrics, req)
+                    .map(Answer::Response)
+            }
             (Resource::OpenApi, _) => {
                 return Ok(Answer::Response(Response {
                     status: 200,
@@ -277,14 +285,14 @@ impl Gateway {
             (_, Some(project)) => project,
             (_, None) => return Err(ApiError::not_found("Route")),
         };
-        let (principal, drop_authorization) = self.authenticate(session, &route, project)?;
-        self.limits.check(&principal.project, &principal.entity)?;
+        let (principal, drop_authorization) = Self::authenticate(&live, session, &route, project)?;
+        live.limits.check(&principal.project, &principal.entity)?;
         if route.resource == Resource::Proxy {
-            let p = proxy::start::start(&self.app, session, principal, drop_authorization).await?;
+            let p = proxy::start::start(app, session, principal, drop_authorization).await?;
             ctx.proxy = Some(Box::new(p));
             return Ok(Answer::Proxy);
         }
-        rest::answer(&self.app, &self.idempotency, session, &route, &principal)
+        rest::answer(app, &self.idempotency, session, &route, &principal)
             .await
             .map(Answer::Response)
     }
@@ -293,7 +301,7 @@ impl Gateway {
     /// token when the caller's `Authorization` is meant for the target; otherwise
     /// `Authorization` is paycred's (and is not forwarded: the `bool`).
     fn authenticate(
-        &self,
+        live: &Live,
         session: &Session,
         route: &Route,
         project: &str,
@@ -306,32 +314,32 @@ impl Gateway {
                 true,
             ),
         };
-        let principal = self
+        let principal = live
             .app
             .auth
-            .authenticate(token, project, self.app.now_secs())
-            .inspect_err(|e| self.audit_auth_failure(project, route.label(), e))?;
+            .authenticate(token, project, live.app.now_secs())
+            .inspect_err(|e| Self::audit_auth_failure(live, project, route.label(), e))?;
         Ok((principal, drop_authorization))
     }
 
     /// The pingora peer of a proxied request.
-    fn peer(&self, p: &ProxyCtx) -> HttpPeer {
-        proxy::peer::peer(&p.target, &p.project, self.ca_roots.get(&p.project.id))
+    fn peer(live: &Live, p: &ProxyCtx) -> HttpPeer {
+        proxy::peer::peer(&p.target, &p.project, live.ca_roots.get(&p.project.id))
     }
 
     /// Sends the prepared request through [`proxy::direct`] and relays the answer; returns
     /// the status to record. On failure before the answer started, answers as
     /// `fail_to_proxy` would (502, 504); after, returns the error so that pingora cuts the
     /// caller's connection.
-    async fn relay(&self, session: &mut Session, p: &mut ProxyCtx) -> Result<u16> {
+    async fn relay(&self, session: &mut Session, live: &Live, p: &mut ProxyCtx) -> Result<u16> {
         let Some(request) = p.request.as_ref() else {
             return Ok(0);
         };
-        let peer = self.peer(p);
+        let peer = Self::peer(live, p);
         let replayable = proxy::direct::replayable(session.req_header());
         let exchanger = self.exchanger.get_or_init(|| {
             // As pingora sizes its own pool: the setting per worker thread.
-            let server = &self.app.config.server;
+            let server = &live.app.config.server;
             let pool_size = server
                 .upstream_keepalive_pool_size
                 .saturating_mul(server.threads.max(1));
@@ -356,48 +364,11 @@ impl Gateway {
     /// Records an authentication failure for a configured project in the audit log, in the
     /// background: the first of a quiet spell as an entry, repeats counted (anyone can fail
     /// authentication as fast as they can send, and must not fill the disk doing it).
-    fn audit_auth_failure(&self, project: &str, route: &str, e: &ApiError) {
-        if self.app.config.project(project).is_some() {
+    fn audit_auth_failure(live: &Live, project: &str, route: &str, e: &ApiError) {
+        if live.app.config.project(project).is_some() {
             let resource = format!("route={route} status={}", e.status());
             let event = crate::audit::event(project, "", "auth.failure", resource);
-            self.app.store.count_audit(event);
-        }
-    }
-
-    fn metrics(&self) -> Response {
-        let stats = self.app.store.stats();
-        let (opened, reused) = self
-            .exchanger
-            .get()
-            .map(Exchanger::connections)
-            .unwrap_or_default();
-        let text = self.app.metrics.render(&[
-            (
-                "paycred_target_connections_opened_total",
-                "Proxy: connections opened to targets (bodies paycred sends itself).",
-                opened,
-            ),
-            (
-                "paycred_target_connections_reused_total",
-                "Proxy: requests sent on an idle connection to their target (bodies paycred sends itself; one found closed and retried on a new one counts in both).",
-                reused,
-            ),
-            (
-                "paycred_store_durable_writes_total",
-                "Writes that waited for durability.",
-                stats.durable_writes,
-            ),
-            (
-                "paycred_store_flushes_total",
-                "Flushes of the store to disk (shared by concurrent writes).",
-                stats.flushes,
-            ),
-        ]);
-        Response {
-            status: 200,
-            headers: vec![("Content-Type", "text/plain; version=0.0.4".to_string())],
-            body: Some(bytes::Bytes::from(text)),
-            intent: None,
+            live.app.store.count_audit(event);
         }
     }
 }

@@ -4,11 +4,15 @@
 //!   proxy.
 //! - [`routes`]: paths to routes. [`rest`]: a REST request from authentication to answer.
 //! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
+//! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
+//! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
 //!
 //! May import: `api`, `proxy`, `service`, `app`, `auth`, `http`, `ops`, `dev`, and below.
 
 pub mod gateway;
 pub mod idempotency;
+pub mod live;
+pub mod metrics;
 pub mod ratelimit;
 pub mod rest;
 pub mod routes;

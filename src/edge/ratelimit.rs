@@ -120,6 +120,31 @@ impl Limiter {
         }
     }
 
+    /// The limiter of a reloaded configuration: a project whose limits did not change keeps
+    /// its buckets (a reload is not a way around a limit); the others start full.
+    pub fn reconfigured(&self, projects: &BTreeMap<String, Arc<ProjectConfig>>) -> Self {
+        let next = Self::new(projects);
+        let kept = |id: &str| {
+            self.limits
+                .get(id)
+                .is_some_and(|l| next.limits.get(id) == Some(l))
+        };
+        for (id, bucket) in &next.projects {
+            if let (true, Some(old)) = (kept(id), self.projects.get(id)) {
+                *bucket.lock() = *old.lock();
+            }
+        }
+        for (old, new) in self.entities.iter().zip(&next.entities) {
+            let old = old.lock();
+            new.lock().extend(
+                old.iter()
+                    .filter(|((id, _), _)| kept(id))
+                    .map(|(k, b)| (k.clone(), *b)),
+            );
+        }
+        next
+    }
+
     fn shard(&self, project: &str, entity: &str) -> &Shard {
         let mut h = DefaultHasher::new();
         project.hash(&mut h);
@@ -187,6 +212,30 @@ mod tests {
         assert!(b.take(l, t0 + Duration::from_millis(500)).is_ok());
         assert!(b.take(l, t0 + Duration::from_millis(600)).is_err());
         assert!(b.is_full(l, t0 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_buckets_of_unchanged_limits_only() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let key = dir.path().join("k.pem");
+        let (_, public) =
+            crate::auth::mint::generate_ed25519().unwrap_or_else(|e| unreachable!("{e}"));
+        std::fs::write(&key, public).unwrap_or_else(|e| unreachable!("{e}"));
+        let jwt = format!("{{keys: [{{kid: k, public_key_file: {}}}]}}", key.display());
+        let yaml = |per_second: u32| {
+            format!(
+                "master_key_file: /k\nprojects:\n  - id: a\n    jwt: {jwt}\n    rate_limits: {{entity: {{per_second: 1, burst: 1}}}}\n  - id: b\n    jwt: {jwt}\n    rate_limits: {{entity: {{per_second: {per_second}, burst: 1}}}}\n"
+            )
+        };
+        let config = |per_second| {
+            crate::config::Config::from_yaml(&yaml(per_second))
+                .unwrap_or_else(|e| unreachable!("{e}"))
+        };
+        let limiter = Limiter::new(&config(1).projects);
+        assert!(limiter.check("a", "e").is_ok() && limiter.check("b", "e").is_ok());
+        let next = limiter.reconfigured(&config(2).projects);
+        assert_eq!(next.check("a", "e").map_err(|e| e.status()), Err(429));
+        assert!(next.check("b", "e").is_ok());
     }
 
     #[test]

@@ -189,7 +189,7 @@ fn health_and_metrics() {
         Some(&card_body("user_1", VISA, CVC)),
     );
     assert_eq!(r.status, 201);
-    let m = server.call("GET", "/metrics", None, None);
+    let m = server.metrics();
     assert_eq!(m.status, 200);
     assert!(m.header("Content-Type").unwrap().starts_with("text/plain"));
     assert!(

@@ -185,7 +185,7 @@ fn no_secret_reaches_the_debug_log_or_a_metric_label() {
             .status,
         204
     );
-    let metrics = server.call("GET", "/metrics", None, None);
+    let metrics = server.metrics();
     assert_eq!(metrics.status, 200);
     std::thread::sleep(std::time::Duration::from_millis(200));
 

@@ -22,6 +22,7 @@ mod errors;
 mod idempotency;
 mod keys;
 mod log_hygiene;
+mod operations;
 mod payment_methods;
 mod proxy;
 mod purchase_intents;

@@ -415,7 +415,7 @@ fn small_bodies_reuse_one_connection_to_the_target() {
 
 /// `/metrics` counts `opened` connections to targets and `reused` idle ones.
 fn assert_target_connections(server: &Server, opened: u64, reused: u64) {
-    let metrics = server.call("GET", "/metrics", None, None).text;
+    let metrics = server.metrics().text;
     for line in [
         format!("paycred_target_connections_opened_total {opened}"),
         format!("paycred_target_connections_reused_total {reused}"),

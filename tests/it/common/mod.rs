@@ -115,7 +115,13 @@ pub struct Options {
     pub log_level: Option<&'static str>,
     /// `audit_hash` (`auto`, `sha256` or `blake3`).
     pub audit_hash: &'static str,
+    /// The `metrics:` section (`KEYS_DIR` is the server's directory); by default the public
+    /// `/metrics` with the bearer token [`METRICS_TOKEN`].
+    pub metrics_yaml: String,
 }
+
+/// The bearer token of `/metrics` on a test server.
+pub const METRICS_TOKEN: &str = "test-metrics-token-0123456789abcdef";
 
 impl Default for Options {
     fn default() -> Self {
@@ -126,6 +132,7 @@ impl Default for Options {
             proxy_timeout: "5s",
             log_level: None,
             audit_hash: "auto",
+            metrics_yaml: "{bearer_token_file: KEYS_DIR/metrics.token}".into(),
         }
     }
 }
@@ -140,7 +147,7 @@ pub struct Server {
     log_level: String,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -164,6 +171,7 @@ impl Server {
         write(&d.join("ec.pem"), &KEYS.ec.public_pem);
         write(&d.join("ed.pem"), &KEYS.ed.public_pem);
         write(&d.join("other.pem"), &KEYS.other.public_pem);
+        write(&d.join("metrics.token"), METRICS_TOKEN);
         write(
             &d.join("master.key"),
             &paycred::vault::master::MasterKey::generate_hex(),
@@ -197,6 +205,7 @@ impl Server {
              rest_max_body: {max}\n\
              audit_hash: {audit_hash}\n\
              server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s}}\n\
+             metrics: {metrics}\n\
              projects:\n\
              \x20 - id: {PROJECT}\n\
              \x20   jwt:\n\
@@ -227,6 +236,7 @@ impl Server {
             max = opts.rest_max_body,
             audit_hash = opts.audit_hash,
             extra = opts.extra_project_yaml.replace("KEYS_DIR", &d.to_string()),
+            metrics = opts.metrics_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
             guard_hosts = GUARD_HOSTS,
         );
@@ -299,10 +309,25 @@ impl Server {
         }
     }
 
+    /// Sends the server SIGHUP (reload its configuration).
+    pub fn hangup(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .arg("-HUP")
+                .arg(child.id().to_string())
+                .status();
+        }
+    }
+
     /// Stops and starts again on the same data dir and port.
     pub fn restart(&mut self) {
         self.stop(false);
         self.spawn();
+    }
+
+    /// The `/metrics` page (with the test servers' bearer token).
+    pub fn metrics(&self) -> Reply {
+        self.call("GET", "/metrics", Some(METRICS_TOKEN), None)
     }
 
     /// A token of project A signed with the Ed25519 key.
