@@ -25,15 +25,14 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/paycred --create-home paycred \
- && install -d -o paycred -g paycred /var/lib/paycred/data
+ && install -d -m 0700 -o paycred -g paycred /var/lib/paycred/data
 COPY --from=build /src/target/release/paycred /usr/local/bin/paycred
 WORKDIR /var/lib/paycred
-# The config's relative paths (keys, data_dir, master_key_file) start from its directory:
-# the store is /var/lib/paycred/conf/data, writable by paycred only.
+# The config's relative paths (keys, master_key_file) start from its directory; the store is
+# the volume /var/lib/paycred/data (PAYCRED_DATA_DIR), so conf/ may be mounted read-only.
 COPY conf conf
-RUN install -d -m 0700 -o paycred -g paycred /var/lib/paycred/conf/data
 # The config listens on loopback; in a container it must take connections from outside.
-ENV PAYCRED_LISTEN=0.0.0.0:8080
+ENV PAYCRED_LISTEN=0.0.0.0:8080 PAYCRED_DATA_DIR=/var/lib/paycred/data
 USER 10001
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/paycred"]

@@ -163,8 +163,13 @@ fn with_listen(mut file: FileConfig, listen: Option<String>) -> Result<FileConfi
 /// one config file serves both a host (loopback) and a container (all interfaces).
 pub const LISTEN_ENV: &str = "PAYCRED_LISTEN";
 
+/// Replaces the file's `data_dir` when set (a path from the working directory, not from the
+/// config file): the container image sets it to its data volume, so the config can be
+/// mounted read-only.
+pub const DATA_DIR_ENV: &str = "PAYCRED_DATA_DIR";
+
 impl Config {
-    /// Reads and checks a configuration file, with [`LISTEN_ENV`] applied.
+    /// Reads and checks a configuration file, with [`LISTEN_ENV`] and [`DATA_DIR_ENV`] applied.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
@@ -172,6 +177,9 @@ impl Config {
         })?;
         let mut file = with_listen(parse(&text)?, std::env::var(LISTEN_ENV).ok())?;
         file.resolve_paths(path.parent().unwrap_or(Path::new(".")));
+        if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|d| !d.is_empty()) {
+            file.data_dir = PathBuf::from(dir);
+        }
         Self::from_file(file)
     }
 

@@ -245,3 +245,35 @@ fn a_reload_adds_a_key_and_a_project_under_load_and_a_broken_file_changes_nothin
     );
     assert!(log.contains("pan"), "the refusal names the key: {log}");
 }
+
+#[test]
+fn the_data_dir_variable_replaces_the_files_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("k"), "00".repeat(32)).unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!("listen: 127.0.0.1:{port}\ndata_dir: from-file\nmaster_key_file: k\n"),
+    )
+    .unwrap();
+    let volume = dir.path().join("volume");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "-c"])
+        .arg(&config)
+        .env("PAYCRED_DATA_DIR", &volume)
+        .env_remove("PAYCRED_MASTER_KEY")
+        .env_remove("PAYCRED_LISTEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let healthy = eventually(Duration::from_secs(30), || {
+        get(&format!("http://127.0.0.1:{port}/health"), None).0 == 200
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(healthy);
+    assert!(volume.join("paycred.pid").exists());
+    assert!(!dir.path().join("from-file").exists());
+}
