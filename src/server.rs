@@ -57,6 +57,31 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     Ok(Arc::new(App::new(config, store, vault, clock)))
 }
 
+/// How long an upgrading server waits for the server it replaces to let the store go (that
+/// one drains its requests first: `server.grace_period` and `graceful_shutdown_timeout`).
+const UPGRADE_STORE_WAIT: Duration = Duration::from_secs(120);
+
+/// [`build_app`], retried while the store cannot be opened (the embedded store is locked by
+/// the process being replaced until it exits), for at most `wait`.
+fn build_app_after(config: Config, wait: Duration) -> Result<Arc<App>, StartError> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut logged = false;
+    loop {
+        match build_app(config.clone()) {
+            Err(StartError::Store { dir, source }) if std::time::Instant::now() < deadline => {
+                if !logged {
+                    tracing::info!(
+                        "upgrade: waiting for the running server to release {dir} ({source})"
+                    );
+                    logged = true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            built => return built,
+        }
+    }
+}
+
 /// Destroys expired CVC keys even when no request touches them.
 fn spawn_cvc_sweeper(vault: std::sync::Weak<crate::vault::Vault>) {
     let _ = std::thread::Builder::new()
@@ -71,7 +96,16 @@ fn spawn_cvc_sweeper(vault: std::sync::Weak<crate::vault::Vault>) {
 
 /// Builds the pingora server with paycred's listener (and the metrics listener, if
 /// configured); SIGHUP reloads `config_path` from then on. Call `run` (or `run_forever`) on it.
-pub fn build_server(config: Config, config_path: &Path) -> Result<Server, StartError> {
+///
+/// With `upgrade`, the listening sockets come from the running server being replaced (pingora's
+/// hand-over: it sends them when it gets SIGQUIT, within 5 s of this start), and the store is
+/// opened once that server has let it go: connections wait in the sockets' backlog meanwhile
+/// instead of being refused.
+pub fn build_server(
+    config: Config,
+    config_path: &Path,
+    upgrade: bool,
+) -> Result<Server, StartError> {
     let server_conf = ServerConf {
         threads: config.server.threads,
         grace_period_seconds: Some(config.server.grace_period.as_secs()),
@@ -89,7 +123,17 @@ pub fn build_server(config: Config, config_path: &Path) -> Result<Server, StartE
     let tls = config.tls.clone();
     let metrics_listen = config.metrics.listen;
     let pid_file = pid_file(&config);
-    let app = build_app(config)?;
+    let opt = pingora::server::configuration::Opt {
+        upgrade,
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), server_conf);
+    server.bootstrap();
+    let app = if upgrade {
+        build_app_after(config, UPGRADE_STORE_WAIT)?
+    } else {
+        build_app(config)?
+    };
     let page = Arc::new(MetricsPage {
         metrics: app.metrics.clone(),
         store: app.store.clone(),
@@ -103,8 +147,6 @@ pub fn build_server(config: Config, config_path: &Path) -> Result<Server, StartE
         .map_err(|e| StartError::Listener(format!("SIGHUP handler: {e}")))?;
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
         .map_err(|e| StartError::Listener(format!("{}: {e}", pid_file.display())))?;
-    let mut server = Server::new_with_opt_and_conf(None, server_conf);
-    server.bootstrap();
     let mut service = pingora::proxy::http_proxy_service_with_name(
         &server.configuration,
         crate::edge::gateway::Gateway::new(live, page.clone()),

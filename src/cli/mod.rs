@@ -39,6 +39,11 @@ enum Command {
         /// whose session route hands out tokens.
         #[arg(long, default_value = "127.0.0.1:8080", requires = "dev")]
         listen: SocketAddr,
+        /// Take over from the server running with the same config: start this, then send the
+        /// old one SIGQUIT (within 5 s); it hands over its listening sockets and drains, and
+        /// this one serves once the old one has released the store.
+        #[arg(long, conflicts_with = "dev")]
+        upgrade: bool,
     },
     /// Mint a development JWT signed with a private key.
     Jwt {
@@ -172,6 +177,7 @@ fn serve(
     dev: bool,
     dev_dir: &std::path::Path,
     listen: SocketAddr,
+    upgrade: bool,
 ) -> Result<(), String> {
     let path = if dev {
         let setup =
@@ -182,7 +188,7 @@ fn serve(
         config.ok_or("give -c FILE, or --dev for a local setup")?
     };
     let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let server = crate::build_server(config, &path).map_err(|e| e.to_string())?;
+    let server = crate::build_server(config, &path, upgrade).map_err(|e| e.to_string())?;
     server.run(pingora::server::RunArgs::default());
     Ok(())
 }
@@ -226,9 +232,10 @@ pub fn run() -> ExitCode {
             dev,
             dev_dir,
             listen,
+            upgrade,
         } => {
             let log = crate::ops::logging::init();
-            let served = serve(config, dev, &dev_dir, listen);
+            let served = serve(config, dev, &dev_dir, listen, upgrade);
             // Written before the error below, and before the process ends.
             drop(log);
             match served {

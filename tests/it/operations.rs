@@ -209,7 +209,7 @@ fn a_reload_adds_a_key_and_a_project_under_load_and_a_broken_file_changes_nothin
             !out.status.success() && said.contains("not signalled"),
             "{said}"
         );
-        server.hangup();
+        server.signal("HUP");
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(server.call("GET", &list, Some(&new_kid), None).status, 200);
         assert_eq!(
@@ -276,4 +276,76 @@ fn the_data_dir_variable_replaces_the_files_data_dir() {
     assert!(healthy);
     assert!(volume.join("paycred.pid").exists());
     assert!(!dir.path().join("from-file").exists());
+}
+
+#[test]
+fn an_upgrade_takes_the_sockets_over_and_no_connection_is_refused() {
+    let mut server = Server::start();
+    let token = server.token("user_1", "private");
+    let pm = server.add_card(&token, "user_1", VISA);
+    let log = std::fs::File::create(server.dir.path().join("upgrade.log")).unwrap();
+    let mut next = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "--upgrade", "-c"])
+        .arg(&server.config_path)
+        .env("RUST_LOG", "info")
+        .env_remove("PAYCRED_MASTER_KEY")
+        .env_remove("PAYCRED_LISTEN")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    let (sent, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let url = format!("{}/projects/{PROJECT}/payment-methods/{pm}", server.base);
+    let handed_over = std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let deadline = Instant::now() + Duration::from_secs(90);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    // A new connection each time: a refused one would show.
+                    let r = ureq::AgentBuilder::new()
+                        .timeout(Duration::from_secs(60))
+                        .build()
+                        .get(&url)
+                        .set("Authorization", &format!("Bearer {token}"))
+                        .call();
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    match r {
+                        Ok(r) if r.status() == 200 => {}
+                        other => {
+                            if failed.fetch_add(1, Ordering::Relaxed) < 3 {
+                                println!("upgrade: a request failed: {other:?}");
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        // The new server listens for the sockets on the upgrade socket: then the hand-over.
+        let upgrade_sock = server.dir.path().join("data/paycred-upgrade.sock");
+        assert!(eventually(Duration::from_secs(30), || upgrade_sock.exists()));
+        server.signal("QUIT");
+        let handed_over = eventually(Duration::from_secs(60), || server.exited());
+        // The new server answers alone now, with the data of the old one.
+        let before = sent.load(Ordering::Relaxed);
+        eventually(Duration::from_secs(30), || {
+            sent.load(Ordering::Relaxed) >= before + 50
+        });
+        stop.store(true, Ordering::Relaxed);
+        handed_over
+    });
+    let _ = std::process::Command::new("kill")
+        .arg(next.id().to_string())
+        .status();
+    let _ = next.wait();
+    let (sent, failed) = (sent.into_inner(), failed.into_inner());
+    println!("upgrade: {sent} requests, {failed} failed");
+    assert!(handed_over, "the old server did not stop");
+    assert!(sent >= 100, "{sent}");
+    assert_eq!(failed, 0);
+    let log = std::fs::read_to_string(server.dir.path().join("upgrade.log")).unwrap();
+    assert!(
+        log.contains("upgrade: waiting for the running server to release"),
+        "{log}"
+    );
 }

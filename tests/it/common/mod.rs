@@ -309,14 +309,22 @@ impl Server {
         }
     }
 
-    /// Sends the server SIGHUP (reload its configuration).
-    pub fn hangup(&self) {
+    /// Sends the server a signal (`HUP`: reload its configuration; `QUIT`: hand its sockets
+    /// over to an upgrading server).
+    pub fn signal(&self, name: &str) {
         if let Some(child) = &self.child {
             let _ = Command::new("kill")
-                .arg("-HUP")
+                .arg(format!("-{name}"))
                 .arg(child.id().to_string())
                 .status();
         }
+    }
+
+    /// Whether the server process has ended.
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     /// Stops and starts again on the same data dir and port.
