@@ -39,6 +39,10 @@ enum Command {
         /// whose session route hands out tokens.
         #[arg(long, default_value = "127.0.0.1:8080", requires = "dev")]
         listen: SocketAddr,
+        /// For --dev: an origin (`http://localhost:5173`) whose pages may call the public
+        /// role's routes; repeat for more. Default: the Vite dev server's.
+        #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "dev")]
+        allow_origins: Vec<String>,
     },
     /// Mint a development JWT signed with a private key.
     Jwt {
@@ -166,10 +170,11 @@ fn serve(
     dev: bool,
     dev_dir: &std::path::Path,
     listen: SocketAddr,
+    allow_origins: &[String],
 ) -> Result<(), String> {
     let path = if dev {
-        let setup =
-            crate::dev::prepare(dev_dir, listen).map_err(|e| format!("--dev setup: {e}"))?;
+        let setup = crate::dev::prepare(dev_dir, listen, allow_origins)
+            .map_err(|e| format!("--dev setup: {e}"))?;
         println!("{}", crate::dev::banner(&setup, listen));
         setup.config_file
     } else {
@@ -190,9 +195,10 @@ pub fn run() -> ExitCode {
             dev,
             dev_dir,
             listen,
+            allow_origins,
         } => {
             let log = crate::ops::logging::init();
-            let served = serve(config, dev, &dev_dir, listen);
+            let served = serve(config, dev, &dev_dir, listen, &allow_origins);
             // Written before the error below, and before the process ends.
             drop(log);
             match served {

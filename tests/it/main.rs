@@ -17,6 +17,7 @@ mod common;
 mod audit;
 mod auth;
 mod client_encryption;
+mod cors;
 mod crash;
 mod errors;
 mod idempotency;
