@@ -30,3 +30,4 @@ mod ratelimit;
 mod restart;
 mod storage_faults;
 mod template_props;
+mod verify_dialects;
