@@ -303,6 +303,10 @@ fn preflight(path: &str, methods: &str, suffix: &str) -> Operation {
         .response("204", ok)
         .response("403", envelope("forbidden: origin or method not allowed"))
         .response(
+            "404",
+            envelope("notFound: no such route (an id that is not one)"),
+        )
+        .response(
             "405",
             envelope(
                 "methodNotAllowed: not a preflight (no Origin or Access-Control-Request-Method)",
