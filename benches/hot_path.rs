@@ -106,6 +106,7 @@ fn limited_project() -> BTreeMap<String, Arc<ProjectConfig>> {
             project: Some(wide),
             entity: Some(wide),
         },
+        cors_allowed_origins: Vec::new(),
     };
     BTreeMap::from([("p".to_string(), Arc::new(project))])
 }

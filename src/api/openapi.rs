@@ -13,7 +13,7 @@
 use super::{client_encryption, payment_methods, purchase_intents, sandbox, tokens, verify};
 use once_cell::sync::Lazy;
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
+use utoipa::openapi::path::{Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -178,6 +178,10 @@ impl Modify for Edge {
                 doc.paths.paths.insert(path, item);
                 continue;
             };
+            let browser = BROWSER_ROUTES
+                .iter()
+                .find(|(tail, _)| *tail == rest)
+                .map(|(_, methods)| *methods);
             for (prefix, singular, suffix) in FORMS {
                 let rest = match (singular, rest.strip_prefix("/purchase-intents")) {
                     (false, _) => rest.to_string(),
@@ -192,10 +196,129 @@ impl Modify for Edge {
                     }
                     edge_rules(&path, method, op);
                 }
+                if let Some(methods) = browser {
+                    item.options = Some(preflight(&path, methods, suffix));
+                }
                 doc.paths.paths.insert(path, item);
             }
         }
     }
+}
+
+/// The routes a browser page of another origin may call with a public-role token, as the path
+/// after `/projects/{projectId}` and the methods: the CORS preflight (`OPTIONS`) of each is
+/// described. The edge's CORS answers exactly these (a test there holds the two together).
+pub const BROWSER_ROUTES: [(&str, &str); 5] = [
+    ("/payment-methods", "GET, POST"),
+    ("/payment-methods/{id}", "GET"),
+    ("/tokens", "POST"),
+    ("/client-encryption-key", "GET"),
+    ("/purchase-intents/{id}/verify", "POST"),
+];
+
+/// The CORS preflight of a browser route that allows `methods`: answered before
+/// authentication (no token), 204 for an origin of the project's `cors.allowed_origins`
+/// asking for one of `methods`, else 403 with no CORS header.
+fn preflight(path: &str, methods: &str, suffix: &str) -> Operation {
+    let string = || ObjectBuilder::new().schema_type(Type::String);
+    let header = |name: &str, example: &str, description: &str| {
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Header)
+            .required(Required::True)
+            .description(Some(description))
+            .schema(Some(string().examples([example])))
+            .build()
+    };
+    let answer_header = |schema: ObjectBuilder, description: &str| {
+        HeaderBuilder::new()
+            .schema(Some(schema))
+            .description(Some(description))
+            .build()
+    };
+    let first = methods.split(", ").next().unwrap_or(methods);
+    let ok = ResponseBuilder::new()
+        .description("Allowed: the browser may send the request")
+        .header(
+            "Access-Control-Allow-Origin",
+            answer_header(string(), "The request's Origin."),
+        )
+        .header(
+            "Access-Control-Allow-Methods",
+            answer_header(
+                string().enum_values(Some([methods])),
+                "The route's browser methods.",
+            ),
+        )
+        .header(
+            "Access-Control-Allow-Headers",
+            answer_header(string(), "Authorization, Content-Type, Idempotency-Key"),
+        )
+        .header(
+            "Access-Control-Max-Age",
+            answer_header(string(), "Seconds the browser may keep this answer."),
+        )
+        .header(
+            "Vary",
+            answer_header(string(), "Origin, Access-Control-Request-Method"),
+        );
+    let envelope = |description: &str| {
+        ResponseBuilder::new().description(description).content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Error")))
+                .build(),
+        )
+    };
+    let mut params: Vec<_> = ["projectId", "id"]
+        .into_iter()
+        .filter(|name| path.contains(&format!("{{{name}}}")))
+        .map(|name| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Path)
+                .required(Required::True)
+                .schema(Some(string().pattern(Some(ID_PATTERN))))
+                .build()
+        })
+        .collect();
+    params.push(header(
+        "Origin",
+        "http://localhost:5173",
+        "The page's origin; allowed when listed in the project's cors.allowed_origins.",
+    ));
+    params.push(header(
+        "Access-Control-Request-Method",
+        first,
+        "The method the page wants to send.",
+    ));
+    let id = path
+        .trim_start_matches("/projects/{projectId}/")
+        .trim_start_matches("/tenants/{projectId}/")
+        .replace(['{', '}'], "")
+        .replace(['/', '-'], "_");
+    OperationBuilder::new()
+        .operation_id(Some(format!("corsPreflight_{id}{suffix}")))
+        .description(Some(
+            "CORS preflight of a browser page of another origin, answered before \
+             authentication. An origin not listed, a method the route does not open to \
+             browsers: 403 without any CORS header.",
+        ))
+        .parameters(Some(params))
+        .securities(Some(Vec::new()))
+        .response("204", ok)
+        .response("403", envelope("forbidden: origin or method not allowed"))
+        .response(
+            "404",
+            envelope("notFound: no such route (an id that is not one)"),
+        )
+        .response(
+            "405",
+            envelope(
+                "methodNotAllowed: not a preflight (no Origin or Access-Control-Request-Method)",
+            ),
+        )
+        .build()
 }
 
 /// The operations of a path item, with their methods.
@@ -295,8 +418,9 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    /// Every documented path and method is a route that answers that method, every route form
-    /// is there, and every `$ref` resolves.
+    /// Every documented path and method is a route that answers that method (a documented
+    /// preflight: the methods the edge opens to browsers), every route form is there, and
+    /// every `$ref` resolves.
     #[test]
     fn every_route_form_is_described_and_refs_resolve() {
         let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
@@ -317,7 +441,18 @@ mod tests {
             let Some(route) = route else {
                 unreachable!("{path} is not a route")
             };
+            // The preflight documented is the one the edge answers, with the same methods.
+            let browser: Vec<&str> = route.browser_methods().iter().map(|m| m.as_str()).collect();
+            let documented = &item["options"]["responses"]["204"]["headers"]
+                ["Access-Control-Allow-Methods"]["schema"]["enum"][0];
+            match browser.as_slice() {
+                [] => assert!(item.get("options").is_none(), "{path}"),
+                methods => assert_eq!(documented, &methods.join(", ").as_str(), "{path}"),
+            }
             for method in item.as_object().into_iter().flat_map(|m| m.keys()) {
+                if method == "options" {
+                    continue;
+                }
                 assert!(
                     route
                         .allowed()

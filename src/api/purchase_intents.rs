@@ -297,6 +297,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         credential_sealed,
         uses: 0,
         failed_verifications: 0,
+        otp_method: None,
     };
     let event = audit_event(app, principal, "purchaseIntent.create", &id);
     if !app.store.insert_intent(&rec, event).await? {

@@ -1,9 +1,19 @@
-//! `POST /projects/:projectId/purchase-intents/:id/verify`: the HTTP calls behind the
-//! browser SDK's `verifyPurchaseIntent` (`verify` → `active`).
+//! `POST /projects/:projectId/purchase-intents/:id/verify`: the HTTP calls behind a browser's
+//! `verifyPurchaseIntent` (`verify` → `active`), in two dialects on the same route:
 //!
-//! The sandbox's one step is `otp`. Wrong codes are counted; after
+//! - paycred's own (`sdk/js`): `{}` asks for the next step, `{"code": "..."}` sends the code;
+//!   answers `{status, nextAction}`.
+//! - the reference client's (`@basis-theory-ai/react`): a body with `action`. `START` →
+//!   `OTP_REQUIRED` with the methods (`data.methods[]`: `identifier`, `method` `OTPSMS` /
+//!   `OTPEMAIL`, `value`); `SELECT_OTP` with `payload.methodId` → `OTP_PENDING`;
+//!   `VALIDATE_OTP` with `payload.otpCode` → `VERIFIED`, or `ERROR` with `error.message` for a
+//!   wrong code. `VALIDATE_OTP` before `SELECT_OTP` is 400; `START` clears the choice. The
+//!   choice lives in the intent record, so any instance can serve the next call.
+//!
+//! The same rules behind both: the sandbox's one step is `otp`. Wrong codes are counted; after
 //! [`MAX_FAILED_VERIFICATIONS`] the intent is locked (it stays `verify`, and every further
-//! attempt answers 409 `conflict`). Two verifications of one intent at once: 409.
+//! attempt answers 409 `conflict`). Not in `verify`: 409 (an `active` one answers its success).
+//! Two verifications of one intent at once: 409.
 
 use crate::app::App;
 use crate::audit::AuditEvent;
@@ -11,21 +21,40 @@ use crate::auth::Principal;
 use crate::clock::micros;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
-use crate::store::{IntentRecord, IntentStatus, Scope, VerificationAttempt};
+use crate::store::{IntentRecord, IntentStatus, OtpMethod, Scope, VerificationAttempt};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 use zeroize::Zeroizing;
 
 /// Wrong verification codes after which an intent is locked.
 pub const MAX_FAILED_VERIFICATIONS: u32 = 5;
 
-/// The verify body (optional: an empty body or `{}` asks for the next step).
+/// The verify body (optional: an empty body or `{}` asks for the next step). Either `code`
+/// (paycred's dialect) or `action` with its `payload` (the reference client's).
 #[derive(ToSchema)]
 #[schema(as = Verify)]
 pub struct VerifyBody {
     /// The one-time code the end user received.
     pub code: Option<String>,
+    /// The reference client's step.
+    #[schema(inline)]
+    pub action: Option<ReferenceAction>,
+    /// `SELECT_OTP`: `{"methodId": "sms" | "email"}`; `VALIDATE_OTP`: `{"otpCode": "..."}`.
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<Value>,
+    /// Sent by the reference client with `START` when a card network's script ran; ignored.
+    #[schema(value_type = Option<Object>, rename = "iframeData")]
+    pub iframe_data: Option<Value>,
+}
+
+/// The reference client's steps.
+#[derive(ToSchema)]
+#[allow(clippy::upper_case_acronyms, non_camel_case_types)]
+pub enum ReferenceAction {
+    START,
+    SELECT_OTP,
+    VALIDATE_OTP,
 }
 
 /// The verification state: `status` is the intent's (`verify` or `active`).
@@ -36,6 +65,31 @@ pub struct VerifyAnswer {
     pub status: &'static str,
     /// The step to take, `null` once the intent is `active`.
     pub next_action: Option<OtpStep>,
+}
+
+/// The answer of the reference client's dialect.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ReferenceVerifyResult)]
+pub struct ReferenceAnswer {
+    /// `OTP_REQUIRED`, `OTP_PENDING`, `VERIFIED` or `ERROR`.
+    pub status: &'static str,
+    /// `OTP_REQUIRED`: `{"methods": [{identifier, method, value}]}`; `OTP_PENDING`:
+    /// `{"method": {...}}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<Value>,
+    /// `ERROR`: `{"message": "..."}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub error: Option<Value>,
+}
+
+/// What verify answers, by dialect.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub enum VerifyAnswers {
+    Own(VerifyAnswer),
+    Reference(ReferenceAnswer),
 }
 
 /// The sandbox's one step: a one-time code sent by text message.
@@ -55,19 +109,30 @@ pub struct OtpStep {
     pub error: Option<&'static str>,
 }
 
+/// A request, by dialect.
+enum Request {
+    /// paycred's: the code, if any.
+    Own(Option<Zeroizing<String>>),
+    Start,
+    SelectOtp(OtpMethod),
+    ValidateOtp(Zeroizing<String>),
+}
+
 /// Verification step of a purchase intent in status verify.
 ///
-/// Public or private role of the intent's entity. Body `{"code": "..."}` (optional; an empty
-/// body or `{}` asks for the next step).
-///
-/// Answers 200 `{status, nextAction}`: `nextAction` is `{"type": "otp", ...}` while a code is
-/// needed and `null` once the intent is `active`. 409 `conflict`: the intent is locked after
-/// five wrong codes, is not waiting for verification (`expired`, `canceled`, `unavailable`), or
+/// Public or private role of the intent's entity. paycred's dialect: body `{"code": "..."}`
+/// (optional; an empty body or `{}` asks for the next step); answers 200 `{status,
+/// nextAction}`: `nextAction` is `{"type": "otp", ...}` while a code is needed and `null` once
+/// the intent is `active`. The reference client's dialect: `{"action": "START" | "SELECT_OTP"
+/// | "VALIDATE_OTP", "payload": {...}}`; answers 200 `{status, data?, error?}` (`OTP_REQUIRED`,
+/// `OTP_PENDING`, `VERIFIED`, `ERROR` for a wrong code); an unknown action, or `VALIDATE_OTP`
+/// before `SELECT_OTP`: 400 naming the field. 409 `conflict`: the intent is locked after five
+/// wrong codes, is not waiting for verification (`expired`, `canceled`, `unavailable`), or
 /// another verification of it is running.
 #[utoipa::path(post, path = "/projects/{projectId}/purchase-intents/{id}/verify",
     operation_id = "verifyPurchaseIntent", request_body = VerifyBody,
     responses(
-        (status = 200, description = "The verification state", body = VerifyAnswer),
+        (status = 200, description = "The verification state", body = VerifyAnswers),
         (status = 409, description = "conflict: locked after five wrong codes, nothing to \
             verify, another verification running, or Idempotency-Key reused",
             body = crate::error::Envelope),
@@ -78,19 +143,7 @@ pub async fn verify(
     id: &str,
     body: &[u8],
 ) -> ApiResult<Response> {
-    let code = if body.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        let obj = super::json_object(body)?;
-        if let Some(k) = obj.keys().find(|k| k.as_str() != "code") {
-            return Err(ApiError::invalid_field(k, "unknown field"));
-        }
-        match obj.get("code") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(c)) => Some(Zeroizing::new(c.clone())),
-            Some(_) => return Err(ApiError::invalid_field("code", "must be a string")),
-        }
-    };
+    let request = parse(body)?;
     let project = principal.project.as_str();
     let entity = principal.entity.as_str();
     let sc = Scope { project, entity };
@@ -104,7 +157,12 @@ pub async fn verify(
         return Err(ApiError::not_found("Purchase intent"));
     };
     match rec.status_at(micros(app.clock.now())) {
-        IntentStatus::Active => return verify_answer("active", None),
+        IntentStatus::Active => {
+            return match request {
+                Request::Own(_) => verify_answer("active", None),
+                _ => reference_answer("VERIFIED", None, None),
+            }
+        }
         IntentStatus::Verify => {}
         other => {
             return Err(ApiError::new(
@@ -119,37 +177,164 @@ pub async fn verify(
     if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS {
         return Err(locked());
     }
-    let Some(code) = code else {
-        return verify_answer("verify", Some(otp_step(&rec, None)));
-    };
-    let attempt = if crate::domain::issuer::Sandbox::otp_matches(&code) {
-        VerificationAttempt::Passed
-    } else {
-        VerificationAttempt::Failed
-    };
-    let event = AuditEvent {
+    let event = || AuditEvent {
         at_micros: app.now_micros(),
         action: "purchaseIntent.verify".to_string(),
         project: project.to_string(),
         entity: entity.to_string(),
         resource: id.to_string(),
     };
-    let Some(rec) = app
-        .store
-        .record_verification(sc, id, attempt, event)
-        .await?
-    else {
-        return Err(ApiError::not_found("Purchase intent"));
+    let record = |attempt: VerificationAttempt| async move {
+        app.store
+            .record_verification(sc, id, attempt, event())
+            .await?
+            .ok_or_else(|| ApiError::not_found("Purchase intent"))
     };
-    match (attempt, rec.status) {
-        (VerificationAttempt::Passed, IntentStatus::Active) => verify_answer("active", None),
-        (VerificationAttempt::Failed, _)
-            if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS =>
-        {
-            Err(locked())
+    match request {
+        Request::Own(None) => verify_answer("verify", Some(otp_step(&rec, None))),
+        Request::Own(Some(code)) => match record(attempt(&code)).await? {
+            rec if rec.status == IntentStatus::Active => verify_answer("active", None),
+            rec if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS => Err(locked()),
+            rec => verify_answer("verify", Some(otp_step(&rec, Some("invalidCode")))),
+        },
+        Request::Start => {
+            if rec.otp_method.is_some() {
+                record(VerificationAttempt::OtpMethod(None)).await?;
+            }
+            let methods: Vec<Value> = [OtpMethod::Sms, OtpMethod::Email]
+                .into_iter()
+                .map(method_view)
+                .collect();
+            reference_answer("OTP_REQUIRED", Some(json!({ "methods": methods })), None)
         }
-        _ => verify_answer("verify", Some(otp_step(&rec, Some("invalidCode")))),
+        Request::SelectOtp(method) => {
+            record(VerificationAttempt::OtpMethod(Some(method))).await?;
+            reference_answer(
+                "OTP_PENDING",
+                Some(json!({ "method": method_view(method) })),
+                None,
+            )
+        }
+        Request::ValidateOtp(code) => {
+            if rec.otp_method.is_none() {
+                return Err(ApiError::invalid_field(
+                    "action",
+                    "VALIDATE_OTP needs SELECT_OTP first (after START)",
+                ));
+            }
+            match record(attempt(&code)).await? {
+                rec if rec.status == IntentStatus::Active => {
+                    reference_answer("VERIFIED", None, None)
+                }
+                rec if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS => Err(locked()),
+                rec => {
+                    let left = MAX_FAILED_VERIFICATIONS.saturating_sub(rec.failed_verifications);
+                    let message = format!("Invalid code; {left} attempts remaining.");
+                    reference_answer(
+                        "ERROR",
+                        None,
+                        Some(json!({ "code": "invalidCode", "message": message })),
+                    )
+                }
+            }
+        }
     }
+}
+
+/// The request's dialect and fields; 400 naming the field that is wrong.
+fn parse(body: &[u8]) -> ApiResult<Request> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Request::Own(None));
+    }
+    let obj = super::json_object(body)?;
+    let Some(action) = obj.get("action") else {
+        if let Some(k) = obj.keys().find(|k| k.as_str() != "code") {
+            return Err(ApiError::invalid_field(k, "unknown field"));
+        }
+        return match obj.get("code") {
+            None | Some(Value::Null) => Ok(Request::Own(None)),
+            Some(Value::String(c)) => Ok(Request::Own(Some(Zeroizing::new(c.clone())))),
+            Some(_) => Err(ApiError::invalid_field("code", "must be a string")),
+        };
+    };
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "action" | "payload" | "iframeData"))
+    {
+        return Err(ApiError::invalid_field(k, "unknown field"));
+    }
+    let empty = Map::new();
+    let payload = match obj.get("payload") {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(ApiError::invalid_field("payload", "must be an object")),
+    };
+    let field = |name: &str| -> ApiResult<&str> {
+        match payload.get(name) {
+            Some(Value::String(v)) => Ok(v),
+            None | Some(Value::Null) => Err(ApiError::invalid_field(
+                &format!("payload.{name}"),
+                "required",
+            )),
+            Some(_) => Err(ApiError::invalid_field(
+                &format!("payload.{name}"),
+                "must be a string",
+            )),
+        }
+    };
+    match action.as_str() {
+        Some("START") => Ok(Request::Start),
+        Some("SELECT_OTP") => match field("methodId")? {
+            "sms" => Ok(Request::SelectOtp(OtpMethod::Sms)),
+            "email" => Ok(Request::SelectOtp(OtpMethod::Email)),
+            _ => Err(ApiError::invalid_field(
+                "payload.methodId",
+                "must be the identifier of a method START listed (sms, email)",
+            )),
+        },
+        Some("VALIDATE_OTP") => Ok(Request::ValidateOtp(Zeroizing::new(
+            field("otpCode")?.to_string(),
+        ))),
+        _ => Err(ApiError::invalid_field(
+            "action",
+            "must be START, SELECT_OTP or VALIDATE_OTP",
+        )),
+    }
+}
+
+fn attempt(code: &str) -> VerificationAttempt {
+    if crate::domain::issuer::Sandbox::otp_matches(code) {
+        VerificationAttempt::Passed
+    } else {
+        VerificationAttempt::Failed
+    }
+}
+
+/// A method as the reference client lists it.
+fn method_view(method: OtpMethod) -> Value {
+    match method {
+        OtpMethod::Sms => {
+            json!({"identifier": "sms", "method": "OTPSMS", "value": "Sandbox phone"})
+        }
+        OtpMethod::Email => {
+            json!({"identifier": "email", "method": "OTPEMAIL", "value": "Sandbox email"})
+        }
+    }
+}
+
+fn reference_answer(
+    status: &'static str,
+    data: Option<Value>,
+    error: Option<Value>,
+) -> ApiResult<Response> {
+    Response::json(
+        200,
+        &ReferenceAnswer {
+            status,
+            data,
+            error,
+        },
+    )
 }
 
 fn locked() -> ApiError {

@@ -44,6 +44,10 @@ enum Command {
         /// this one serves once the old one has released the store.
         #[arg(long, conflicts_with = "dev")]
         upgrade: bool,
+        /// For --dev: an origin (`http://localhost:5173`) whose pages may call the public
+        /// role's routes; repeat for more. Default: the Vite dev server's.
+        #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "dev")]
+        allow_origins: Vec<String>,
     },
     /// Mint a development JWT signed with a private key.
     Jwt {
@@ -178,10 +182,11 @@ fn serve(
     dev_dir: &std::path::Path,
     listen: SocketAddr,
     upgrade: bool,
+    allow_origins: &[String],
 ) -> Result<(), String> {
     let path = if dev {
-        let setup =
-            crate::dev::prepare(dev_dir, listen).map_err(|e| format!("--dev setup: {e}"))?;
+        let setup = crate::dev::prepare(dev_dir, listen, allow_origins)
+            .map_err(|e| format!("--dev setup: {e}"))?;
         println!("{}", crate::dev::banner(&setup, listen));
         setup.config_file
     } else {
@@ -233,9 +238,10 @@ pub fn run() -> ExitCode {
             dev_dir,
             listen,
             upgrade,
+            allow_origins,
         } => {
             let log = crate::ops::logging::init();
-            let served = serve(config, dev, &dev_dir, listen, upgrade);
+            let served = serve(config, dev, &dev_dir, listen, upgrade, &allow_origins);
             // Written before the error below, and before the process ends.
             drop(log);
             match served {

@@ -121,6 +121,18 @@ pub struct ProjectFile {
     /// Requests per second per project and per entity; none when absent.
     #[serde(default)]
     pub rate_limits: Option<RateLimitsFile>,
+    /// Browser pages of other origins that may call the routes of the public role.
+    #[serde(default)]
+    pub cors: CorsFile,
+}
+
+/// `projects[].cors:`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorsFile {
+    /// Exact origins (`https://shop.example`, `http://localhost:5173`); no wildcard.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
 }
 
 /// `projects[].jwt:`

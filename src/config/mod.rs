@@ -8,6 +8,7 @@
 //!
 //! May import: `audit::chain` (the hash setting), `error`. Everything else may import it.
 
+pub mod cors;
 pub mod file;
 pub mod keys;
 pub mod rate_limits;
@@ -97,6 +98,8 @@ pub struct ProjectConfig {
     pub token_vault_key: bool,
     pub proxy: ProxyConfig,
     pub rate_limits: rate_limits::RateLimits,
+    /// Origins whose pages may call the public role's routes (`cors.allowed_origins`).
+    pub cors_allowed_origins: Vec<String>,
 }
 
 /// A project's JWT verification key. The algorithm comes from the key, never the token.
@@ -410,6 +413,8 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
     }
     let rate_limits = rate_limits::validate(key, p.rate_limits.as_ref())
         .map_err(|(k, message)| invalid(k, message))?;
+    let cors_allowed_origins =
+        cors::validate(key, &p.cors).map_err(|(k, message)| invalid(k, message))?;
     let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
     if timeout.is_zero() {
         return Err(invalid(format!("{key}.proxy.timeout"), "must be positive"));
@@ -421,6 +426,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         pan_enabled,
         token_vault_key: p.token_vault_key,
         rate_limits,
+        cors_allowed_origins,
         proxy: ProxyConfig {
             allowed_hosts,
             allow_http: p.proxy.allow_http,
@@ -556,6 +562,10 @@ mod tests {
             ("\"unclosed", "config: "),
             ("listen: a\nlisten: b", "listen"),
             ("projects:\n  - id: p\n    jwt: {keys: []}\n    proxy: {timeout: [1]}", "projects[0].proxy.timeout"),
+            (
+                "projects: [{id: p, jwt: {keys: []}, cors: {allowed_origin: []}}]",
+                "allowed_origin",
+            ),
             (
                 "listen: 0.0.0.0:8080\ndemo: {project: p, kid: k, private_key_file: /k.pem}",
                 "demo: hands out tokens to anyone who asks: development only, with `listen` on a loopback address",

@@ -1,6 +1,8 @@
 //! `paycred serve --dev`: a ready local setup in `./paycred-dev` — a master key, a project
 //! `dev` with a fresh Ed25519 key pair (private key kept there for `paycred jwt`), data
-//! in `./paycred-dev/data`, localhost targets allowed. A second run reuses all of it.
+//! in `./paycred-dev/data`, localhost targets allowed, and browser pages of the origins given
+//! with `--allow-origin` (default [`DEFAULT_ORIGINS`]) allowed to call the public role's
+//! routes. A second run reuses the keys and the data.
 //!
 //! May import: `auth::mint`, `vault::master`, `config`, `http`, `error`. Only the edge (the
 //! `/demo` page) and the command line use it.
@@ -13,12 +15,17 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Origins allowed by default: the Vite dev server's, where a frontend is usually developed.
+pub const DEFAULT_ORIGINS: [&str; 2] = ["http://localhost:5173", "http://127.0.0.1:5173"];
+
 /// Files of the development setup.
 #[derive(Debug, Clone)]
 pub struct DevSetup {
     pub dir: PathBuf,
     pub config_file: PathBuf,
     pub private_key: PathBuf,
+    /// The origins whose pages may call the public role's routes.
+    pub origins: Vec<String>,
 }
 
 /// Writes a new file readable by its owner only (0600), on disk when it returns. An existing
@@ -40,8 +47,13 @@ pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     written
 }
 
-/// Creates what is missing of the development setup in `dir`.
-pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::error::Error>> {
+/// Creates what is missing of the development setup in `dir`; its config allows browser pages
+/// of `origins` (none given: [`DEFAULT_ORIGINS`]).
+pub fn prepare(
+    dir: &Path,
+    listen: SocketAddr,
+    origins: &[String],
+) -> Result<DevSetup, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
     let master = dir.join("master.key");
     if !master.exists() {
@@ -61,6 +73,15 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut token);
         write_private(&metrics_token, hex::encode(token).as_bytes())?;
     }
+    let origins: Vec<String> = match origins {
+        [] => DEFAULT_ORIGINS.iter().map(|o| o.to_string()).collect(),
+        given => given.to_vec(),
+    };
+    // As JSON strings: a YAML double-quoted scalar, whatever the flag held.
+    let quoted: Vec<String> = origins
+        .iter()
+        .map(|o| serde_json::Value::from(o.as_str()).to_string())
+        .collect();
     let config_file = dir.join("paycred.yaml");
     let config = format!(
         "# Written by `paycred serve --dev`: a local development setup. Not for production.\n\
@@ -80,16 +101,21 @@ pub fn prepare(dir: &Path, listen: SocketAddr) -> Result<DevSetup, Box<dyn std::
          \x20     allowed_hosts: [localhost, 127.0.0.1]\n\
          \x20     allow_http: true\n\
          \x20     allow_private_networks: true\n\
+         \x20   # Browser pages that may call the public role's routes (--allow-origin).\n\
+         \x20   cors:\n\
+         \x20     allowed_origins: [{origins}]\n\
          # /metrics for a caller with the bearer token in metrics.token.\n\
          metrics: {{bearer_token_file: metrics.token}}\n\
          # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
          demo: {{project: dev, kid: dev-1, private_key_file: dev-private.pem}}\n",
+        origins = quoted.join(", "),
     );
     std::fs::write(&config_file, config)?;
     Ok(DevSetup {
         dir: dir.to_path_buf(),
         config_file,
         private_key,
+        origins,
     })
 }
 
@@ -99,6 +125,7 @@ pub fn banner(setup: &DevSetup, listen: SocketAddr) -> String {
     format!(
         "paycred dev server on http://{listen} (project `dev`, files in {dir})\n\
          Demo page (card encryption, verification in the browser): http://{listen}/demo\n\
+         Pages of these origins may call it from the browser (CORS; set with --allow-origin): {origins}\n\
          \n\
          Try it:\n\
          \x20 TOKEN=$(paycred jwt --key {key} --kid dev-1 --project dev --sub user_1 --role private)\n\
@@ -109,5 +136,33 @@ pub fn banner(setup: &DevSetup, listen: SocketAddr) -> String {
          \n\
          Metrics: curl -s http://{listen}/metrics -H \"Authorization: Bearer $(cat {dir}/metrics.token)\"\n",
         dir = setup.dir.display(),
+        origins = setup.origins.join(", "),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The written config loads, with the origins given (or the default ones) allowed.
+    #[test]
+    fn the_dev_config_allows_the_origins_given() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let listen: SocketAddr = "127.0.0.1:8080".parse().unwrap_or_else(|_| unreachable!());
+        let origins = |given: &[String]| {
+            let setup = prepare(dir.path(), listen, given).unwrap_or_else(|e| unreachable!("{e}"));
+            let config = crate::config::Config::load(&setup.config_file)
+                .unwrap_or_else(|e| unreachable!("{e}"));
+            let project = config.project("dev").unwrap_or_else(|| unreachable!());
+            (setup.origins, project.cors_allowed_origins.clone())
+        };
+        let (shown, loaded) = origins(&[]);
+        assert_eq!(loaded, DEFAULT_ORIGINS.map(String::from).to_vec());
+        assert_eq!(shown, loaded);
+        let given = vec![
+            "http://localhost:3001".to_string(),
+            "https://a.example".to_string(),
+        ];
+        assert_eq!(origins(&given).1, given);
+    }
 }

@@ -4,11 +4,13 @@
 //!
 //! ```text
 //!  request ──▶ request_filter ─┬─ unknown route ─────────────▶ 404 envelope
+//!                              ├─ CORS preflight (project routes) ─▶ cors: 204, or 403 with
+//!                              │    no CORS header (before auth; never forwarded)
 //!                              ├─ wrong method ──────────────▶ 405 envelope + Allow
 //!                              ├─ /health, /ready, /metrics, /openapi.json, /demo ─▶ answered here
 //!                              ├─ REST route ─▶ auth (Authorization) ─▶ rate limits
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
-//!                              │              ─▶ JSON / envelope                  (Ok(true))
+//!                              │              ─▶ JSON / envelope, + cors headers  (Ok(true))
 //!                              └─ /proxy ─▶ auth (Svc-Authorization | Authorization) ─▶ limits
 //!                                        ─▶ proxy::start: target guard; a JSON body ≤ 64 KiB
 //!                                           with Content-Length read and substituted whole
@@ -30,6 +32,7 @@
 //!              access-log line
 //! ```
 
+use super::cors;
 use super::idempotency;
 use super::live::Live;
 use super::metrics::MetricsPage;
@@ -81,6 +84,8 @@ pub struct RequestCtx {
     status: u16,
     /// Boxed: pingora moves the request's future around, and this is most of its size.
     proxy: Option<Box<ProxyCtx>>,
+    /// CORS headers of the answer ([`cors::headers`]).
+    cors: Vec<(&'static str, String)>,
 }
 
 /// What `request_filter` decided.
@@ -106,11 +111,12 @@ impl ProxyHttp for Gateway {
             route: "unknown",
             status: 0,
             proxy: None,
+            cors: Vec::new(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        let response = match self.answer(session, ctx).await {
+        let mut response = match self.answer(session, ctx).await {
             Ok(Answer::Response(r)) => r,
             Ok(Answer::Proxy) => {
                 let Some(p) = ctx.proxy.as_deref_mut() else {
@@ -126,6 +132,7 @@ impl ProxyHttp for Gateway {
             }
             Err(e) => Response::error(&e),
         };
+        response.headers.append(&mut ctx.cors);
         ctx.status = response.status;
         write_response(session, &response).await?;
         Ok(true)
@@ -255,6 +262,23 @@ impl Gateway {
             return Err(ApiError::not_found("Route"));
         };
         ctx.route = route.label();
+        if let Some(project) = route.project.as_deref() {
+            let origins = app
+                .config
+                .project(project)
+                .map(|p| p.cors_allowed_origins.as_slice())
+                .unwrap_or_default();
+            // A preflight carries no token: answered before authentication, and on the proxy
+            // route never forwarded as the caller's OPTIONS.
+            if cors::is_preflight(&req.method, &req.headers) {
+                return Ok(Answer::Response(cors::preflight(
+                    origins,
+                    &route,
+                    &req.headers,
+                )));
+            }
+            ctx.cors = cors::headers(origins, &route, &req.method, &req.headers);
+        }
         if !route.allowed().contains(&req.method) {
             return Err(ApiError::method_not_allowed(&route.allow_header()));
         }

@@ -3,12 +3,14 @@
 //! - [`gateway`]: `impl ProxyHttp`, the phase table; it routes each request here or to the
 //!   proxy.
 //! - [`routes`]: paths to routes. [`rest`]: a REST request from authentication to answer.
+//! - [`cors`]: which other origins' pages may call the public role's routes.
 //! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
 //! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
 //!
 //! May import: `api`, `proxy`, `service`, `app`, `auth`, `http`, `ops`, `dev`, and below.
 
+pub mod cors;
 pub mod gateway;
 pub mod idempotency;
 pub mod live;

@@ -66,6 +66,26 @@ impl Route {
         }
     }
 
+    /// Methods a public-role token may call: what a browser page calls (with the token the
+    /// merchant's backend gave it), and the only requests [`super::cors`] lets other origins
+    /// make. The handlers enforce the role; this list follows them (a test holds the two
+    /// together).
+    pub fn browser_methods(&self) -> &'static [Method] {
+        match self.resource {
+            Resource::PaymentMethods => &[Method::GET, Method::POST],
+            Resource::PaymentMethod(_) | Resource::ClientEncryptionKey => &[Method::GET],
+            Resource::Tokens | Resource::PurchaseIntentVerify(_) => &[Method::POST],
+            Resource::Health
+            | Resource::Ready
+            | Resource::Metrics
+            | Resource::OpenApi
+            | Resource::PurchaseIntents
+            | Resource::PurchaseIntent(_)
+            | Resource::SandboxAuthorizations
+            | Resource::Proxy => &[],
+        }
+    }
+
     /// The `Allow` header value.
     pub fn allow_header(&self) -> String {
         self.allowed()

@@ -145,8 +145,9 @@ pub trait Store: Send + Sync + 'static {
         status: IntentStatus,
     ) -> StoreResult<Option<IntentRecord>>;
 
-    /// Applies one verification attempt to an intent in `verify` atomically (a passed one also
-    /// marks the payment method verified and writes `audit`); the updated record.
+    /// Applies one verification attempt (or the choice of where the code goes) to an intent in
+    /// `verify` atomically (a passed one also marks the payment method verified and writes
+    /// `audit`); the updated record.
     async fn record_verification(
         &self,
         scope: Scope<'_>,

@@ -97,6 +97,18 @@ pub struct IntentRecord {
     pub uses: u32,
     /// Wrong verification codes so far.
     pub failed_verifications: u32,
+    /// Where the end user asked for the one-time code (the reference client's `SELECT_OTP`),
+    /// kept here so that any instance serving the next call knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otp_method: Option<OtpMethod>,
+}
+
+/// Where a one-time code is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtpMethod {
+    Sms,
+    Email,
 }
 
 impl IntentRecord {
@@ -142,6 +154,9 @@ pub enum VerificationAttempt {
     Passed,
     /// A wrong code: counted.
     Failed,
+    /// The end user chose where the code goes (`None`: the choice is cleared); nothing else
+    /// changes.
+    OtpMethod(Option<OtpMethod>),
 }
 
 /// What an insert found.

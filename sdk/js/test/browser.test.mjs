@@ -4,7 +4,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, mkdir, rm } from "node:fs/promises";
+import { mkdtemp, mkdir, rm, readFile } from "node:fs/promises";
+import { createServer as createHttp } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -33,6 +34,9 @@ let serverStderr = "";
 let work;
 let base;
 let browser;
+/** A static server on its own port: the page of another origin (the SDK and a blank page). */
+let shop;
+let shopOrigin;
 
 function freePort() {
   return new Promise((ok, fail) => {
@@ -64,7 +68,18 @@ before(async () => {
   await mkdir(shots, { recursive: true });
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
-  server = spawn(bin, ["serve", "--dev", "--dev-dir", join(work, "dev"), "--listen", `127.0.0.1:${port}`], {
+  const sdk = await readFile(join(here, "../dist/paycred.js"));
+  shop = createHttp((req, res) => {
+    if (req.url === "/paycred.js") {
+      res.writeHead(200, { "content-type": "text/javascript" }).end(sdk);
+    } else {
+      res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>Shop</title>");
+    }
+  });
+  await new Promise((r) => shop.listen(0, "127.0.0.1", r));
+  shopOrigin = `http://localhost:${shop.address().port}`;
+  const listen = ["--listen", `127.0.0.1:${port}`, "--allow-origin", shopOrigin];
+  server = spawn(bin, ["serve", "--dev", "--dev-dir", join(work, "dev"), ...listen], {
     cwd: work,
     env: { ...process.env, RUST_LOG: "info" },
     stdio: ["ignore", "pipe", "pipe"],
@@ -92,6 +107,7 @@ after(async () => {
     await exited;
     clearTimeout(timer);
   }
+  if (shop) await new Promise((r) => shop.close(r));
   if (work) await rm(work, { recursive: true, force: true });
   // The server's log (stderr; stdout is the --dev banner with its curl example) must never
   // carry a card number.
@@ -202,6 +218,69 @@ test("a wrong one-time code is shown to the user, then the right one passes", as
     await page.locator("#result").waitFor({ state: "visible" });
     assert.match(await page.locator("#result").textContent(), /^Active network token •••• \d{4}$/);
     assert.equal(await page.locator("#error").textContent(), "");
+  } finally {
+    await context.close();
+  }
+});
+
+test("from a page of another origin: encrypt a card, a card token, verifyPurchaseIntent", async () => {
+  const session = await (await fetch(`${base}/demo/session`)).json();
+  const backend = (method, path, body) =>
+    fetch(`${base}${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${session.privateToken}`, "Content-Type": "application/json" },
+      body: body && JSON.stringify(body),
+    }).then(async (r) => ({ status: r.status, json: await r.json() }));
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(STEP);
+  try {
+    await page.goto(`${shopOrigin}/`);
+    const made = await page.evaluate(
+      async ({ base, jwt }) => {
+        const { Paycred } = await import("/paycred.js");
+        const p = new Paycred({ baseUrl: base, jwt });
+        const card = (number) => ({ number, expirationMonth: "10", expirationYear: "2034", cvc: "123" });
+        const encrypted = await p.createPaymentMethod(card("5555555555554444"));
+        const token = await p.createCardToken(card("4000056655665556"));
+        const fromToken = await p.createPaymentMethod({ tokenId: token.id });
+        return { encrypted: encrypted.id, last4: fromToken.card.details.last4, origin: location.origin };
+      },
+      { base, jwt: session.publicToken },
+    );
+    assert.equal(made.origin, shopOrigin);
+    assert.equal(made.last4, "5556");
+    const pi = await backend("POST", "/projects/dev/purchase-intents", {
+      entityId: session.entityId,
+      credentialType: "network-token",
+      paymentMethodId: made.encrypted,
+      mandates: [{ type: "maxAmount", value: "20.00", details: { currency: "840" } }],
+    });
+    assert.equal(pi.status, 201, JSON.stringify(pi.json));
+    assert.equal(pi.json.status, "verify");
+    const verified = await page.evaluate(
+      async ({ base, jwt, id }) => {
+        const { Paycred } = await import("/paycred.js");
+        const codes = ["000000", "123456"];
+        const seen = [];
+        const p = new Paycred({
+          baseUrl: base,
+          jwt,
+          onOtp: (action) => {
+            seen.push(action.attemptsRemaining);
+            return codes.shift();
+          },
+        });
+        const result = await p.verifyPurchaseIntent("dev", id);
+        return { status: result.status, seen };
+      },
+      { base, jwt: session.publicToken, id: pi.json.id },
+    );
+    assert.deepEqual(verified, { status: "active", seen: [5, 4] });
+    const after = await backend("GET", `/projects/dev/purchase-intents/${pi.json.id}`);
+    assert.equal(after.json.status, "active");
+    // The preflights were paycred's own answers.
+    assert.match(serverLog, /method=OPTIONS route=purchase_intent_verify status=204/);
   } finally {
     await context.close();
   }

@@ -468,6 +468,7 @@ impl Store for SledStore {
                     VerificationAttempt::Failed => {
                         rec.failed_verifications = rec.failed_verifications.saturating_add(1);
                     }
+                    VerificationAttempt::OtpMethod(method) => rec.otp_method = method,
                 }
                 let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                 t_pi.insert(key.as_slice(), value)?;
