@@ -25,7 +25,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/paycred --create-home paycred \
- && install -d -o paycred -g paycred /var/lib/paycred/data
+ && install -d -m 700 -o paycred -g paycred /var/lib/paycred/data
 COPY --from=build /src/target/release/paycred /usr/local/bin/paycred
 WORKDIR /var/lib/paycred
 # The config's relative paths (keys, data_dir, master_key_file) start from its directory:

@@ -10,6 +10,7 @@
 
 pub mod file;
 pub mod keys;
+pub mod private;
 pub mod rate_limits;
 
 use crate::audit::chain::HashFunction;

@@ -19,6 +19,7 @@ mod auth;
 mod client_encryption;
 mod crash;
 mod errors;
+mod files;
 mod idempotency;
 mod keys;
 mod log_hygiene;

@@ -152,6 +152,13 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Writes a file only its owner may read, as paycred wants its master key.
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    write(path, text);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 impl Server {
     pub fn start() -> Server {
         Self::start_with(Options::default())
@@ -164,7 +171,7 @@ impl Server {
         write(&d.join("ec.pem"), &KEYS.ec.public_pem);
         write(&d.join("ed.pem"), &KEYS.ed.public_pem);
         write(&d.join("other.pem"), &KEYS.other.public_pem);
-        write(
+        write_private(
             &d.join("master.key"),
             &paycred::vault::master::MasterKey::generate_hex(),
         );
