@@ -194,8 +194,12 @@ impl Substitution {
         for (j, piece) in pieces.iter().enumerate() {
             if j > tail_from && !self.scanner.carries_template() {
                 // No template is open, and none starts here or later: this piece and the
-                // rest stay as they are, neither searched for `{{` again nor copied. The
-                // scanner holds nothing back here, so ending it writes nothing.
+                // rest stay as they are, neither searched for `{{` again nor copied (only
+                // their nesting is followed, where a template was substituted). The scanner
+                // holds nothing back here, so ending it writes nothing.
+                for rest in pieces.get(j..).unwrap_or_default() {
+                    self.scanner.skip(rest);
+                }
                 self.scan_into(&[], Place::Last, &mut fetch, out).await?;
                 return Ok(j);
             }
@@ -427,13 +431,13 @@ mod tests {
 
     /// Runs `body` cut at every pair of bytes into three pieces through `scan_pieces`,
     /// against what `scan` of the whole body gives: every place where the lexed pieces end
-    /// and the tail begins, braces and templates cut by piece ends, `{{` in a key.
+    /// and the tail begins, braces and templates cut by piece ends, braces in a key.
     async fn pieces_match_the_joined_body(waits: bool) {
         let template =
             |pm: &str| format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}");
         for body in [
             format!(
-                r#"{{"{{{{k}}}}":1,"card":{{"a":"{}","b":"{}"}},"c":"{{","d":"{{ {{"}}"#,
+                r#"{{"{{k}}":1,"card":{{"a":"{}","b":"{}"}},"c":"{{","d":"{{ {{"}}"#,
                 template("pm_a"),
                 template("pm_b")
             ),

@@ -210,6 +210,86 @@ fn a_bad_template_in_a_small_body_never_reaches_the_target() {
     assert_eq!(up.connections(), 0, "the target was contacted");
 }
 
+/// Templates where none may be (a key, between tokens, a brace written `\u007b`) and a body
+/// that ends before its JSON does after a substitution: 400 `invalidTemplate` naming the field,
+/// and the target is never contacted; read whole or streamed.
+#[test]
+fn templates_out_of_place_and_unfinished_bodies_are_refused() {
+    let (server, up, t, pm) = setup();
+    let pan = tpl(&pm, "pan", "$.number");
+    let cases = [
+        (
+            format!(r#"{{"{pan}":"x"}}"#),
+            r#"["{"]"#,
+            "cannot be in an object key",
+        ),
+        (
+            format!(r#"{{"a":"{pan}","b{pan}":1}}"#),
+            r#"["b{"]"#,
+            "cannot be in an object key",
+        ),
+        (
+            format!(r#"{{"a":{pan}}}"#),
+            "a",
+            "inside a JSON string value",
+        ),
+        (format!(r#"[1,{pan}]"#), "[1]", "inside a JSON string value"),
+        (
+            r#"{"a":"\u007b{ paymentMethod: x }}"}"#.to_string(),
+            "a",
+            "\\u007b",
+        ),
+        (r#"{"a":"\u007B\u007B x }}"}"#.to_string(), "a", "\\u007b"),
+        (
+            format!(r#"{{"a":"{pan}","b":["x""#),
+            "$",
+            "ends before its JSON does",
+        ),
+        (format!(r#"{{"a":"{pan}"#), "$", "ends before its JSON does"),
+    ];
+    for (body, field, message) in &cases {
+        let r = post(&server, &t, &up.url("/x"), body.as_bytes(), &[]);
+        r.assert_error(400, "invalidTemplate");
+        assert_eq!(
+            r.json["error"]["details"]["field"], *field,
+            "{body}: {}",
+            r.text
+        );
+        let said = r.json["error"]["message"].as_str().unwrap();
+        assert!(said.contains(message), "{body}: {said}");
+        assert!(!r.text.contains(VISA), "the answer holds the card number");
+    }
+    assert_eq!(up.connections(), 0, "the target was contacted");
+    // Streamed: a 2 MiB body whose last item is out of place, or that ends unfinished.
+    let (body, _) = big_body(&pm, 2 * 1024 * 1024);
+    let open = body.trim_end_matches("]}").to_string();
+    for streamed in [
+        format!("{open},{{\"k{pan}\":1}}]}}"),
+        format!("{open},{pan}]}}"),
+        format!("{open},\"\\u007b\"]}}"),
+        format!("{open},{{\"last\":\"{pan}\"}}"),
+    ] {
+        // The refusal may come while the body is still being sent: paycred answers 400 (or
+        // 502 once the target has the head) or drops the connection.
+        use std::io::{Read, Write};
+        let mut conn = raw_proxy_post(&server, &t, &up.url("/big"), streamed.len());
+        let _ = conn.write_all(streamed.as_bytes());
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        assert!(
+            answer.is_empty()
+                || answer.starts_with("HTTP/1.1 400")
+                || answer.starts_with("HTTP/1.1 502"),
+            "{answer}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        up.requests().is_empty(),
+        "the target received a complete request"
+    );
+}
+
 /// A connection to paycred on which the head of a proxy POST (JSON, `Connection: close`)
 /// has been written; the test writes the body.
 fn raw_proxy_post(server: &Server, token: &str, target: &str, len: usize) -> std::net::TcpStream {
