@@ -90,6 +90,12 @@ pub fn document() -> utoipa::openapi::OpenApi {
         description = "The target: an https URL whose host the project allows.")),
     request_body(content = Option<serde_json::Value>, content_type = "application/json"),
     responses(
+        (status = 400, description = "invalidTemplate: a template that cannot be substituted, \
+            or one where none may be (a JSON key, between tokens, a brace written \\u007b), or a \
+            body that ends unfinished after a substitution; `details` names the field. The \
+            target never receives a complete request.", body = crate::error::Envelope),
+        (status = 408, description = "requestTimeout: the body stopped arriving for longer \
+            than the server's body_read_timeout", body = crate::error::Envelope),
         (status = 502, description = "badGateway: the target could not be reached",
             body = crate::error::Envelope),
         (status = 504, description = "gatewayTimeout: the target did not answer in time",

@@ -108,6 +108,10 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        // Every read of the body, REST or proxied, whoever reads it: a caller that sends
+        // nothing for this long is answered 408 (`http::read_body_pieces`,
+        // `proxy::failure`).
+        session.set_read_timeout(Some(self.app.config.server.body_read_timeout));
         let response = match self.answer(session, ctx).await {
             Ok(Answer::Response(r)) => r,
             Ok(Answer::Proxy) => {

@@ -28,5 +28,6 @@ mod proxy;
 mod purchase_intents;
 mod ratelimit;
 mod restart;
+mod slow_bodies;
 mod storage_faults;
 mod template_props;

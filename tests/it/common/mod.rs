@@ -115,6 +115,8 @@ pub struct Options {
     pub log_level: Option<&'static str>,
     /// `audit_hash` (`auto`, `sha256` or `blake3`).
     pub audit_hash: &'static str,
+    /// `server.body_read_timeout`.
+    pub body_read_timeout: &'static str,
 }
 
 impl Default for Options {
@@ -126,6 +128,7 @@ impl Default for Options {
             proxy_timeout: "5s",
             log_level: None,
             audit_hash: "auto",
+            body_read_timeout: "5s",
         }
     }
 }
@@ -203,7 +206,7 @@ impl Server {
              cvc_retention: {retention}\n\
              rest_max_body: {max}\n\
              audit_hash: {audit_hash}\n\
-             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s}}\n\
+             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s, body_read_timeout: {body_read_timeout}}}\n\
              projects:\n\
              \x20 - id: {PROJECT}\n\
              \x20   jwt:\n\
@@ -235,6 +238,7 @@ impl Server {
             audit_hash = opts.audit_hash,
             extra = opts.extra_project_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
+            body_read_timeout = opts.body_read_timeout,
             guard_hosts = GUARD_HOSTS,
         );
         write(&self.config_path, &yaml);
