@@ -10,8 +10,9 @@
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope                  (Ok(true))
 //!                              └─ /proxy ─▶ auth (Svc-Authorization | Authorization) ─▶ limits
-//!                                        ─▶ proxy::start: target guard; a JSON body ≤ 64 KiB
-//!                                           with Content-Length read and substituted whole
+//!                                        ─▶ proxy::start: target guard; a JSON or form body
+//!                                           ≤ 64 KiB with Content-Length read and substituted
+//!                                           whole
 //!                                           (400 before any connection)
 //!                                        ─▶ prepared body: proxy::direct sends head and body
 //!                                           in one write and relays the answer  (Ok(true))

@@ -1,5 +1,6 @@
 //! The proxy route: `ANY /projects/:projectId/proxy` forwards the caller's request to
-//! `Svc-Target-URL` with credential templates in the JSON body substituted.
+//! `Svc-Target-URL` with credential templates in the body substituted: JSON or form-encoded,
+//! chosen by `Content-Type` ([`crate::template::Format`]).
 //!
 //! - [`start`]: a request authenticated by the edge becomes a [`ProxyCtx`]: the target
 //!   checked ([`target`]), and a small body read and substituted whole before the target is
@@ -56,7 +57,8 @@ pub struct ProxyCtx {
     pub target: Target,
     /// Which of the caller's headers reach the target.
     pub forwarding: Forwarding,
-    /// The body is JSON: templates are substituted.
+    /// The body is in a format templates are substituted in (JSON, a form): see
+    /// [`crate::template::Format`].
     pub substitute: bool,
     /// The whole request for the target (head and substituted body), when the body was read
     /// before the target was contacted: [`direct`] sends it.

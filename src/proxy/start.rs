@@ -12,11 +12,13 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::http::{is_json_content_type, read_body_pieces};
+use crate::template::Format;
 use http::header;
 use pingora::proxy::Session;
 use std::sync::Arc;
 
-/// Checks the target and, for small JSON bodies, substitutes up front. `principal` was
+/// Checks the target, picks the body's format by its `Content-Type` (JSON, form) and, for
+/// small bodies in such a format, substitutes up front. `principal` was
 /// authenticated by the edge; `drop_authorization` when its token came in `Authorization`.
 pub async fn start(
     app: &App,
@@ -39,9 +41,10 @@ pub async fn start(
             ApiError::invalid_field("Svc-Target-URL", "required: the URL to forward to")
         })?;
     let url = target::parse(raw_target, &project.proxy)?;
-    let substitute = headers
+    let format = headers
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| is_json_content_type(v.as_bytes()));
+        .and_then(|v| format_of(v.as_bytes()));
+    let substitute = format.is_some();
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -61,7 +64,7 @@ pub async fn start(
         forwarding,
         substitute,
         request: None,
-        substitution: Substitution::default(),
+        substitution: Substitution::new(format.unwrap_or(Format::Json)),
         upstream_started: None,
         failed: false,
     };
@@ -91,4 +94,42 @@ pub async fn start(
         body::record_uses(app, &ctx).await?;
     }
     Ok(ctx)
+}
+
+/// The format whose templates a body of this `Content-Type` has substituted; `None` when it
+/// passes as it is.
+fn format_of(content_type: &[u8]) -> Option<Format> {
+    let mime = content_type.split(|&b| b == b';').next()?.trim_ascii();
+    if is_json_content_type(content_type) {
+        Some(Format::Json)
+    } else if mime.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
+        Some(Format::Form)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_format_follows_the_content_type() {
+        for (ct, want) in [
+            (&b"application/json"[..], Some(Format::Json)),
+            (
+                b"application/vnd.api+json; charset=utf-8",
+                Some(Format::Json),
+            ),
+            (b"application/x-www-form-urlencoded", Some(Format::Form)),
+            (
+                b"Application/X-WWW-Form-Urlencoded ; charset=UTF-8",
+                Some(Format::Form),
+            ),
+            (b"text/plain", None),
+            (b"multipart/form-data; boundary=x", None),
+        ] {
+            assert_eq!(format_of(ct), want, "{}", String::from_utf8_lossy(ct));
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //!
 //! The format supplies the two things that differ between bodies ([`Encoding`]): how text
 //! inside a template is escaped, and how a value must be escaped where the template stood. The
-//! JSON scanner ([`super::scanner`]) is the one format today.
+//! JSON scanner ([`super::scanner`]) and the form scanner ([`super::form`]) share it.
 
 use std::sync::Arc;
 

@@ -69,10 +69,14 @@ macro_rules! byte_class {
 }
 
 pub mod expr;
+pub mod form;
+pub mod format;
 mod held;
 pub mod scanner;
 
 pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};
+pub use form::FormScanner;
+pub use format::{BodyScanner, Format};
 pub use scanner::{
     ResolveError, Resolver, Scanner, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN,
 };
