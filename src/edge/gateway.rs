@@ -157,7 +157,8 @@ impl ProxyHttp for Gateway {
         let Some(p) = ctx.proxy.as_mut() else {
             return Err(Error::explain(ErrorType::InternalError, "no proxy state"));
         };
-        proxy::forward::upstream_request(upstream, &p.target, &p.forwarding, p.substitute)
+        let body_changes = p.substitute && p.substitution.may_change_length();
+        proxy::forward::upstream_request(upstream, &p.target, &p.forwarding, body_changes)
             .map_err(failure::carry)?;
         if p.substitute {
             // A retry replays the body through the filter: start over.

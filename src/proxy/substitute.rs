@@ -103,6 +103,12 @@ impl Substitution {
         }
     }
 
+    /// Whether the substituted body may differ in length from the caller's (not when it is
+    /// only checked: [`Format::Other`]).
+    pub fn may_change_length(&self) -> bool {
+        self.scanner.may_change_length()
+    }
+
     /// Back to the start (pingora replays a buffered body on retry).
     pub fn reset(&mut self) {
         self.scanner.reset();

@@ -11,6 +11,44 @@ pub enum Format {
     Json,
     /// `application/x-www-form-urlencoded`: [`FormScanner`].
     Form,
+    /// Any other body, or none declared: nothing is substituted, and a `{{` anywhere is
+    /// refused ([`OtherBody`]): a template there would reach the target unsubstituted.
+    Other,
+}
+
+/// What a `{{` in a body of another format answers.
+pub const NOT_SUBSTITUTED: &str = "templates are substituted only in JSON and form-encoded \
+     bodies (by Content-Type); this body holds `{{`, which would reach the target as it is";
+
+/// A body of another format, checked for `{{` wherever the chunks cut it and otherwise
+/// passed as it is.
+#[derive(Debug, Clone, Default)]
+pub struct OtherBody {
+    /// The last chunk ended with `{`.
+    brace: bool,
+}
+
+impl OtherBody {
+    /// Refuses a chunk that holds or completes a `{{`.
+    fn check(&mut self, chunk: &[u8]) -> Result<(), TemplateError> {
+        if (self.brace && chunk.first() == Some(&b'{')) || Scanner::has_templates(chunk) {
+            return Err(TemplateError {
+                field: "$".to_string(),
+                template: String::new(),
+                message: NOT_SUBSTITUTED.to_string(),
+            });
+        }
+        if let Some(&last) = chunk.last() {
+            self.brace = last == b'{';
+        }
+        Ok(())
+    }
+
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) -> Result<usize, TemplateError> {
+        self.check(chunk)?;
+        out.extend_from_slice(chunk);
+        Ok(0)
+    }
 }
 
 /// A scanner for one format. The JSON scanner's shortcuts for bodies read whole
@@ -20,6 +58,7 @@ pub enum Format {
 pub enum BodyScanner {
     Json(Scanner),
     Form(FormScanner),
+    Other(OtherBody),
 }
 
 impl Default for BodyScanner {
@@ -33,6 +72,7 @@ impl BodyScanner {
         match format {
             Format::Json => BodyScanner::Json(Scanner::new()),
             Format::Form => BodyScanner::Form(FormScanner::new()),
+            Format::Other => BodyScanner::Other(OtherBody::default()),
         }
     }
 
@@ -41,6 +81,7 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.reset(),
             BodyScanner::Form(s) => s.reset(),
+            BodyScanner::Other(s) => *s = OtherBody::default(),
         }
     }
 
@@ -54,6 +95,7 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.feed(chunk, out, r),
             BodyScanner::Form(s) => s.feed(chunk, out, r),
+            BodyScanner::Other(s) => s.feed(chunk, out),
         }
     }
 
@@ -67,6 +109,7 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.feed_tail(chunk, out, r),
             BodyScanner::Form(s) => s.feed(chunk, out, r),
+            BodyScanner::Other(s) => s.feed(chunk, out),
         }
     }
 
@@ -80,6 +123,11 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.feed_last(chunk, out, r),
             BodyScanner::Form(s) => s.feed_last(chunk, out, r),
+            BodyScanner::Other(s) => {
+                let n = s.feed(chunk, out)?;
+                *s = OtherBody::default();
+                Ok(n)
+            }
         }
     }
 
@@ -88,14 +136,20 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.finish(out),
             BodyScanner::Form(s) => s.finish(out),
+            BodyScanner::Other(s) => {
+                *s = OtherBody::default();
+                Ok(())
+            }
         }
     }
 
-    /// [`Scanner::lex`]; `None` (feed the chunk) for other formats.
+    /// [`Scanner::lex`]; for a form `None` (feed the chunk); another body is checked and
+    /// goes through whole.
     pub fn lex(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
         match self {
             BodyScanner::Json(s) => s.lex(chunk),
             BodyScanner::Form(_) => Ok(None),
+            BodyScanner::Other(s) => s.check(chunk).map(|()| Some(chunk.len())),
         }
     }
 
@@ -104,14 +158,15 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.may_resolve(chunk),
             BodyScanner::Form(_) => true,
+            BodyScanner::Other(_) => false,
         }
     }
 
-    /// [`Scanner::carries_template`]; `true` for other formats (nothing is skipped).
+    /// Whether a template is open (JSON); `true` for other formats (nothing is skipped).
     pub fn carries_template(&self) -> bool {
         match self {
             BodyScanner::Json(s) => s.carries_template(),
-            BodyScanner::Form(_) => true,
+            BodyScanner::Form(_) | BodyScanner::Other(_) => true,
         }
     }
 
@@ -119,7 +174,7 @@ impl BodyScanner {
     pub fn tail_start<P: AsRef<[u8]>>(&self, pieces: &[P]) -> usize {
         match self {
             BodyScanner::Json(_) => Scanner::tail_start(pieces),
-            BodyScanner::Form(_) => pieces.len().saturating_sub(1),
+            BodyScanner::Form(_) | BodyScanner::Other(_) => pieces.len().saturating_sub(1),
         }
     }
 
@@ -127,6 +182,43 @@ impl BodyScanner {
     pub fn skip(&mut self, piece: &[u8]) {
         if let BodyScanner::Json(s) = self {
             s.skip(piece);
+        }
+    }
+}
+
+impl BodyScanner {
+    /// Whether substitution may change the body's length (not for another format's body,
+    /// which only is checked).
+    pub fn may_change_length(&self) -> bool {
+        !matches!(self, BodyScanner::Other(_))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::template::{ResolveError, TemplateRef};
+
+    #[test]
+    fn another_body_passes_unless_it_holds_a_template_start() {
+        let mut never = |_: &TemplateRef| Err(ResolveError::new("never"));
+        let body = b"plain { text } with {braces} {";
+        for at in 0..=body.len() {
+            let (a, b) = body.split_at(at);
+            let mut s = BodyScanner::new(Format::Other);
+            let mut out = Vec::new();
+            s.feed(a, &mut out, &mut never).unwrap();
+            s.feed_last(b, &mut out, &mut never).unwrap();
+            assert_eq!(out, body);
+        }
+        let body = b"x {{ paymentMethod: pm_1 }} y";
+        for at in 0..=body.len() {
+            let (a, b) = body.split_at(at);
+            let mut s = BodyScanner::new(Format::Other);
+            let refused = s.lex(a).and_then(|_| s.lex(b)).unwrap_err();
+            assert_eq!(refused.message, NOT_SUBSTITUTED);
+            assert_eq!(refused.field, "$");
         }
     }
 }

@@ -76,7 +76,7 @@ pub mod scanner;
 
 pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};
 pub use form::FormScanner;
-pub use format::{BodyScanner, Format};
+pub use format::{BodyScanner, Format, NOT_SUBSTITUTED};
 pub use scanner::{
     ResolveError, Resolver, Scanner, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN,
 };

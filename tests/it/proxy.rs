@@ -428,26 +428,72 @@ fn a_bad_template_at_the_end_of_a_streamed_body_leaves_the_target_an_incomplete_
     );
 }
 
+/// A body of another format passes byte for byte, read whole or streamed, unless it holds a
+/// `{{`: a template there would reach the target unsubstituted, so it is 400
+/// `invalidTemplate` and the target never receives a complete request.
 #[test]
-fn other_bodies_pass_through_byte_for_byte() {
+fn other_bodies_pass_through_byte_for_byte_unless_they_hold_a_template() {
     let (server, up, t, _pm) = setup();
-    let body = b"plain {{ paymentMethod: pm | type: 'pan' | json: '$.number' }} text";
     let auth = format!("Bearer {t}");
     let target = up.url("/raw");
-    let r = server.raw(
-        "PUT",
-        &proxy_path(),
-        &[
-            ("Authorization", &auth),
-            ("Svc-Target-URL", &target),
-            ("Content-Type", "text/plain"),
-        ],
-        Some(body),
+    let send = |body: &[u8], content_type: &str| {
+        let mut headers = vec![
+            ("Authorization", auth.as_str()),
+            ("Svc-Target-URL", target.as_str()),
+        ];
+        if !content_type.is_empty() {
+            headers.push(("Content-Type", content_type));
+        }
+        server.raw("PUT", &proxy_path(), &headers, Some(body))
+    };
+    let mut big = b"{ plain } text { ".repeat(10_000);
+    big.extend_from_slice(&[0, 255, b'}', b'{']);
+    for (k, (body, content_type)) in [
+        (&b"plain { text } with {braces} {"[..], "text/plain"),
+        (&big, "application/octet-stream"),
+        (&big, ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = send(body, content_type);
+        assert_eq!(r.status, 201, "{}", r.text);
+        let got = &up.requests()[k];
+        assert_eq!(got.method, "PUT");
+        assert!(got.body == body, "body {k} changed");
+    }
+    let template = b"plain {{ paymentMethod: pm | type: 'pan' | json: '$.number' }} text";
+    let r = send(template, "text/plain");
+    r.assert_error(400, "invalidTemplate");
+    assert!(
+        r.text.contains("only in JSON and form-encoded"),
+        "{}",
+        r.text
     );
-    assert_eq!(r.status, 201, "{}", r.text);
-    let got = &up.requests()[0];
-    assert_eq!(got.method, "PUT");
-    assert_eq!(got.body, body);
+    assert_eq!(up.requests().len(), 3, "the target received the template");
+    // Streamed: the `{{` at the end of a large body, cut between its braces or not.
+    for end in [&b"{"[..], b"{{ x }}"] {
+        let mut body = b"{ plain } text ".repeat(10_000);
+        body.extend_from_slice(b"{");
+        body.extend_from_slice(end);
+        let mut conn = raw_post(&server, &proxy_path(), &t, &target, body.len());
+        use std::io::{Read, Write};
+        let _ = conn.write_all(&body);
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        assert!(
+            answer.is_empty()
+                || answer.starts_with("HTTP/1.1 400")
+                || answer.starts_with("HTTP/1.1 502"),
+            "{answer}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        up.requests().len(),
+        3,
+        "the target received a complete request"
+    );
 }
 
 #[test]
