@@ -14,7 +14,10 @@ use paycred::secret::Revealed;
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use paycred::template::{BodyScanner, Format, ResolveError, Scanner, TemplateRef};
 
 const CHUNK: usize = 16 * 1024;
@@ -34,31 +37,8 @@ fn scanner(c: &mut Criterion) {
         .chain([("load_1KiB", 4, load_bench_body(5))]);
     assert_eq!(load_bench_body(5).len(), 914);
     for (name, templates, input) in cases {
-        {
-            assert_eq!(Scanner::has_templates(&input), templates > 0);
-            group.throughput(Throughput::Bytes(input.len() as u64));
-            let mut scanner = Scanner::new();
-            let mut out = Vec::with_capacity(input.len() * 2);
-            let mut resolve = |_: &TemplateRef| {
-                Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()))
-            };
-            group.bench_with_input(
-                BenchmarkId::new(name, format!("{templates}_templates")),
-                &input,
-                |b, input| {
-                    b.iter(|| {
-                        out.clear();
-                        let mut n = 0;
-                        for chunk in input.chunks(CHUNK) {
-                            n += scanner.feed(chunk, &mut out, &mut resolve).unwrap();
-                        }
-                        scanner.finish(&mut out).unwrap();
-                        assert_eq!(n, templates);
-                        black_box(&out);
-                    })
-                },
-            );
-        }
+        assert_eq!(Scanner::has_templates(&input), templates > 0);
+        in_chunks(&mut group, name, Format::Json, templates, &input);
     }
     // The proxy's read-whole path: a body of at most 64 KiB in one call.
     let input = load_bench_body(580);
@@ -85,6 +65,38 @@ fn scanner(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Benches `input` fed to a scanner of `format` in [`CHUNK`]-sized chunks, as the proxy
+/// receives a streamed body, expecting `templates` substitutions.
+fn in_chunks(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    format: Format,
+    templates: usize,
+    input: &[u8],
+) {
+    group.throughput(Throughput::Bytes(input.len() as u64));
+    let mut scanner = BodyScanner::new(format);
+    let mut out = Vec::with_capacity(input.len() * 2);
+    let mut resolve =
+        |_: &TemplateRef| Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()));
+    group.bench_with_input(
+        BenchmarkId::new(name, format!("{templates}_templates")),
+        input,
+        |b, input| {
+            b.iter(|| {
+                out.clear();
+                let mut n = 0;
+                for chunk in input.chunks(CHUNK) {
+                    n += scanner.feed(chunk, &mut out, &mut resolve).unwrap();
+                }
+                scanner.finish(&mut out).unwrap();
+                assert_eq!(n, templates);
+                black_box(&out);
+            })
+        },
+    );
 }
 
 /// A form of about `size` bytes as a client writes it (Stripe-style nested keys, values
@@ -116,28 +128,12 @@ fn form(c: &mut Criterion) {
         .sample_size(30);
     for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
         for templates in [0, 1] {
-            let input = form_body(size, templates);
-            group.throughput(Throughput::Bytes(input.len() as u64));
-            let mut scanner = BodyScanner::new(Format::Form);
-            let mut out = Vec::with_capacity(input.len() * 2);
-            let mut resolve = |_: &TemplateRef| {
-                Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()))
-            };
-            group.bench_with_input(
-                BenchmarkId::new(name, format!("{templates}_templates")),
-                &input,
-                |b, input| {
-                    b.iter(|| {
-                        out.clear();
-                        let mut n = 0;
-                        for chunk in input.chunks(CHUNK) {
-                            n += scanner.feed(chunk, &mut out, &mut resolve).unwrap();
-                        }
-                        scanner.finish(&mut out).unwrap();
-                        assert_eq!(n, templates);
-                        black_box(&out);
-                    })
-                },
+            in_chunks(
+                &mut group,
+                name,
+                Format::Form,
+                templates,
+                &form_body(size, templates),
             );
         }
     }

@@ -239,7 +239,24 @@ impl FormScanner {
     ) -> Result<usize, TemplateError> {
         let mut i = 0;
         while i < stop {
-            if !self.in_key && !self.in_template && self.brace.is_empty() {
+            if self.in_key && !self.in_template && self.brace.is_empty() {
+                // In a key: copy up to the next byte that may matter, keeping it as the key.
+                let rest = buf.get(i..stop).unwrap_or_default();
+                let k = rest
+                    .iter()
+                    .position(|&b| matches!(b, b'=' | b'&' | b'%' | b'{' | b'+'))
+                    .unwrap_or(rest.len());
+                let run = rest.get(..k).unwrap_or_default();
+                out.extend_from_slice(run);
+                let room = MAX_KEY_LEN.saturating_sub(self.key.len());
+                self.key
+                    .extend_from_slice(run.get(..room.min(k)).unwrap_or_default());
+                self.key_cut |= k > room;
+                i += k;
+                if i >= stop {
+                    break;
+                }
+            } else if !self.in_template && self.brace.is_empty() {
                 // In a value: copy up to the next byte that may matter.
                 let rest = buf.get(i..stop).unwrap_or_default();
                 let Some(k) = memchr3(b'{', b'%', b'&', rest) else {

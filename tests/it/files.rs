@@ -5,7 +5,6 @@
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -13,30 +12,6 @@ fn mode(path: &Path) -> u32 {
 
 fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// Starts `paycred serve` on `config` and returns what it wrote to stderr once it exited;
-/// panics if it keeps running.
-fn refused_start(config: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["serve", "-c"])
-        .arg(config)
-        .env_remove("PAYCRED_MASTER_KEY")
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = eventually(std::time::Duration::from_secs(20), || {
-        matches!(child.try_wait(), Ok(Some(_)))
-    });
-    if !exited {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(exited && !out.status.success(), "it started: {said}");
-    said
 }
 
 #[test]

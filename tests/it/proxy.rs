@@ -269,24 +269,29 @@ fn templates_out_of_place_and_unfinished_bodies_are_refused() {
         format!("{open},\"\\u007b\"]}}"),
         format!("{open},{{\"last\":\"{pan}\"}}"),
     ] {
-        // The refusal may come while the body is still being sent: paycred answers 400 (or
-        // 502 once the target has the head) or drops the connection.
-        use std::io::{Read, Write};
-        let mut conn = raw_proxy_post(&server, &t, &up.url("/big"), streamed.len());
-        let _ = conn.write_all(streamed.as_bytes());
-        let mut answer = String::new();
-        let _ = conn.read_to_string(&mut answer);
-        assert!(
-            answer.is_empty()
-                || answer.starts_with("HTTP/1.1 400")
-                || answer.starts_with("HTTP/1.1 502"),
-            "{answer}"
-        );
+        let conn = raw_proxy_post(&server, &t, &up.url("/big"), streamed.len());
+        refused_as_it_streams(conn, streamed.as_bytes());
     }
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         up.requests().is_empty(),
         "the target received a complete request"
+    );
+}
+
+/// Writes `body` on `conn` (a request head written) and checks that paycred refused it: the
+/// refusal may come while the body is still being sent, so paycred answers 400 (or 502 once
+/// the target has the head) or drops the connection.
+fn refused_as_it_streams(mut conn: std::net::TcpStream, body: &[u8]) {
+    use std::io::{Read, Write};
+    let _ = conn.write_all(body);
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(
+        answer.is_empty()
+            || answer.starts_with("HTTP/1.1 400")
+            || answer.starts_with("HTTP/1.1 502"),
+        "{answer}"
     );
 }
 
@@ -476,17 +481,8 @@ fn other_bodies_pass_through_byte_for_byte_unless_they_hold_a_template() {
         let mut body = b"{ plain } text ".repeat(10_000);
         body.extend_from_slice(b"{");
         body.extend_from_slice(end);
-        let mut conn = raw_post(&server, &proxy_path(), &t, &target, body.len());
-        use std::io::{Read, Write};
-        let _ = conn.write_all(&body);
-        let mut answer = String::new();
-        let _ = conn.read_to_string(&mut answer);
-        assert!(
-            answer.is_empty()
-                || answer.starts_with("HTTP/1.1 400")
-                || answer.starts_with("HTTP/1.1 502"),
-            "{answer}"
-        );
+        let conn = raw_post(&server, &proxy_path(), &t, &target, body.len());
+        refused_as_it_streams(conn, &body);
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(

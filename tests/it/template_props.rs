@@ -1,26 +1,10 @@
 //! Properties of the template scanner: chunking never changes the outcome, bodies without
 //! templates pass byte for byte, valid JSON stays valid with values escaped, nothing panics.
 
-use paycred::secret::Revealed;
-use paycred::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
+use crate::common::Table;
+use paycred::template::{CredentialKind, Scanner, TemplateError};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
-
-/// Resolves `pm_<n>` to `values[n]`; anything else is unknown.
-struct Table<'a> {
-    values: &'a [String],
-}
-
-impl paycred::template::Resolver for Table<'_> {
-    fn resolve(&mut self, t: &TemplateRef) -> Result<Revealed, ResolveError> {
-        t.payment_method
-            .strip_prefix("pm_")
-            .and_then(|n| n.parse::<usize>().ok())
-            .and_then(|n| self.values.get(n).cloned())
-            .map(|v| Revealed::Number(v.into()))
-            .ok_or_else(|| ResolveError::new("unknown payment method"))
-    }
-}
 
 /// Scans `body` cut at `cuts` (taken modulo the length, any order).
 fn scan(body: &[u8], cuts: &[usize], values: &[String]) -> Result<(Vec<u8>, usize), TemplateError> {

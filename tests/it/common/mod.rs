@@ -565,3 +565,47 @@ pub fn project_cli(server: &Server, args: &[&str]) -> String {
     );
     text
 }
+
+/// A resolver for the scanners' property tests: `pm_<n>` is `values[n]`; anything else is
+/// unknown.
+pub struct Table<'a> {
+    pub values: &'a [String],
+}
+
+impl paycred::template::Resolver for Table<'_> {
+    fn resolve(
+        &mut self,
+        t: &paycred::template::TemplateRef,
+    ) -> Result<paycred::secret::Revealed, paycred::template::ResolveError> {
+        t.payment_method
+            .strip_prefix("pm_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| self.values.get(n).cloned())
+            .map(|v| paycred::secret::Revealed::Number(v.into()))
+            .ok_or_else(|| paycred::template::ResolveError::new("unknown payment method"))
+    }
+}
+
+/// Starts `paycred serve` on `config`, expecting it to refuse: returns what it wrote to stderr
+/// once it exited; panics if it keeps running (after killing it).
+pub fn refused_start(config: &Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "-c"])
+        .arg(config)
+        .env_remove("PAYCRED_MASTER_KEY")
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = eventually(Duration::from_secs(20), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(exited && !out.status.success(), "it started: {said}");
+    said
+}
