@@ -1,7 +1,8 @@
 //! Scanner throughput in bytes/s: 1 KiB, 64 KiB and 1 MiB JSON bodies with 0, 1 and 100
 //! templates, fed in 16 KiB chunks as the proxy receives them, and the proxy's hot cases: the
 //! 1 KiB body of the load bench (`benches/load/bodies.py`) with its 4 card templates, and its
-//! 64 KiB body read whole, scanned with `feed` then `finish` and with `feed_last`.
+//! 64 KiB body read whole, scanned with `feed` then `finish` and with `feed_last`. Beside them,
+//! the form scanner on client-written forms (`form/…`) of the same sizes.
 //!
 //! A body is an order-like document of items of about 128 bytes each; templates replace the
 //! `pan` field of evenly spaced items. A 1 KiB body has room for 8 items, so the "1 KiB, 100
@@ -13,8 +14,11 @@ use paycred::secret::Revealed;
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use paycred::template::{ResolveError, Scanner, TemplateRef};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
+use paycred::template::{BodyScanner, Format, ResolveError, Scanner, TemplateRef};
 
 const CHUNK: usize = 16 * 1024;
 #[path = "common/bodies.rs"]
@@ -33,31 +37,8 @@ fn scanner(c: &mut Criterion) {
         .chain([("load_1KiB", 4, load_bench_body(5))]);
     assert_eq!(load_bench_body(5).len(), 914);
     for (name, templates, input) in cases {
-        {
-            assert_eq!(Scanner::has_templates(&input), templates > 0);
-            group.throughput(Throughput::Bytes(input.len() as u64));
-            let mut scanner = Scanner::new();
-            let mut out = Vec::with_capacity(input.len() * 2);
-            let mut resolve = |_: &TemplateRef| {
-                Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()))
-            };
-            group.bench_with_input(
-                BenchmarkId::new(name, format!("{templates}_templates")),
-                &input,
-                |b, input| {
-                    b.iter(|| {
-                        out.clear();
-                        let mut n = 0;
-                        for chunk in input.chunks(CHUNK) {
-                            n += scanner.feed(chunk, &mut out, &mut resolve).unwrap();
-                        }
-                        scanner.finish(&mut out).unwrap();
-                        assert_eq!(n, templates);
-                        black_box(&out);
-                    })
-                },
-            );
-        }
+        assert_eq!(Scanner::has_templates(&input), templates > 0);
+        in_chunks(&mut group, name, Format::Json, templates, &input);
     }
     // The proxy's read-whole path: a body of at most 64 KiB in one call.
     let input = load_bench_body(580);
@@ -86,5 +67,78 @@ fn scanner(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, scanner);
+/// Benches `input` fed to a scanner of `format` in [`CHUNK`]-sized chunks, as the proxy
+/// receives a streamed body, expecting `templates` substitutions.
+fn in_chunks(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    format: Format,
+    templates: usize,
+    input: &[u8],
+) {
+    group.throughput(Throughput::Bytes(input.len() as u64));
+    let mut scanner = BodyScanner::new(format);
+    let mut out = Vec::with_capacity(input.len() * 2);
+    let mut resolve =
+        |_: &TemplateRef| Ok::<_, ResolveError>(Revealed::Number("4242424242424242".into()));
+    group.bench_with_input(
+        BenchmarkId::new(name, format!("{templates}_templates")),
+        input,
+        |b, input| {
+            b.iter(|| {
+                out.clear();
+                let mut n = 0;
+                for chunk in input.chunks(CHUNK) {
+                    n += scanner.feed(chunk, &mut out, &mut resolve).unwrap();
+                }
+                scanner.finish(&mut out).unwrap();
+                assert_eq!(n, templates);
+                black_box(&out);
+            })
+        },
+    );
+}
+
+/// A form of about `size` bytes as a client writes it (Stripe-style nested keys, values
+/// percent-encoded), with `templates` percent-encoded card templates.
+fn form_body(size: usize, templates: usize) -> Vec<u8> {
+    let template =
+        "%7B%7B+paymentMethod%3A+pm_1+%7C+type%3A+%27pan%27+%7C+json%3A+%27%24.number%27+%7D%7D";
+    let mut pairs = Vec::new();
+    let mut len = 0;
+    let mut i = 0;
+    while len < size || i < templates {
+        let pair = if i < templates {
+            format!("items[{i}][card][number]={template}")
+        } else {
+            format!("metadata[order_{i}][note]=Delivery+before+noon%2C+ring+twice+%26+leave+at+door+{i}")
+        };
+        len += pair.len() + 1;
+        pairs.push(pair);
+        i += 1;
+    }
+    pairs.join("&").into_bytes()
+}
+
+fn form(c: &mut Criterion) {
+    let mut group = c.benchmark_group("form");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30);
+    for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
+        for templates in [0, 1] {
+            in_chunks(
+                &mut group,
+                name,
+                Format::Form,
+                templates,
+                &form_body(size, templates),
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scanner, form);
 criterion_main!(benches);

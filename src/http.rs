@@ -166,7 +166,7 @@ pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<B
         let chunk = session.read_request_body().await.map_err(|e| {
             tracing::debug!(error = %e, "reading request body");
             session.set_keepalive(None);
-            ApiError::invalid_request("The request body could not be read.")
+            body_read_error(&e)
         })?;
         let Some(chunk) = chunk else { break };
         total += chunk.len();
@@ -179,6 +179,19 @@ pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<B
         }
     }
     Ok(pieces)
+}
+
+/// What a failed read of the caller's body answers: 408 when the caller sent nothing for the
+/// configured `server.body_read_timeout`, 400 otherwise.
+pub fn body_read_error(e: &pingora::Error) -> ApiError {
+    if matches!(e.etype(), pingora::ErrorType::ReadTimedout) {
+        ApiError::new(
+            ErrorKind::RequestTimeout,
+            "The request body did not arrive in time.",
+        )
+    } else {
+        ApiError::invalid_request("The request body could not be read.")
+    }
 }
 
 /// The pieces of a body as one buffer: a single piece as it is, without a copy.

@@ -30,13 +30,17 @@ pub enum StartError {
     Listener(String),
 }
 
-/// Opens the store and keys and builds the shared application state.
+/// Opens the store and keys and builds the shared application state. The data directory and
+/// master key file must be their owner's alone ([`crate::config::private`]).
 pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
+    let from_env = std::env::var_os(crate::vault::master::MASTER_KEY_ENV).is_some();
+    crate::config::private::before_start((!from_env).then_some(config.master_key_file.as_path()))?;
     let master = crate::vault::master::MasterKey::load(&config.master_key_file)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::Store {
         dir: config.data_dir.display().to_string(),
         source: crate::store::StoreError::Unavailable(e.to_string()),
     })?;
+    crate::config::private::data_dir(&config.data_dir)?;
     let store: Arc<dyn crate::store::Store> = Arc::new(
         crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|source| {
             StartError::Store {

@@ -84,12 +84,22 @@ pub fn document() -> utoipa::openapi::OpenApi {
 
 /// Forward the request to Svc-Target-URL with the templates in its body substituted.
 ///
-/// Any method; the body's format follows its Content-Type (JSON, form-encoded, XML).
+/// Any method; the body's format follows its Content-Type: templates are substituted in JSON
+/// (`application/json`, `application/*+json`) and form-encoded
+/// (`application/x-www-form-urlencoded`) bodies; any other body passes as it is, unless it
+/// holds `{{` (400 invalidTemplate).
 #[utoipa::path(post, path = "/projects/{projectId}/proxy", operation_id = "proxy",
     params(("Svc-Target-URL" = String, Header, format = "uri",
         description = "The target: an https URL whose host the project allows.")),
     request_body(content = Option<serde_json::Value>, content_type = "application/json"),
     responses(
+        (status = 400, description = "invalidTemplate: a template that cannot be substituted, \
+            or one where none may be (a JSON or form key, between JSON tokens, a brace written \
+            \\u007b, a body of another format), or a JSON body that ends unfinished after a \
+            substitution; `details` names the field. The target never receives a complete \
+            request.", body = crate::error::Envelope),
+        (status = 408, description = "requestTimeout: the body stopped arriving for longer \
+            than the server's body_read_timeout", body = crate::error::Envelope),
         (status = 502, description = "badGateway: the target could not be reached",
             body = crate::error::Envelope),
         (status = 504, description = "gatewayTimeout: the target did not answer in time",

@@ -4,7 +4,8 @@
 //! comes from the configured key, never from the token (`none` and HMAC cannot match an
 //! RSA, P-256 or Ed25519 key). Then:
 //! - missing, malformed, badly signed or expired token, unknown `kid`, lifetime over the
-//!   project's maximum, missing `sub`/`roles` → 401 `unauthorized`;
+//!   project's maximum, missing `sub`, `roles` that name no role, both roles, or a role other
+//!   than `private` and `public` → 401 `unauthorized`;
 //! - a valid token of another project than the path's → 403 `forbidden`.
 //!
 //! Verified tokens are cached (bounded, keyed by the whole token) until their `exp`.
@@ -211,19 +212,32 @@ fn check_claims(c: Claims, project: &ProjectConfig, now: u64) -> Result<Principa
     if !valid_entity(&c.sub) {
         return Err(denied("Invalid API key: bad subject."));
     }
-    let role = if c.roles.iter().any(|r| r == "private") {
-        Role::Private
-    } else if c.roles.iter().any(|r| r == "public") {
-        Role::Public
-    } else {
-        return Err(denied("Invalid API key: no role."));
-    };
+    let role = role(&c.roles)?;
     Ok(Principal {
         project: c.iss,
         entity: c.sub,
         role,
         exp: c.exp,
     })
+}
+
+/// The one role `roles` names. A token that names both roles, or any other, is refused: a
+/// role is what the token may do, and a claim that cannot be read one way only is not
+/// guessed at (taking the stronger of two would let a public token carry private powers).
+fn role(roles: &[String]) -> Result<Role, ApiError> {
+    let mut found = None;
+    for r in roles {
+        let this = match r.as_str() {
+            "private" => Role::Private,
+            "public" => Role::Public,
+            _ => return Err(denied("Invalid API key: unknown role.")),
+        };
+        if found.is_some_and(|f| f != this) {
+            return Err(denied("Invalid API key: more than one role."));
+        }
+        found = Some(this);
+    }
+    found.ok_or_else(|| denied("Invalid API key: no role."))
 }
 
 /// A token as the cache looks it up: it hashes and compares as the [`BearerToken`] it
@@ -259,6 +273,27 @@ mod tests {
         assert_eq!(bearer_token(b"Basic abc"), None);
         assert_eq!(bearer_token(b"Bearer "), None);
         assert_eq!(bearer_token(b"abc"), None);
+    }
+
+    #[test]
+    fn a_token_names_exactly_one_known_role() {
+        let roles = |r: &[&str]| role(&r.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(roles(&["private"]).ok(), Some(Role::Private));
+        assert_eq!(roles(&["public"]).ok(), Some(Role::Public));
+        assert_eq!(roles(&["public", "public"]).ok(), Some(Role::Public));
+        for refused in [
+            &["public", "private"][..],
+            &["private", "public"],
+            &["private", "admin"],
+            &["Private"],
+            &[],
+        ] {
+            assert_eq!(
+                roles(refused).map_err(|e| e.status()),
+                Err(401),
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]

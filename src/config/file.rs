@@ -88,6 +88,9 @@ pub struct ServerFile {
     /// paycred's pool (bodies it sends itself) and as many in pingora's (streamed requests).
     #[serde(default = "default_keepalive_pool")]
     pub upstream_keepalive_pool_size: usize,
+    /// Longest wait for the next bytes of a request body (e.g. `5s`): past it, 408.
+    #[serde(default = "default_body_read_timeout")]
+    pub body_read_timeout: String,
 }
 
 impl Default for ServerFile {
@@ -97,6 +100,7 @@ impl Default for ServerFile {
             grace_period: default_grace_period(),
             graceful_shutdown_timeout: default_shutdown_timeout(),
             upstream_keepalive_pool_size: default_keepalive_pool(),
+            body_read_timeout: default_body_read_timeout(),
         }
     }
 }
@@ -236,6 +240,10 @@ fn default_data_dir() -> PathBuf {
 fn default_master_key_file() -> PathBuf {
     PathBuf::from("./master.key")
 }
+fn default_body_read_timeout() -> String {
+    "5s".into()
+}
+
 fn default_cvc_retention() -> String {
     "1h".into()
 }

@@ -11,6 +11,7 @@
 pub mod cors;
 pub mod file;
 pub mod keys;
+pub mod private;
 pub mod rate_limits;
 
 use crate::audit::chain::HashFunction;
@@ -86,6 +87,8 @@ pub struct ServerSettings {
     pub grace_period: Duration,
     pub graceful_shutdown_timeout: Duration,
     pub upstream_keepalive_pool_size: usize,
+    /// Longest wait for the next bytes of a request body, REST or proxied.
+    pub body_read_timeout: Duration,
 }
 
 /// One project (tenant).
@@ -235,7 +238,16 @@ impl Config {
                 &s.graceful_shutdown_timeout,
             )?,
             upstream_keepalive_pool_size: s.upstream_keepalive_pool_size,
+            body_read_timeout: duration("server.body_read_timeout", &s.body_read_timeout)?,
         };
+        if !(Duration::from_millis(100)..=Duration::from_secs(300))
+            .contains(&server.body_read_timeout)
+        {
+            return Err(invalid(
+                "server.body_read_timeout",
+                "must be between 100ms and 5m",
+            ));
+        }
         let mut projects = BTreeMap::new();
         for (i, p) in file.projects.into_iter().enumerate() {
             let key = format!("projects[{i}]");

@@ -12,8 +12,9 @@
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope, + cors headers  (Ok(true))
 //!                              └─ /proxy ─▶ auth (Svc-Authorization | Authorization) ─▶ limits
-//!                                        ─▶ proxy::start: target guard; a JSON body ≤ 64 KiB
-//!                                           with Content-Length read and substituted whole
+//!                                        ─▶ proxy::start: target guard; a JSON or form body
+//!                                           ≤ 64 KiB with Content-Length read and substituted
+//!                                           whole
 //!                                           (400 before any connection)
 //!                                        ─▶ prepared body: proxy::direct sends head and body
 //!                                           in one write and relays the answer  (Ok(true))
@@ -116,6 +117,10 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        // Every read of the body, REST or proxied, whoever reads it: a caller that sends
+        // nothing for this long is answered 408 (`http::read_body_pieces`,
+        // `proxy::failure`).
+        session.set_read_timeout(Some(ctx.live.app.config.server.body_read_timeout));
         let mut response = match self.answer(session, ctx).await {
             Ok(Answer::Response(r)) => r,
             Ok(Answer::Proxy) => {
@@ -161,7 +166,8 @@ impl ProxyHttp for Gateway {
         let Some(p) = ctx.proxy.as_mut() else {
             return Err(Error::explain(ErrorType::InternalError, "no proxy state"));
         };
-        proxy::forward::upstream_request(upstream, &p.target, &p.forwarding, p.substitute)
+        let body_changes = p.substitute && p.substitution.may_change_length();
+        proxy::forward::upstream_request(upstream, &p.target, &p.forwarding, body_changes)
             .map_err(failure::carry)?;
         if p.substitute {
             // A retry replays the body through the filter: start over.

@@ -4,7 +4,7 @@
 //! by the direct exchange alike.
 
 use crate::error::{ApiError, ErrorKind};
-use crate::http::{write_response, Response};
+use crate::http::{body_read_error, write_response, Response};
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
@@ -41,8 +41,9 @@ pub fn answer_for(e: &Error) -> Option<ApiError> {
     }
     let unreachable = || ApiError::new(ErrorKind::BadGateway, "The target could not be reached.");
     if matches!(e.esource(), ErrorSource::Downstream) {
-        // Reading from or writing to the caller failed, timeouts included: not the target's.
-        return None;
+        // The caller stopped sending its body: 408. Any other failure to read from or write
+        // to the caller: nothing to answer.
+        return matches!(e.etype(), ErrorType::ReadTimedout).then(|| body_read_error(e));
     }
     Some(match e.etype() {
         ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
@@ -107,6 +108,10 @@ mod tests {
         assert_eq!(
             answer_for(&Error::new(ErrorType::ReadError).into_down()),
             None
+        );
+        assert_eq!(
+            answer_for(&Error::new(ErrorType::ReadTimedout).into_down()).map(|a| a.status()),
+            Some(408)
         );
     }
 }

@@ -1,5 +1,7 @@
 //! The proxy route: `ANY /projects/:projectId/proxy` forwards the caller's request to
-//! `Svc-Target-URL` with credential templates in the JSON body substituted.
+//! `Svc-Target-URL` with credential templates in the body substituted: JSON or form-encoded,
+//! chosen by `Content-Type` ([`crate::template::Format`]). Any other body passes as it is,
+//! unless it holds `{{` (400: a template there would reach the target unsubstituted).
 //!
 //! - [`start`]: a request authenticated by the edge becomes a [`ProxyCtx`]: the target
 //!   checked ([`target`]), and a small body read and substituted whole before the target is
@@ -56,7 +58,8 @@ pub struct ProxyCtx {
     pub target: Target,
     /// Which of the caller's headers reach the target.
     pub forwarding: Forwarding,
-    /// The body is JSON: templates are substituted.
+    /// The body is scanned: templates substituted in JSON and forms, any other body checked
+    /// for `{{` ([`crate::template::Format`]). Every proxied body is.
     pub substitute: bool,
     /// The whole request for the target (head and substituted body), when the body was read
     /// before the target was contacted: [`direct`] sends it.

@@ -12,11 +12,13 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::http::{is_json_content_type, read_body_pieces};
+use crate::template::Format;
 use http::header;
 use pingora::proxy::Session;
 use std::sync::Arc;
 
-/// Checks the target and, for small JSON bodies, substitutes up front. `principal` was
+/// Checks the target, picks the body's format by its `Content-Type` (JSON, form, or another,
+/// which is only checked for `{{`) and substitutes a small body up front. `principal` was
 /// authenticated by the edge; `drop_authorization` when its token came in `Authorization`.
 pub async fn start(
     app: &App,
@@ -39,9 +41,11 @@ pub async fn start(
             ApiError::invalid_field("Svc-Target-URL", "required: the URL to forward to")
         })?;
     let url = target::parse(raw_target, &project.proxy)?;
-    let substitute = headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| is_json_content_type(v.as_bytes()));
+    let format = format_of(
+        headers
+            .get(header::CONTENT_TYPE)
+            .map_or(&[][..], |v| v.as_bytes()),
+    );
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -59,13 +63,14 @@ pub async fn start(
         project,
         target,
         forwarding,
-        substitute,
+        // Every body is scanned: another format's only for `{{`, which is refused.
+        substitute: true,
         request: None,
-        substitution: Substitution::default(),
+        substitution: Substitution::new(format),
         upstream_started: None,
         failed: false,
     };
-    if substitute && !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
+    if !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
         let pieces = read_body_pieces(session, PREFLIGHT_LIMIT).await?;
         // The whole request, built in one buffer: the body is substituted (or copied) once,
         // in place, behind room for the head.
@@ -91,4 +96,43 @@ pub async fn start(
         body::record_uses(app, &ctx).await?;
     }
     Ok(ctx)
+}
+
+/// The format of a body of this `Content-Type` (empty when there is none).
+fn format_of(content_type: &[u8]) -> Format {
+    let mime = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    if is_json_content_type(content_type) {
+        Format::Json
+    } else if mime.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
+        Format::Form
+    } else {
+        Format::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_format_follows_the_content_type() {
+        for (ct, want) in [
+            (&b"application/json"[..], Format::Json),
+            (b"application/vnd.api+json; charset=utf-8", Format::Json),
+            (b"application/x-www-form-urlencoded", Format::Form),
+            (
+                b"Application/X-WWW-Form-Urlencoded ; charset=UTF-8",
+                Format::Form,
+            ),
+            (b"text/plain", Format::Other),
+            (b"multipart/form-data; boundary=x", Format::Other),
+            (b"", Format::Other),
+        ] {
+            assert_eq!(format_of(ct), want, "{}", String::from_utf8_lossy(ct));
+        }
+    }
 }

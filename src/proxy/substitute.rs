@@ -11,7 +11,9 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::secret::Revealed;
-use crate::template::{CredentialKind, ResolveError, Scanner, TemplateError, TemplateRef};
+use crate::template::{
+    BodyScanner, CredentialKind, Format, ResolveError, TemplateError, TemplateRef,
+};
 use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -50,11 +52,11 @@ enum Input<'a> {
 /// Where a chunk sits in the body, which decides how the scanner takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// More may follow, templates too: lexed throughout ([`Scanner::feed`]).
+    /// More may follow, templates too: lexed throughout ([`Scanner::feed`](crate::template::Scanner::feed)).
     Middle,
-    /// No template starts after it, but more bytes follow ([`Scanner::feed_tail`]).
+    /// No template starts after it, but more bytes follow ([`Scanner::feed_tail`](crate::template::Scanner::feed_tail)).
     Tail,
-    /// The end of the body ([`Scanner::feed_last`]).
+    /// The end of the body ([`Scanner::feed_last`](crate::template::Scanner::feed_last)).
     Last,
 }
 
@@ -82,7 +84,7 @@ impl Cache {
 /// The substitution state of one request.
 #[derive(Default)]
 pub struct Substitution {
-    scanner: Scanner,
+    scanner: BodyScanner,
     cache: Cache,
     /// Templates substituted so far.
     pub templates: usize,
@@ -93,6 +95,20 @@ fn template_error(e: TemplateError) -> ApiError {
 }
 
 impl Substitution {
+    /// For a body in `format`.
+    pub fn new(format: Format) -> Self {
+        Substitution {
+            scanner: BodyScanner::new(format),
+            ..Substitution::default()
+        }
+    }
+
+    /// Whether the substituted body may differ in length from the caller's (not when it is
+    /// only checked: [`Format::Other`]).
+    pub fn may_change_length(&self) -> bool {
+        self.scanner.may_change_length()
+    }
+
     /// Back to the start (pingora replays a buffered body on retry).
     pub fn reset(&mut self) {
         self.scanner.reset();
@@ -101,8 +117,8 @@ impl Substitution {
 
     /// Scans one chunk; returns the bytes to forward.
     ///
-    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`]) is only lexed
-    /// ([`Scanner::lex`]) and forwarded as it came: no copy, no new buffer.
+    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`](crate::template::Scanner::may_resolve)) is only lexed
+    /// ([`Scanner::lex`](crate::template::Scanner::lex)) and forwarded as it came: no copy, no new buffer.
     pub async fn feed(
         &mut self,
         app: &App,
@@ -126,7 +142,7 @@ impl Substitution {
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then
-    /// [`Substitution::finish`] in one, faster: see [`Scanner::feed_last`]); returns the bytes
+    /// [`Substitution::finish`] in one, faster: see [`Scanner::feed_last`](crate::template::Scanner::feed_last)); returns the bytes
     /// to forward.
     pub async fn feed_last(
         &mut self,
@@ -177,7 +193,7 @@ impl Substitution {
 
     /// Scans a whole body read in `pieces` into `out`. The pieces up to the last one in which
     /// a template may start are lexed; from there on the scanner copies whatever follows the
-    /// last template without lexing it ([`Scanner::feed_tail`]), as it does in a body's last
+    /// last template without lexing it ([`Scanner::feed_tail`](crate::template::Scanner::feed_tail)), as it does in a body's last
     /// chunk. The pieces after that which no template reaches are not copied: returns where
     /// they begin ([`Substitution::feed_pieces_into`]).
     async fn scan_pieces<F, Fut>(
@@ -190,12 +206,16 @@ impl Substitution {
         F: FnMut(String, CredentialKind) -> Fut,
         Fut: Future<Output = Result<Lookup, ApiError>>,
     {
-        let tail_from = Scanner::tail_start(pieces);
+        let tail_from = self.scanner.tail_start(pieces);
         for (j, piece) in pieces.iter().enumerate() {
             if j > tail_from && !self.scanner.carries_template() {
                 // No template is open, and none starts here or later: this piece and the
-                // rest stay as they are, neither searched for `{{` again nor copied. The
-                // scanner holds nothing back here, so ending it writes nothing.
+                // rest stay as they are, neither searched for `{{` again nor copied (only
+                // their nesting is followed, where a template was substituted). The scanner
+                // holds nothing back here, so ending it writes nothing.
+                for rest in pieces.get(j..).unwrap_or_default() {
+                    self.scanner.skip(rest);
+                }
                 self.scan_into(&[], Place::Last, &mut fetch, out).await?;
                 return Ok(j);
             }
@@ -427,13 +447,13 @@ mod tests {
 
     /// Runs `body` cut at every pair of bytes into three pieces through `scan_pieces`,
     /// against what `scan` of the whole body gives: every place where the lexed pieces end
-    /// and the tail begins, braces and templates cut by piece ends, `{{` in a key.
+    /// and the tail begins, braces and templates cut by piece ends, braces in a key.
     async fn pieces_match_the_joined_body(waits: bool) {
         let template =
             |pm: &str| format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}");
         for body in [
             format!(
-                r#"{{"{{{{k}}}}":1,"card":{{"a":"{}","b":"{}"}},"c":"{{","d":"{{ {{"}}"#,
+                r#"{{"{{k}}":1,"card":{{"a":"{}","b":"{}"}},"c":"{{","d":"{{ {{"}}"#,
                 template("pm_a"),
                 template("pm_b")
             ),

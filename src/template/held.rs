@@ -4,7 +4,7 @@
 //!
 //! The format supplies the two things that differ between bodies ([`Encoding`]): how text
 //! inside a template is escaped, and how a value must be escaped where the template stood. The
-//! JSON scanner ([`super::scanner`]) is the one format today.
+//! JSON scanner ([`super::scanner`]) and the form scanner ([`super::form`]) share it.
 
 use std::sync::Arc;
 
@@ -16,14 +16,25 @@ use crate::secret::Revealed;
 /// Longest template, `{{` to `}}` inclusive, as written in the body (escapes undecoded).
 pub const MAX_TEMPLATE_LEN: usize = 512;
 
-/// Templates parsed so far, by their text as written. Parsing is a pure function of the text,
-/// and a service's bodies carry the same few templates again and again: a lookup costs about
-/// a fifth of decoding and parsing one. Only templates that parsed and resolved are kept
+/// Templates parsed so far, by their text as written, one cache per format (the same bytes
+/// decode differently in JSON and in a form). Parsing is a pure function of the text, and a
+/// service's bodies carry the same few templates again and again: a lookup costs about a
+/// fifth of decoding and parsing one. Only templates that parsed and resolved are kept
 /// (their text names a credential that exists: ids and a path), at most [`PARSED_CAPACITY`].
-static PARSED: Lazy<quick_cache::sync::Cache<Vec<u8>, Arc<TemplateRef>>> =
-    Lazy::new(|| quick_cache::sync::Cache::new(PARSED_CAPACITY));
+pub(super) struct ParsedCache(Lazy<quick_cache::sync::Cache<Vec<u8>, Arc<TemplateRef>>>);
 
-/// Most templates [`PARSED`] keeps.
+impl ParsedCache {
+    /// An empty cache, made on first use (for a `static`).
+    pub(super) const fn new() -> Self {
+        ParsedCache(Lazy::new(new_cache))
+    }
+}
+
+fn new_cache() -> quick_cache::sync::Cache<Vec<u8>, Arc<TemplateRef>> {
+    quick_cache::sync::Cache::new(PARSED_CAPACITY)
+}
+
+/// Most templates a [`ParsedCache`] keeps.
 const PARSED_CAPACITY: usize = 4096;
 
 /// Looks up the value of one template.
@@ -62,6 +73,8 @@ impl ResolveError {
 
 /// How a body format writes text, as far as templates are concerned.
 pub(super) trait Encoding {
+    /// The format's cache of parsed templates.
+    fn parsed() -> &'static ParsedCache;
     /// Whether `raw`, a template as written, holds escapes to decode before it is parsed.
     fn has_escapes(raw: &[u8]) -> bool;
     /// Decodes the escapes of `raw` into `dst`; the message says what is wrong.
@@ -134,7 +147,8 @@ impl Held {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<(), String> {
-        let (reference, cached) = match PARSED.get(self.bytes.as_slice()) {
+        let parsed = &E::parsed().0;
+        let (reference, cached) = match parsed.get(self.bytes.as_slice()) {
             Some(reference) => (reference, true),
             None => (Arc::new(self.parse::<E>()?), false),
         };
@@ -143,7 +157,7 @@ impl Held {
         // whatever else a caller wrote into a template (a card number as the id, say)
         // is never kept.
         if !cached {
-            PARSED.insert(self.bytes.clone(), reference);
+            parsed.insert(self.bytes.clone(), reference);
         }
         E::escape_into(out, value.expose().as_bytes());
         // The value is wiped as it drops (its type does it); `out` is the caller's to protect.
@@ -166,8 +180,8 @@ impl Held {
     }
 }
 
-/// Whether the text `template` is in the cache of parsed templates.
+/// Whether the text `template` is in format `E`'s cache of parsed templates.
 #[cfg(test)]
-pub(super) fn is_cached(template: &str) -> bool {
-    PARSED.get(template.as_bytes()).is_some()
+pub(super) fn is_cached<E: Encoding>(template: &str) -> bool {
+    E::parsed().0.get(template.as_bytes()).is_some()
 }

@@ -10,9 +10,10 @@
 //!
 //! and the target receives the card number in its place. The rules:
 //!
-//! - Templates are recognised only inside string *values*. A `{{` in an object key, or
-//!   between tokens, passes through untouched. The raw bytes `{{` start a template; an
-//!   escaped brace (`\u007b`) does not. Extra leading braces are text: `{{{ … }}` is `{` and a
+//! - Templates go only inside string *values*. A `{{` in an object key or between tokens is
+//!   an error, and so is a brace written as the escape `\u007b` (or `\u007B`) anywhere in the
+//!   body: a target reads it as `{`, so it could hide a template from the scanner. The raw
+//!   bytes `{{` start a template. Extra leading braces are text: `{{{ … }}` is `{` and a
 //!   template.
 //! - A template runs to the first `}}` and must end inside the string it started in. It may
 //!   be up to [`MAX_TEMPLATE_LEN`] bytes as written; longer is an error.
@@ -23,7 +24,10 @@
 //!   `\` with a backslash, control characters as `\u00XX`, non-ASCII UTF-8 as is.
 //! - Several templates per string are fine and the text around them is kept.
 //! - Every byte that is not part of a template is copied byte for byte: the body is never
-//!   re-encoded or reformatted, and malformed JSON passes through for the target to judge.
+//!   re-encoded or reformatted, and malformed JSON passes through for the target to judge,
+//!   except that a body which ends before its JSON does (in a string or an open container)
+//!   after a template was substituted is an error: the target would receive a broken
+//!   document with a card value in it.
 //! - A template may be split across any chunk boundary (inside `{{` or `}}`, an escape, a
 //!   multi-byte character). The scanner holds back only the open template and a trailing `{`,
 //!   never the body; its memory is bounded (see [`scanner`]).
@@ -65,10 +69,14 @@ macro_rules! byte_class {
 }
 
 pub mod expr;
+pub mod form;
+pub mod format;
 mod held;
 pub mod scanner;
 
 pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};
+pub use form::FormScanner;
+pub use format::{BodyScanner, Format, NOT_SUBSTITUTED};
 pub use scanner::{
     ResolveError, Resolver, Scanner, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN,
 };

@@ -222,6 +222,20 @@ fn crafted_tokens_are_refused_with_the_envelope() {
             "unknown role",
             Some(format!("Bearer {}", ed(&with("roles", json!(["admin"]))))),
         ),
+        (
+            "both roles",
+            Some(format!(
+                "Bearer {}",
+                ed(&with("roles", json!(["public", "private"])))
+            )),
+        ),
+        (
+            "a known role beside an unknown one",
+            Some(format!(
+                "Bearer {}",
+                ed(&with("roles", json!(["private", "admin"])))
+            )),
+        ),
         ("tampered payload", Some(format!("Bearer {tampered}"))),
         (
             "truncated signature",

@@ -170,24 +170,7 @@ fn a_wrong_master_key_is_refused_at_start() {
         paycred::vault::master::MasterKey::generate_hex().as_str(),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["serve", "-c"])
-        .arg(&server.config_path)
-        .env_remove("PAYCRED_MASTER_KEY")
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = eventually(std::time::Duration::from_secs(20), || {
-        matches!(child.try_wait(), Ok(Some(_)))
-    });
-    if !exited {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(exited && !out.status.success(), "it started: {said}");
+    let said = refused_start(&server.config_path);
     assert!(
         said.contains("data is wrapped by master key") && said.contains("configured master key is"),
         "{said}"

@@ -71,7 +71,7 @@ fn a_short_metrics_token_or_a_metrics_listener_on_the_public_address_is_refused(
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("t");
     std::fs::write(&token, "short").unwrap();
-    std::fs::write(dir.path().join("k"), "00".repeat(32)).unwrap();
+    write_private(&dir.path().join("k"), &"00".repeat(32));
     for (metrics, says) in [
         (
             format!("{{bearer_token_file: {}}}", token.display()),
@@ -250,7 +250,7 @@ fn a_reload_adds_a_key_and_a_project_under_load_and_a_broken_file_changes_nothin
 fn the_data_dir_variable_replaces_the_files_data_dir() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    std::fs::write(dir.path().join("k"), "00".repeat(32)).unwrap();
+    write_private(&dir.path().join("k"), &"00".repeat(32));
     let config = dir.path().join("c.yaml");
     std::fs::write(
         &config,

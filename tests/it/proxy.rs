@@ -210,6 +210,91 @@ fn a_bad_template_in_a_small_body_never_reaches_the_target() {
     assert_eq!(up.connections(), 0, "the target was contacted");
 }
 
+/// Templates where none may be (a key, between tokens, a brace written `\u007b`) and a body
+/// that ends before its JSON does after a substitution: 400 `invalidTemplate` naming the field,
+/// and the target is never contacted; read whole or streamed.
+#[test]
+fn templates_out_of_place_and_unfinished_bodies_are_refused() {
+    let (server, up, t, pm) = setup();
+    let pan = tpl(&pm, "pan", "$.number");
+    let cases = [
+        (
+            format!(r#"{{"{pan}":"x"}}"#),
+            r#"["{"]"#,
+            "cannot be in an object key",
+        ),
+        (
+            format!(r#"{{"a":"{pan}","b{pan}":1}}"#),
+            r#"["b{"]"#,
+            "cannot be in an object key",
+        ),
+        (
+            format!(r#"{{"a":{pan}}}"#),
+            "a",
+            "inside a JSON string value",
+        ),
+        (format!(r#"[1,{pan}]"#), "[1]", "inside a JSON string value"),
+        (
+            r#"{"a":"\u007b{ paymentMethod: x }}"}"#.to_string(),
+            "a",
+            "\\u007b",
+        ),
+        (r#"{"a":"\u007B\u007B x }}"}"#.to_string(), "a", "\\u007b"),
+        (
+            format!(r#"{{"a":"{pan}","b":["x""#),
+            "$",
+            "ends before its JSON does",
+        ),
+        (format!(r#"{{"a":"{pan}"#), "$", "ends before its JSON does"),
+    ];
+    for (body, field, message) in &cases {
+        let r = post(&server, &t, &up.url("/x"), body.as_bytes(), &[]);
+        r.assert_error(400, "invalidTemplate");
+        assert_eq!(
+            r.json["error"]["details"]["field"], *field,
+            "{body}: {}",
+            r.text
+        );
+        let said = r.json["error"]["message"].as_str().unwrap();
+        assert!(said.contains(message), "{body}: {said}");
+        assert!(!r.text.contains(VISA), "the answer holds the card number");
+    }
+    assert_eq!(up.connections(), 0, "the target was contacted");
+    // Streamed: a 2 MiB body whose last item is out of place, or that ends unfinished.
+    let (body, _) = big_body(&pm, 2 * 1024 * 1024);
+    let open = body.trim_end_matches("]}").to_string();
+    for streamed in [
+        format!("{open},{{\"k{pan}\":1}}]}}"),
+        format!("{open},{pan}]}}"),
+        format!("{open},\"\\u007b\"]}}"),
+        format!("{open},{{\"last\":\"{pan}\"}}"),
+    ] {
+        let conn = raw_proxy_post(&server, &t, &up.url("/big"), streamed.len());
+        refused_as_it_streams(conn, streamed.as_bytes());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        up.requests().is_empty(),
+        "the target received a complete request"
+    );
+}
+
+/// Writes `body` on `conn` (a request head written) and checks that paycred refused it: the
+/// refusal may come while the body is still being sent, so paycred answers 400 (or 502 once
+/// the target has the head) or drops the connection.
+fn refused_as_it_streams(mut conn: std::net::TcpStream, body: &[u8]) {
+    use std::io::{Read, Write};
+    let _ = conn.write_all(body);
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    assert!(
+        answer.is_empty()
+            || answer.starts_with("HTTP/1.1 400")
+            || answer.starts_with("HTTP/1.1 502"),
+        "{answer}"
+    );
+}
+
 /// A connection to paycred on which the head of a proxy POST (JSON, `Connection: close`)
 /// has been written; the test writes the body.
 fn raw_proxy_post(server: &Server, token: &str, target: &str, len: usize) -> std::net::TcpStream {
@@ -348,26 +433,63 @@ fn a_bad_template_at_the_end_of_a_streamed_body_leaves_the_target_an_incomplete_
     );
 }
 
+/// A body of another format passes byte for byte, read whole or streamed, unless it holds a
+/// `{{`: a template there would reach the target unsubstituted, so it is 400
+/// `invalidTemplate` and the target never receives a complete request.
 #[test]
-fn other_bodies_pass_through_byte_for_byte() {
+fn other_bodies_pass_through_byte_for_byte_unless_they_hold_a_template() {
     let (server, up, t, _pm) = setup();
-    let body = b"plain {{ paymentMethod: pm | type: 'pan' | json: '$.number' }} text";
     let auth = format!("Bearer {t}");
     let target = up.url("/raw");
-    let r = server.raw(
-        "PUT",
-        &proxy_path(),
-        &[
-            ("Authorization", &auth),
-            ("Svc-Target-URL", &target),
-            ("Content-Type", "text/plain"),
-        ],
-        Some(body),
+    let send = |body: &[u8], content_type: &str| {
+        let mut headers = vec![
+            ("Authorization", auth.as_str()),
+            ("Svc-Target-URL", target.as_str()),
+        ];
+        if !content_type.is_empty() {
+            headers.push(("Content-Type", content_type));
+        }
+        server.raw("PUT", &proxy_path(), &headers, Some(body))
+    };
+    let mut big = b"{ plain } text { ".repeat(10_000);
+    big.extend_from_slice(&[0, 255, b'}', b'{']);
+    for (k, (body, content_type)) in [
+        (&b"plain { text } with {braces} {"[..], "text/plain"),
+        (&big, "application/octet-stream"),
+        (&big, ""),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = send(body, content_type);
+        assert_eq!(r.status, 201, "{}", r.text);
+        let got = &up.requests()[k];
+        assert_eq!(got.method, "PUT");
+        assert!(got.body == body, "body {k} changed");
+    }
+    let template = b"plain {{ paymentMethod: pm | type: 'pan' | json: '$.number' }} text";
+    let r = send(template, "text/plain");
+    r.assert_error(400, "invalidTemplate");
+    assert!(
+        r.text.contains("only in JSON and form-encoded"),
+        "{}",
+        r.text
     );
-    assert_eq!(r.status, 201, "{}", r.text);
-    let got = &up.requests()[0];
-    assert_eq!(got.method, "PUT");
-    assert_eq!(got.body, body);
+    assert_eq!(up.requests().len(), 3, "the target received the template");
+    // Streamed: the `{{` at the end of a large body, cut between its braces or not.
+    for end in [&b"{"[..], b"{{ x }}"] {
+        let mut body = b"{ plain } text ".repeat(10_000);
+        body.extend_from_slice(b"{");
+        body.extend_from_slice(end);
+        let conn = raw_post(&server, &proxy_path(), &t, &target, body.len());
+        refused_as_it_streams(conn, &body);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        up.requests().len(),
+        3,
+        "the target received a complete request"
+    );
 }
 
 #[test]

@@ -1,13 +1,22 @@
 //! JSON string escapes, both ways: a template's text is JSON-unescaped before it is parsed
 //! (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\uXXXX` including surrogate pairs), and a
-//! resolved value is escaped as the inside of a JSON string.
+//! resolved value is escaped as the inside of a JSON string. And the one escape that is
+//! refused: `\u007b`, a brace that a target would read as `{` ([`EscapedBraces`]).
 
-use crate::template::held::Encoding;
+use memchr::memmem;
+use once_cell::sync::Lazy;
+
+use crate::template::held::{Encoding, ParsedCache};
 
 /// Text inside a JSON string.
 pub(super) struct Json;
 
 impl Encoding for Json {
+    fn parsed() -> &'static ParsedCache {
+        static PARSED: ParsedCache = ParsedCache::new();
+        &PARSED
+    }
+
     #[inline]
     fn has_escapes(raw: &[u8]) -> bool {
         raw.contains(&b'\\')
@@ -86,6 +95,103 @@ impl Encoding for Json {
             run = i + 1;
         }
         out.extend_from_slice(value.get(run..).unwrap_or_default());
+    }
+}
+
+/// What an escaped brace answers.
+pub(super) const ESCAPED_BRACE: &str = "a brace written as the escape \\u007b is refused: a \
+     target reads it as `{`, so it could hide a template; write braces as they are";
+
+/// The start of the escape of `{`, `\u007b` or `\u007B`, with its last digit left out.
+static ESCAPED_BRACE_START: Lazy<memmem::Finder<'static>> =
+    Lazy::new(|| memmem::Finder::new(b"\\u007"));
+
+/// Whether `bytes` holds the start of an escaped brace (`\u007`).
+pub(super) fn has_escaped_braces(bytes: &[u8]) -> bool {
+    ESCAPED_BRACE_START.find(bytes).is_some()
+}
+
+/// The length of an escaped brace, `\u007b`.
+const ESCAPED_BRACE_LEN: usize = 6;
+
+/// Finds the escapes of `{` (`\u007b`, `\u007B`) in a body fed chunk by chunk, wherever
+/// the chunks cut them; a backslash that is itself escaped (`\\u007b`) starts none. The
+/// lexer follows strings and escapes only as far as templates need, so this search runs
+/// beside it, over every byte of the body.
+#[derive(Debug, Clone, Default)]
+pub(super) struct EscapedBraces {
+    /// The body's last bytes so far, as many as an escape begun there can have.
+    tail: [u8; ESCAPED_BRACE_LEN - 1],
+    tail_len: usize,
+    /// The backslashes right before `tail` are an odd run: `tail`'s first byte is escaped.
+    odd_before: bool,
+}
+
+impl EscapedBraces {
+    /// Back to the start of a body.
+    pub(super) fn clear(&mut self) {
+        *self = EscapedBraces::default();
+    }
+
+    /// Where the last byte (`b` or `B`) of the first escaped brace is in `chunk`, wherever
+    /// the escape started; `None` when there is none, and the chunk's end is then kept for
+    /// the next. The bytes before it are the same however the body is cut.
+    pub(super) fn find(&mut self, chunk: &[u8]) -> Option<usize> {
+        if chunk.is_empty() {
+            return None;
+        }
+        let tail = self.tail.get(..self.tail_len).unwrap_or_default();
+        // An escape begun in the tail that this chunk completes.
+        for s in 0..tail.len() {
+            let mut bytes = tail.iter().chain(chunk).skip(s).take(ESCAPED_BRACE_LEN);
+            let is_brace = bytes.by_ref().take(5).copied().eq(*b"\\u007")
+                && matches!(bytes.next(), Some(b'b' | b'B'));
+            if is_brace && !self.escaped(chunk, s) {
+                return Some(s + ESCAPED_BRACE_LEN - 1 - tail.len());
+            }
+        }
+        for q in ESCAPED_BRACE_START.find_iter(chunk) {
+            if matches!(chunk.get(q + 5), Some(b'b' | b'B')) && !self.escaped(chunk, tail.len() + q)
+            {
+                return Some(q + ESCAPED_BRACE_LEN - 1);
+            }
+        }
+        let total = tail.len() + chunk.len();
+        let keep = total.min(ESCAPED_BRACE_LEN - 1);
+        let odd_before = self.escaped(chunk, total - keep);
+        let mut kept = [0; ESCAPED_BRACE_LEN - 1];
+        for (k, b) in tail.iter().chain(chunk).skip(total - keep).enumerate() {
+            if let Some(slot) = kept.get_mut(k) {
+                *slot = *b;
+            }
+        }
+        *self = EscapedBraces {
+            tail: kept,
+            tail_len: keep,
+            odd_before,
+        };
+        None
+    }
+
+    /// Whether the byte at `at` of the tail followed by `chunk` is escaped: the backslashes
+    /// right before it are an odd run.
+    fn escaped(&self, chunk: &[u8], at: usize) -> bool {
+        let tail = self.tail.get(..self.tail_len).unwrap_or_default();
+        let before = |k: usize| {
+            if k < tail.len() {
+                tail.get(k)
+            } else {
+                chunk.get(k - tail.len())
+            }
+        };
+        let mut odd = false;
+        for k in (0..at).rev() {
+            if before(k) != Some(&b'\\') {
+                return odd;
+            }
+            odd = !odd;
+        }
+        odd ^ self.odd_before
     }
 }
 

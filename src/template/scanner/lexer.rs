@@ -6,10 +6,10 @@
 
 use memchr::memchr3;
 
-use super::escape::Json;
+use super::escape::{Json, ESCAPED_BRACE};
 use super::path::Kind;
 use super::skim::find_stop;
-use super::{Mode, Scanner, TemplateError, OPEN};
+use super::{Mode, Scanner, TemplateError, IN_KEY, OPEN, OUTSIDE};
 use crate::template::held::Resolver;
 
 /// The bytes that matter between tokens.
@@ -30,6 +30,13 @@ impl Scanner {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
+        // An escaped brace ends the body at its last byte: the bytes before it are lexed, so
+        // that the error names its field.
+        let refused = self.braces.find(chunk);
+        let chunk = chunk
+            .get(..refused.unwrap_or(chunk.len()))
+            .unwrap_or_default();
+        let last = last && refused.is_none();
         if !self.discard {
             out.reserve(chunk.len());
         }
@@ -37,11 +44,27 @@ impl Scanner {
             // A key that continues from the previous chunk.
             self.path.continue_key();
         }
-        let result = self.scan(chunk, out, r, last);
+        let mut result = if self.open_end && chunk.first() == Some(&b'{') {
+            Err(self.error(chunk, OUTSIDE))
+        } else {
+            self.scan(chunk, out, r, last)
+        };
         if self.mode == Mode::Key {
             self.path.end_key(chunk.len());
         }
         self.path.store_keys(chunk);
+        if !chunk.is_empty() {
+            // Only a `{` lexed between tokens matters: after a copy without lexing (`last`)
+            // no template, and so no `{{`, follows.
+            self.open_end = !last && self.mode == Mode::Structure && chunk.last() == Some(&b'{');
+        }
+        if result.is_ok() && refused.is_some() {
+            let mut err = self.error(chunk, ESCAPED_BRACE);
+            if err.template.is_empty() {
+                err.template = "\\u007b".to_string();
+            }
+            result = Err(err);
+        }
         if let Err(err) = &result {
             self.failed = Some(err.clone());
         }
@@ -60,9 +83,11 @@ impl Scanner {
         let len = chunk.len();
         // Last chunk: where the next `{{` is, as far as known.
         let mut next = None;
-        if last && self.mode != Mode::Template && !self.brace && no_open(chunk, 0, &mut next) {
+        let carried = self.mode == Mode::Template || self.brace || self.key_brace;
+        if last && !carried && no_open(chunk, 0, &mut next) {
             // Nothing carried in continues a template, and none starts in the chunk.
             out.extend_from_slice(chunk);
+            self.pass_unlexed(chunk);
             return Ok(0);
         }
         // chunk[run..i] is output not yet copied to `out`; it is copied in one go when the
@@ -96,14 +121,18 @@ impl Scanner {
                         if !STRUCTURAL[usize::from(b)] {
                             continue;
                         }
+                        if b == b'{' && chunk.get(i) == Some(&b'{') {
+                            return Err(self.error(chunk, OUTSIDE));
+                        }
                         if !self.structural(b, i) {
                             continue;
                         }
-                        // A string opens: skip to its end while only escapes come up.
+                        // A string opens: skip to its end while only escapes come up (a
+                        // brace goes to its mode's arm, in a key as in a value).
                         let key = self.mode == Mode::Key;
                         loop {
                             let rest = chunk.get(i..).unwrap_or_default();
-                            let Some(k) = find_stop(rest, !key) else {
+                            let Some(k) = find_stop(rest, true) else {
                                 break 'chunk;
                             };
                             match rest.get(k) {
@@ -131,16 +160,30 @@ impl Scanner {
                         i += 1;
                         continue;
                     }
+                    if std::mem::take(&mut self.key_brace) && chunk.get(i) == Some(&b'{') {
+                        return Err(self.error(chunk, IN_KEY));
+                    }
                     let rest = chunk.get(i..).unwrap_or_default();
-                    let Some(k) = find_stop(rest, false) else {
+                    let Some(k) = find_stop(rest, true) else {
                         break;
                     };
                     i += k + 1;
-                    if rest.get(k) == Some(&b'"') {
-                        self.mode = Mode::Structure;
-                        self.close_key(i - 1);
-                    } else {
-                        self.escape = true;
+                    match rest.get(k) {
+                        Some(b'"') => {
+                            self.mode = Mode::Structure;
+                            self.close_key(i - 1);
+                        }
+                        Some(b'\\') => self.escape = true,
+                        // A `{`: the key so far (with that brace, wherever the chunks
+                        // are cut) names the field.
+                        _ => match chunk.get(i) {
+                            Some(b'{') => {
+                                self.path.end_key(i);
+                                return Err(self.error(chunk, IN_KEY));
+                            }
+                            Some(_) => {}
+                            None => self.key_brace = true,
+                        },
                     }
                 }
                 Mode::Value => {
@@ -200,6 +243,7 @@ impl Scanner {
                         self.mode = Mode::Value;
                         if last && no_open(chunk, i, &mut next) {
                             // No template starts in the rest: it is copied below as it is.
+                            self.pass_unlexed(chunk.get(i..).unwrap_or_default());
                             break;
                         }
                     }
@@ -230,6 +274,7 @@ impl Scanner {
             b'"' => {
                 self.escape = false;
                 self.brace = false;
+                self.key_brace = false;
                 if self.expect_key {
                     self.mode = Mode::Key;
                     self.path.open_key(at);
@@ -305,6 +350,7 @@ impl Scanner {
                 if let Err(message) = self.held.substitute::<Json>(out, r) {
                     return Err(self.error(chunk, &message));
                 }
+                self.substituted += 1;
                 self.close = false;
                 return Ok(true);
             }

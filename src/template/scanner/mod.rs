@@ -4,7 +4,10 @@
 //! The scanner is a tolerant lexer, not a parser. It follows strings, escapes, objects, arrays
 //! and keys versus values well enough to know where templates may be and what JSON path they
 //! sit at, and copies every other byte through untouched. Malformed JSON passes through; the
-//! target will judge it.
+//! target will judge it. What it refuses: a `{{` in a key or between tokens, a brace written
+//! `\u007b` (searched for over every byte, beside the lexer), and a body that ends inside a
+//! string or container after a template was substituted (the nesting of the bytes copied
+//! without lexing is followed for that, by `skim::Balance`).
 //!
 //! Memory per scanner is bounded whatever the body: the held-back template (at most
 //! [`MAX_TEMPLATE_LEN`] bytes), the path of the current field ([`MAX_PATH_DEPTH`] levels of at
@@ -17,7 +20,8 @@
 //! - `lexer`: the state machine, byte by byte or string by string;
 //! - `skim`: whole blocks of 64 bytes between tokens, as bit masks;
 //! - `path`: the stack of containers that names the field (`items[0].pan`);
-//! - `escape`: JSON string escapes, of a template's text and of the value put in its place;
+//! - `escape`: JSON string escapes, of a template's text and of the value put in its place,
+//!   and the search for escaped braces (`\u007b`), which are refused;
 //! - `template::held` (beside this module, shared by any format): the template held back, its
 //!   parse, cache and resolution.
 
@@ -34,8 +38,10 @@ use once_cell::sync::Lazy;
 use super::expr::TemplateRef;
 use super::held::Held;
 pub use super::held::{ResolveError, Resolver, MAX_TEMPLATE_LEN};
+use escape::{has_escaped_braces, EscapedBraces};
 use path::Path;
 pub use path::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
+use skim::Balance;
 
 /// A template that cannot be substituted: the proxy answers 400 `invalidTemplate`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,12 +85,24 @@ pub struct Scanner {
     brace_carried: bool,
     /// `Template`: the previous byte was an unescaped `}`.
     close: bool,
+    /// `Key`: the previous byte was an unescaped `{` (two in a row are refused).
+    key_brace: bool,
+    /// `Structure`: the chunk ended with a `{` (another right after it is refused).
+    open_end: bool,
     /// The next string is a key (only ever set inside an object).
     expect_key: bool,
     /// Where in the document the scanner is.
     path: Path,
     /// The template being read.
     held: Held,
+    /// Escaped braces, searched for over the whole body.
+    braces: EscapedBraces,
+    /// Templates substituted in this body so far.
+    substituted: usize,
+    /// The nesting over the bytes copied without lexing after a template was substituted
+    /// ([`Scanner::feed_last`], [`Scanner::feed_tail`], [`Scanner::skip`]), so that
+    /// [`Scanner::finish`] can tell whether the body ends complete.
+    tail: Option<Balance>,
     failed: Option<TemplateError>,
     /// [`Scanner::lex`]: the chunk is lexed, not written anywhere.
     discard: bool,
@@ -108,9 +126,14 @@ impl Scanner {
             brace: false,
             brace_carried: false,
             close: false,
+            key_brace: false,
+            open_end: false,
             expect_key: false,
             path: Path::new(),
             held: Held::new(),
+            braces: EscapedBraces::default(),
+            substituted: 0,
+            tail: None,
             failed: None,
             discard: false,
             skim: true,
@@ -124,9 +147,14 @@ impl Scanner {
         self.brace = false;
         self.brace_carried = false;
         self.close = false;
+        self.key_brace = false;
+        self.open_end = false;
         self.expect_key = false;
         self.path.clear();
         self.held.clear();
+        self.braces.clear();
+        self.substituted = 0;
+        self.tail = None;
         self.failed = None;
         self.discard = false;
     }
@@ -210,19 +238,28 @@ impl Scanner {
 
     /// Where the tail of a body read whole in `pieces` begins: the last piece in which a
     /// template may start (a `{{` in it, or a `{` starting it after a piece that ends with
-    /// one, empty pieces skipped), 0 when none does. Pieces before it must go through
-    /// [`Scanner::feed`]; from it on [`Scanner::feed_tail`] may be used.
+    /// one, empty pieces skipped) or an escaped brace (`\u007`, or a backslash in the five
+    /// bytes before the piece), 0 when none does. Pieces before it must go through
+    /// [`Scanner::feed`]; from it on [`Scanner::feed_tail`] may be used, and the pieces after
+    /// it may instead be passed to [`Scanner::skip`].
     pub fn tail_start<P: AsRef<[u8]>>(pieces: &[P]) -> usize {
         let mut before_last = None;
+        // Bytes since the last backslash, over piece ends.
+        let mut since_backslash = usize::MAX;
         let mut start = 0;
         for (j, piece) in pieces.iter().map(AsRef::as_ref).enumerate() {
             let across = piece.first() == Some(&b'{') && before_last == Some(b'{');
-            if across || Self::has_templates(piece) {
+            let escape_across = !piece.is_empty() && since_backslash < 5;
+            if across || escape_across || Self::has_templates(piece) || has_escaped_braces(piece) {
                 start = j;
             }
             if let Some(&b) = piece.last() {
                 before_last = Some(b);
             }
+            since_backslash = match memchr::memrchr(b'\\', piece) {
+                Some(k) => piece.len() - 1 - k,
+                None => since_backslash.saturating_add(piece.len()),
+            };
         }
         start
     }
@@ -238,14 +275,55 @@ impl Scanner {
         self.mode == Mode::Template || self.brace
     }
 
+    /// A piece of the body's tail ([`Scanner::tail_start`]) that is sent as it is, neither
+    /// copied nor lexed: only its nesting is followed, where a template was substituted (the
+    /// body must then end complete). Only more `skip` calls, or [`Scanner::finish`], may
+    /// follow.
+    pub fn skip(&mut self, piece: &[u8]) {
+        self.pass_unlexed(piece);
+    }
+
+    /// Bytes that go through without being lexed, after the last template: where one was
+    /// substituted, their nesting is followed from the state the lexer reached.
+    fn pass_unlexed(&mut self, bytes: &[u8]) {
+        if self.substituted == 0 {
+            return;
+        }
+        let (mode, escape, depth) = (self.mode, self.escape, self.path.depth());
+        self.tail
+            .get_or_insert_with(|| Balance::new(mode != Mode::Structure, escape, depth))
+            .over(bytes);
+    }
+
+    /// Whether the body read so far ends a complete document: outside any string and every
+    /// container closed.
+    fn complete(&self) -> bool {
+        match &self.tail {
+            Some(tail) => tail.closed(),
+            None => self.mode == Mode::Structure && self.path.depth() == 0,
+        }
+    }
+
     /// End of body: writes what is held back and resets the scanner. A template still open is
-    /// an error.
+    /// an error, and so is a body that ends before its JSON does after a template was
+    /// substituted (the target would receive a broken document with a card value in it).
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
-        if self.mode == Mode::Template {
-            let err = self.error(&[], "unterminated template");
+        let err = if self.mode == Mode::Template {
+            Some(self.error(&[], "unterminated template"))
+        } else if self.substituted > 0 && !self.complete() {
+            // The whole body is at fault; where the lexer stopped depends on the chunks.
+            Some(TemplateError {
+                field: "$".to_string(),
+                template: String::new(),
+                message: UNFINISHED.to_string(),
+            })
+        } else {
+            None
+        };
+        if let Some(err) = err {
             self.failed = Some(err.clone());
             return Err(err);
         }
@@ -256,6 +334,14 @@ impl Scanner {
         Ok(())
     }
 }
+
+/// What a `{{` between tokens answers: a bare value or a key is not where templates go.
+const OUTSIDE: &str = "a template must be inside a JSON string value";
+/// What a `{{` in an object key answers.
+const IN_KEY: &str = "a template cannot be in an object key";
+/// What a body that ends unfinished after a substitution answers.
+const UNFINISHED: &str =
+    "the body ends before its JSON does, after a substituted template: it is not forwarded";
 
 /// The searcher for `{{`, built once: `memmem::find` builds one at every call, which costs
 /// more than searching a small body.

@@ -155,6 +155,112 @@ fn escaped(backslash: u64, carry: u64) -> (u64, u64) {
     (escaped, escaping >> 63)
 }
 
+/// The nesting of JSON copied without being lexed, after a template was substituted: how many
+/// containers are open and whether it is inside a string, so that the end of the body can be
+/// checked. Blocks are read as bit masks, as the skim reads them; a block with a backslash
+/// between tokens (which escapes nothing there, while the masks assume it does) is read byte
+/// by byte, which the masks match exactly otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Balance {
+    /// Open containers; below zero after stray closers.
+    depth: i64,
+    in_string: bool,
+    /// In a string, the next byte is escaped.
+    escape: bool,
+}
+
+impl Balance {
+    /// From the lexer's state: inside a string or not (and escaped there), at `depth`.
+    pub(super) fn new(in_string: bool, escape: bool, depth: usize) -> Self {
+        Balance {
+            depth: i64::try_from(depth).unwrap_or(i64::MAX),
+            in_string,
+            escape: in_string && escape,
+        }
+    }
+
+    /// Whether the bytes so far end a document: outside strings, every container closed.
+    pub(super) fn closed(&self) -> bool {
+        !self.in_string && self.depth == 0
+    }
+
+    /// Follows `bytes`.
+    pub(super) fn over(&mut self, bytes: &[u8]) {
+        let (blocks, rest) = bytes.as_chunks::<BLOCK>();
+        for block in blocks {
+            if !self.block(block) {
+                block.iter().for_each(|&b| self.byte(b));
+            }
+        }
+        rest.iter().for_each(|&b| self.byte(b));
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        if self.in_string {
+            if std::mem::take(&mut self.escape) {
+                return;
+            }
+            match b {
+                b'\\' => self.escape = true,
+                b'"' => self.in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => self.depth -= 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// Follows a block by its masks; false (and nothing changed) when it has a backslash
+    /// between tokens.
+    #[inline]
+    fn block(&mut self, bytes: &[u8; BLOCK]) -> bool {
+        let [quote, backslash, open, close] = nesting_masks(bytes);
+        let (escaped, escape_out) = escaped(backslash, u64::from(self.escape));
+        let quote = quote & !escaped;
+        let starts_in = u64::from(self.in_string);
+        // From an opening quote, inclusive, to its closing quote, exclusive.
+        let inside = prefix_xor(quote) ^ starts_in.wrapping_neg();
+        if backslash & !inside != 0 {
+            return false;
+        }
+        let outside = !inside & !quote;
+        let opens = (open & outside).count_ones();
+        let closes = (close & outside).count_ones();
+        self.depth += i64::from(opens) - i64::from(closes);
+        self.in_string = inside >> 63 == 1;
+        self.escape = self.in_string && escape_out == 1;
+        true
+    }
+}
+
+/// The quotes, backslashes, openers (`{`, `[`) and closers (`}`, `]`) of a block, as masks.
+#[inline]
+fn nesting_masks(bytes: &[u8; BLOCK]) -> [u64; 4] {
+    let (parts, _) = bytes.as_chunks::<16>();
+    let mut masks = [0u64; 4];
+    for (k, part) in parts.iter().enumerate() {
+        let v = u8x16::new(*part);
+        // `{` and `[` differ only in bit 5, and so do `}` and `]`.
+        let folded = v | u8x16::splat(0x20);
+        let found = [
+            v.simd_eq(u8x16::splat(b'"')),
+            v.simd_eq(u8x16::splat(b'\\')),
+            folded.simd_eq(u8x16::splat(b'{')),
+            folded.simd_eq(u8x16::splat(b'}')),
+        ];
+        for (mask, hits) in masks.iter_mut().zip(found) {
+            *mask |= u64::from(hits.to_bitmask()) << (16 * k);
+        }
+    }
+    masks
+}
+
 impl Scanner {
     /// Skims `chunk` from `at`, where the scanner is between tokens, 64 bytes at a time, and
     /// leaves the scanner in the exact state the byte lexer would reach. Returns where the byte
@@ -237,8 +343,10 @@ impl Scanner {
                     let (expect, _) = self.skim_span(&span, from, k, key_next);
                     match bytes.get(k) {
                         Some(&b @ (b'{' | b'[')) => {
-                            if self.path.depth() >= MAX_PATH_DEPTH {
-                                // Too deep for a frame: the byte lexer goes on from here.
+                            let refused = b == b'{' && chunk.get(base + k + 1) == Some(&b'{');
+                            if refused || self.path.depth() >= MAX_PATH_DEPTH {
+                                // A `{{` between tokens (the byte lexer refuses it), or too
+                                // deep for a frame: the byte lexer goes on from here.
                                 stop = k;
                                 key_next = expect;
                                 from = k;
@@ -271,6 +379,7 @@ impl Scanner {
                 };
                 self.escape = string && escaped >> stop & 1 == 1;
                 self.brace = false;
+                self.key_brace = false;
                 self.expect_key = expect_end;
                 // The byte lexer goes on for a block's worth at least, so that bytes that stop
                 // the skim cannot make it classify a block for each of them.
@@ -285,7 +394,7 @@ impl Scanner {
                 // Long strings are searched for their end faster than they are classified.
                 // The next block starts where the byte lexer would stop in the string.
                 let rest = chunk.get(base..).unwrap_or_default();
-                base = find_stop(rest, !in_key).map_or(len, |k| base + k);
+                base = find_stop(rest, true).map_or(len, |k| base + k);
                 if quote >> 32 == 0 {
                     // A string of 32 bytes or more: in such JSON a block holds little but
                     // string, and the byte lexer, which searches strings too, is faster for
@@ -310,6 +419,7 @@ impl Scanner {
         };
         self.escape = in_string && escape == 1;
         self.brace = false;
+        self.key_brace = false;
         self.expect_key = expect_key;
     }
 

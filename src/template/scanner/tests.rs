@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::escape::BAD_ESCAPE;
+use super::escape::{Json, BAD_ESCAPE, ESCAPED_BRACE};
 use super::*;
 use crate::secret::Revealed;
 use crate::template::held::is_cached;
@@ -39,15 +39,15 @@ fn templates_are_kept_once_parsed_and_resolved() {
             Ok(r#"{"a":"kept:pan:cvc","b":"kept:pan:cvc"}"#.to_string())
         );
     }
-    assert!(is_cached(ok));
-    assert!(is_cached(escaped));
+    assert!(is_cached::<Json>(ok));
+    assert!(is_cached::<Json>(escaped));
     // A template that names nothing is an error each time, and its text is not kept.
     for _ in 0..2 {
         let e = run(&format!(r#"{{"n":"{unknown}"}}"#)).unwrap_err();
         assert_eq!(e.message, "unknown payment method");
         assert_eq!(e.field, "n");
     }
-    assert!(!is_cached(unknown));
+    assert!(!is_cached::<Json>(unknown));
 }
 
 /// Runs `chunks` through a scanner, the last one with `feed_last` when `last`, else with
@@ -121,8 +121,6 @@ fn substitutes() {
             r#"["{{\tpaymentMethod: pm\u005f2 |\ntype: 'pan' | json: '\u0024.number'\r}}"]"#.into(),
             r#"["2:pan:number"]"#,
         ),
-        // Keys are never substituted.
-        (format!(r#"{{"{PAN_NUMBER}":1}}"#), ""),
         // Extra braces are text.
         (format!(r#"["{{{PAN_NUMBER}}}"]"#), r#"["{1:pan:number}"]"#),
         (format!(r#"["{{{{{PAN_NUMBER}"]"#), r#"["{{1:pan:number"]"#),
@@ -141,13 +139,9 @@ fn substitutes() {
             format!(r#"{{"a":{{"b":[1,{{"c":"d"}}]}},"e":"{PAN_NUMBER}"}}"#),
             r#"{"a":{"b":[1,{"c":"d"}]},"e":"1:pan:number"}"#,
         ),
-        // After the last template: a `{{` in a key, an escaped one, one between tokens.
-        (
-            format!(r#"{{"a":"{PAN_NUMBER}","{{{{k":"}}}}","b":"{{"}}"#),
-            r#"{"a":"1:pan:number","{{k":"}}","b":"{"}"#,
-        ),
+        // After the last template: an escaped `{{`, braces that start none.
         (format!(r#"["{PAN_NUMBER}","\{{{{ x","{{"]"#), r#"["1:pan:number","\{{ x","{"]"#),
-        (format!(r#"["{PAN_NUMBER}",{{{{}}}}]"#), r#"["1:pan:number",{{}}]"#),
+        (format!(r#"["{PAN_NUMBER}",{{}},"{{"]"#), r#"["1:pan:number",{},"{"]"#),
         // Malformed JSON passes through.
         (r#"]]}},:{"a""#.into(), r#"]]}},:{"a""#),
         (format!(r#"}}]"{PAN_NUMBER}"  "#), r#"}]"1:pan:number"  "#),
@@ -232,6 +226,19 @@ fn errors() {
         (over.clone(), "[0]", &over_template, "template too long"),
         // An escaped `}` does not close a template; the escape is invalid.
         (r#"{"n":"{{ \}} }}"}"#.into(), "n", r#"{{ \}} }}"#, BAD_ESCAPE),
+        // Templates where none may be: in a key, between tokens.
+        (r#"{"{{x}}":1}"#.into(), r#"["{"]"#, "", IN_KEY),
+        (format!(r#"{{"a":"{PAN_NUMBER}","k{{{{x":1}}"#), r#"["k{"]"#, "", IN_KEY),
+        (r#"{"a":{{x}}}"#.into(), "a", "", OUTSIDE),
+        (format!(r#"["{PAN_NUMBER}",{{{{}}}}]"#), "[1]", "", OUTSIDE),
+        (r#"{{x}}"#.into(), "$", "", OUTSIDE),
+        // A brace written as an escape, in a value, a key, or after a template.
+        (r#"{"n":"\u007b{x}}"}"#.into(), "n", "\\u007b", ESCAPED_BRACE),
+        (r#"{"\u007B\u007b":1}"#.into(), r#"["\u007"]"#, "\\u007b", ESCAPED_BRACE),
+        (format!(r#"["{PAN_NUMBER}","\u007b"]"#), "[1]", "\\u007b", ESCAPED_BRACE),
+        // A body that ends unfinished after a substitution.
+        (format!(r#"{{"n":"{PAN_NUMBER}""#), "$", "", UNFINISHED),
+        (format!(r#"["{PAN_NUMBER}","x"#), "$", "", UNFINISHED),
     ];
     for (body, field, template, message) in cases {
         let err = run(&body).expect_err(&body);
@@ -255,7 +262,7 @@ fn deep_nesting_resolves_and_unwinds() {
     let mut out = Vec::new();
     let err = s.feed(body.as_bytes(), &mut out, &mut r).unwrap_err();
     assert_eq!(err.field, "a[0]");
-    // Keys stay keys below the path cap.
+    // Keys stay keys below the path cap: a template there is refused.
     let body = format!(
         "{}{{\"{PAN_NUMBER}\":1}}{}",
         "[".repeat(500),
@@ -263,8 +270,8 @@ fn deep_nesting_resolves_and_unwinds() {
     );
     s.reset();
     out.clear();
-    assert_eq!(s.feed(body.as_bytes(), &mut out, &mut r), Ok(0));
-    assert_eq!(out, body.as_bytes());
+    let err = s.feed(body.as_bytes(), &mut out, &mut r).unwrap_err();
+    assert_eq!(err.message, IN_KEY);
 }
 
 #[test]

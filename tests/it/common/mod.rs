@@ -118,6 +118,8 @@ pub struct Options {
     /// The `metrics:` section (`KEYS_DIR` is the server's directory); by default the public
     /// `/metrics` with the bearer token [`METRICS_TOKEN`].
     pub metrics_yaml: String,
+    /// `server.body_read_timeout`.
+    pub body_read_timeout: &'static str,
 }
 
 /// The bearer token of `/metrics` on a test server.
@@ -133,6 +135,7 @@ impl Default for Options {
             log_level: None,
             audit_hash: "auto",
             metrics_yaml: "{bearer_token_file: KEYS_DIR/metrics.token}".into(),
+            body_read_timeout: "5s",
         }
     }
 }
@@ -159,6 +162,13 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Writes a file only its owner may read, as paycred wants its master key.
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    write(path, text);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 impl Server {
     pub fn start() -> Server {
         Self::start_with(Options::default())
@@ -172,7 +182,7 @@ impl Server {
         write(&d.join("ed.pem"), &KEYS.ed.public_pem);
         write(&d.join("other.pem"), &KEYS.other.public_pem);
         write(&d.join("metrics.token"), METRICS_TOKEN);
-        write(
+        write_private(
             &d.join("master.key"),
             &paycred::vault::master::MasterKey::generate_hex(),
         );
@@ -204,7 +214,7 @@ impl Server {
              cvc_retention: {retention}\n\
              rest_max_body: {max}\n\
              audit_hash: {audit_hash}\n\
-             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s}}\n\
+             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s, body_read_timeout: {body_read_timeout}}}\n\
              metrics: {metrics}\n\
              projects:\n\
              \x20 - id: {PROJECT}\n\
@@ -238,6 +248,7 @@ impl Server {
             extra = opts.extra_project_yaml.replace("KEYS_DIR", &d.to_string()),
             metrics = opts.metrics_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
+            body_read_timeout = opts.body_read_timeout,
             guard_hosts = GUARD_HOSTS,
         );
         write(&self.config_path, &yaml);
@@ -586,4 +597,48 @@ pub fn project_cli(server: &Server, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     text
+}
+
+/// A resolver for the scanners' property tests: `pm_<n>` is `values[n]`; anything else is
+/// unknown.
+pub struct Table<'a> {
+    pub values: &'a [String],
+}
+
+impl paycred::template::Resolver for Table<'_> {
+    fn resolve(
+        &mut self,
+        t: &paycred::template::TemplateRef,
+    ) -> Result<paycred::secret::Revealed, paycred::template::ResolveError> {
+        t.payment_method
+            .strip_prefix("pm_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| self.values.get(n).cloned())
+            .map(|v| paycred::secret::Revealed::Number(v.into()))
+            .ok_or_else(|| paycred::template::ResolveError::new("unknown payment method"))
+    }
+}
+
+/// Starts `paycred serve` on `config`, expecting it to refuse: returns what it wrote to stderr
+/// once it exited; panics if it keeps running (after killing it).
+pub fn refused_start(config: &Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "-c"])
+        .arg(config)
+        .env_remove("PAYCRED_MASTER_KEY")
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = eventually(Duration::from_secs(20), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(exited && !out.status.success(), "it started: {said}");
+    said
 }

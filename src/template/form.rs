@@ -1,0 +1,514 @@
+//! The form scanner: templates in `application/x-www-form-urlencoded` bodies, chunk by chunk,
+//! with the guarantees of the JSON scanner (a template split across any chunk boundary,
+//! bounded memory, fail closed) and its held template, parser, cache and resolver.
+//!
+//! A form is `key=value` pairs joined by `&`, both sides percent-encoded (`+` is a space).
+//! The rules:
+//!
+//! - A template goes in a value, written raw (`{{ … }}`) or percent-encoded (`%7B%7B … %7D%7D`,
+//!   as `urllib.parse.urlencode` and browsers write it), or any mix: braces are recognised
+//!   after decoding. A `{{` in a key is refused; the template must end in its value (an `&`
+//!   before `}}` is an unterminated template).
+//! - The template's text is percent-decoded (and `+` read as a space) before it is parsed.
+//! - The value is percent-encoded for a form in its place (`application/x-www-form-urlencoded`
+//!   serialisation: letters, digits and `*-._` as they are, a space as `+`, every other byte
+//!   `%XX`).
+//! - Every other byte is copied as written; the scanner holds back only an escape cut by the
+//!   end of a chunk (`%` or `%7`), a brace that may open a template, and the open template.
+//! - An error names the field by its key decoded (`card[number]`), cut at [`MAX_KEY_LEN`]
+//!   bytes with `…`.
+
+use memchr::memchr3;
+
+use super::held::{Encoding, Held, ParsedCache};
+use super::scanner::{Resolver, TemplateError, MAX_KEY_LEN};
+
+/// Text of a form, percent-encoded.
+pub(super) struct Form;
+
+/// What a bad escape in a template answers.
+const BAD_PERCENT: &str = "invalid percent-encoding in template";
+
+impl Encoding for Form {
+    fn parsed() -> &'static ParsedCache {
+        static PARSED: ParsedCache = ParsedCache::new();
+        &PARSED
+    }
+
+    #[inline]
+    fn has_escapes(raw: &[u8]) -> bool {
+        raw.iter().any(|&b| b == b'%' || b == b'+')
+    }
+
+    fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+        let mut bytes = Vec::with_capacity(raw.len());
+        let mut i = 0;
+        while let Some(&b) = raw.get(i) {
+            match b {
+                b'+' => bytes.push(b' '),
+                b'%' => {
+                    let d = match (raw.get(i + 1), raw.get(i + 2)) {
+                        (Some(&h), Some(&l)) => hex(h, l),
+                        _ => None,
+                    };
+                    bytes.push(d.ok_or(BAD_PERCENT)?);
+                    i += 2;
+                }
+                _ => bytes.push(b),
+            }
+            i += 1;
+        }
+        let text = std::str::from_utf8(&bytes).map_err(|_| "template is not valid UTF-8")?;
+        dst.clear();
+        dst.push_str(text);
+        Ok(())
+    }
+
+    fn escape_into(out: &mut Vec<u8>, value: &[u8]) {
+        for part in form_urlencoded::byte_serialize(value) {
+            out.extend_from_slice(part.as_bytes());
+        }
+    }
+}
+
+/// The byte that two hex digits stand for.
+#[inline]
+fn hex(h: u8, l: u8) -> Option<u8> {
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    Some(digit(h)? << 4 | digit(l)?)
+}
+
+/// What a `{{` in a key answers.
+pub(super) const FORM_IN_KEY: &str = "a template cannot be in a form key";
+
+/// Incremental template scanner for one form body at a time; [`FormScanner::finish`], when it
+/// succeeds, readies it for the next. After an error, every further call returns it.
+#[derive(Debug, Clone)]
+pub struct FormScanner {
+    /// Reading a key (before its `=`).
+    in_key: bool,
+    /// The current pair's key, decoded, at most [`MAX_KEY_LEN`] bytes.
+    key: Vec<u8>,
+    /// The key was longer.
+    key_cut: bool,
+    /// An escape cut by the end of the last chunk (`%` or `%X`), not yet written.
+    partial: Vec<u8>,
+    /// A `{` as written (`{` or `%7B`), not yet written: with the next, it opens a template.
+    brace: Vec<u8>,
+    /// In a template (held in `held`).
+    in_template: bool,
+    /// In a template, the last byte read was a `}`.
+    close: bool,
+    /// In a template that holds only its two braces: how the first is written (its length),
+    /// so that a third brace makes it text (`{{{ … }}` is `{` and a template).
+    opened: Option<usize>,
+    held: Held,
+    /// Templates substituted in the chunk being fed.
+    count: usize,
+    failed: Option<TemplateError>,
+}
+
+impl Default for FormScanner {
+    fn default() -> Self {
+        FormScanner::new()
+    }
+}
+
+impl FormScanner {
+    pub fn new() -> Self {
+        FormScanner {
+            in_key: true,
+            key: Vec::new(),
+            key_cut: false,
+            partial: Vec::new(),
+            brace: Vec::new(),
+            in_template: false,
+            close: false,
+            opened: None,
+            held: Held::new(),
+            count: 0,
+            failed: None,
+        }
+    }
+
+    /// Back to the start of a body, allocations kept.
+    pub fn reset(&mut self) {
+        self.in_key = true;
+        self.key.clear();
+        self.key_cut = false;
+        self.partial.clear();
+        self.brace.clear();
+        self.in_template = false;
+        self.close = false;
+        self.opened = None;
+        self.held.clear();
+        self.failed = None;
+    }
+
+    /// Scans one chunk, appending output to `out`; returns how many templates it substituted.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        self.count = 0;
+        let result = self.feed_chunk(chunk, out, r);
+        if let Err(err) = &result {
+            self.failed = Some(err.clone());
+        }
+        result.map(|()| self.count)
+    }
+
+    /// Scans the last chunk and ends the body ([`FormScanner::feed`] then
+    /// [`FormScanner::finish`]).
+    pub fn feed_last(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        let count = self.feed(chunk, out, r)?;
+        self.finish(out)?;
+        Ok(count)
+    }
+
+    /// End of body: writes what is held back and resets the scanner. A template still open
+    /// is an error.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        if self.in_template {
+            let err = self.error("unterminated template");
+            self.failed = Some(err.clone());
+            return Err(err);
+        }
+        out.extend_from_slice(&self.brace);
+        out.extend_from_slice(&self.partial);
+        self.reset();
+        Ok(())
+    }
+
+    fn feed_chunk(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), TemplateError> {
+        out.reserve(chunk.len());
+        let mut from = 0;
+        if !self.partial.is_empty() {
+            // The escape cut by the last chunk, completed by this one's first bytes.
+            let held = self.partial.len();
+            let take = chunk.len().min(2);
+            let mut joined = std::mem::take(&mut self.partial);
+            joined.extend_from_slice(chunk.get(..take).unwrap_or_default());
+            let end = self.scan(&joined, held, out, r)?;
+            if end < held {
+                // Still cut: the whole chunk is in `joined` (it had fewer than 2 bytes).
+                joined.drain(..end);
+                self.partial = joined;
+                return Ok(());
+            }
+            from = end - held;
+        }
+        let rest = chunk.get(from..).unwrap_or_default();
+        let end = self.scan(rest, rest.len(), out, r)?;
+        self.partial
+            .extend_from_slice(rest.get(end..).unwrap_or_default());
+        Ok(())
+    }
+
+    /// Reads the units (a byte, or an escape `%XX`) of `buf` that start before `stop`; an
+    /// escape may run past `stop`. Returns where it stopped: `stop` or beyond, or the start of
+    /// an escape that `buf` cuts.
+    fn scan(
+        &mut self,
+        buf: &[u8],
+        stop: usize,
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        let mut i = 0;
+        while i < stop {
+            if self.in_key && !self.in_template && self.brace.is_empty() {
+                // In a key: copy up to the next byte that may matter, keeping it as the key.
+                let rest = buf.get(i..stop).unwrap_or_default();
+                let k = rest
+                    .iter()
+                    .position(|&b| matches!(b, b'=' | b'&' | b'%' | b'{' | b'+'))
+                    .unwrap_or(rest.len());
+                let run = rest.get(..k).unwrap_or_default();
+                out.extend_from_slice(run);
+                let room = MAX_KEY_LEN.saturating_sub(self.key.len());
+                self.key
+                    .extend_from_slice(run.get(..room.min(k)).unwrap_or_default());
+                self.key_cut |= k > room;
+                i += k;
+                if i >= stop {
+                    break;
+                }
+            } else if !self.in_template && self.brace.is_empty() {
+                // In a value: copy up to the next byte that may matter.
+                let rest = buf.get(i..stop).unwrap_or_default();
+                let Some(k) = memchr3(b'{', b'%', b'&', rest) else {
+                    out.extend_from_slice(rest);
+                    return Ok(stop);
+                };
+                out.extend_from_slice(rest.get(..k).unwrap_or_default());
+                i += k;
+                if buf.get(i) == Some(&b'%') {
+                    match (buf.get(i + 1), buf.get(i + 2)) {
+                        (Some(&h), Some(&l)) => match hex(h, l) {
+                            Some(b'{') => {}
+                            Some(_) => {
+                                out.extend_from_slice(buf.get(i..i + 3).unwrap_or_default());
+                                i += 3;
+                                continue;
+                            }
+                            None => {
+                                out.push(b'%');
+                                i += 1;
+                                continue;
+                            }
+                        },
+                        _ => return Ok(i),
+                    }
+                }
+            }
+            let Some(&b) = buf.get(i) else { break };
+            let (decoded, len, literal) = match b {
+                b'%' => match (buf.get(i + 1), buf.get(i + 2)) {
+                    (Some(&h), Some(&l)) => match hex(h, l) {
+                        Some(d) => (d, 3, false),
+                        None => (b'%', 1, true),
+                    },
+                    _ => return Ok(i),
+                },
+                b'+' => (b' ', 1, true),
+                _ => (b, 1, true),
+            };
+            let raw = buf.get(i..i + len).unwrap_or_default();
+            self.unit(decoded, raw, literal, out, r)?;
+            i += len;
+        }
+        Ok(i)
+    }
+
+    /// One unit: `decoded` is what it stands for, `raw` how it is written, `literal` when it
+    /// is not an escape (only a literal `&` or `=` separates).
+    fn unit(
+        &mut self,
+        decoded: u8,
+        raw: &[u8],
+        literal: bool,
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), TemplateError> {
+        if self.in_template {
+            if literal && decoded == b'&' {
+                return Err(self.error("unterminated template"));
+            }
+            if let Some(first) = self.opened.take() {
+                if decoded == b'{' {
+                    // A third brace: the first is text, the template starts at the second.
+                    let bytes = self.held.bytes();
+                    out.extend_from_slice(bytes.get(..first).unwrap_or_default());
+                    let second = bytes.get(first..).unwrap_or_default().to_vec();
+                    self.held.clear();
+                    self.held.extend(&second);
+                    self.held.extend(raw);
+                    self.opened = Some(second.len());
+                    return Ok(());
+                }
+            }
+            if self.held.room() < raw.len() {
+                return Err(self.error("template too long"));
+            }
+            self.held.extend(raw);
+            if decoded != b'}' {
+                self.close = false;
+            } else if std::mem::take(&mut self.close) {
+                if let Err(message) = self.held.substitute::<Form>(out, r) {
+                    return Err(self.error(&message));
+                }
+                self.in_template = false;
+                self.count += 1;
+            } else {
+                self.close = true;
+            }
+            return Ok(());
+        }
+        if !self.brace.is_empty() {
+            if decoded == b'{' {
+                if self.in_key {
+                    return Err(self.error(FORM_IN_KEY));
+                }
+                self.held.clear();
+                self.held.extend(&self.brace);
+                self.held.extend(raw);
+                self.opened = Some(self.brace.len());
+                self.brace.clear();
+                self.in_template = true;
+                self.close = false;
+                return Ok(());
+            }
+            out.extend_from_slice(&self.brace);
+            self.brace.clear();
+        }
+        if self.in_key {
+            if literal && decoded == b'=' {
+                self.in_key = false;
+            } else if literal && decoded == b'&' {
+                self.key.clear();
+                self.key_cut = false;
+            } else if self.key.len() < MAX_KEY_LEN {
+                self.key.push(decoded);
+            } else {
+                self.key_cut = true;
+            }
+        } else if literal && decoded == b'&' {
+            self.in_key = true;
+            self.key.clear();
+            self.key_cut = false;
+        }
+        if decoded == b'{' {
+            self.brace.extend_from_slice(raw);
+        } else {
+            out.extend_from_slice(raw);
+        }
+        Ok(())
+    }
+
+    fn error(&self, message: &str) -> TemplateError {
+        let mut field = String::from_utf8_lossy(&self.key).into_owned();
+        if self.key_cut {
+            field.push('…');
+        }
+        TemplateError {
+            field,
+            template: String::from_utf8_lossy(self.held.bytes()).into_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::secret::Revealed;
+    use crate::template::{ResolveError, TemplateRef};
+
+    /// Resolves `pm_x`'s number to `4242 4242&=x`, a value that needs encoding; `pm_<n>` to
+    /// `n`; anything else is unknown.
+    fn resolver(t: &TemplateRef) -> Result<Revealed, ResolveError> {
+        match t.payment_method.as_str() {
+            "pm_x" => Ok(Revealed::Number("4242 4242&=x".into())),
+            "nope" => Err(ResolveError::new("unknown payment method")),
+            other => Ok(Revealed::Number(other.trim_start_matches("pm_").into())),
+        }
+    }
+
+    fn run_chunks(chunks: &[&[u8]]) -> Result<String, TemplateError> {
+        let mut s = FormScanner::new();
+        let mut out = Vec::new();
+        let mut r = resolver;
+        for c in chunks {
+            s.feed(c, &mut out, &mut r)?;
+        }
+        s.finish(&mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    /// The body whole, byte by byte and in every two-way split agree.
+    fn run(body: &str) -> Result<String, TemplateError> {
+        let b = body.as_bytes();
+        let whole = run_chunks(&[b]);
+        let bytes: Vec<&[u8]> = b.chunks(1).collect();
+        assert_eq!(run_chunks(&bytes), whole, "{body} byte by byte");
+        for at in 0..=b.len() {
+            let (x, y) = b.split_at(at);
+            assert_eq!(run_chunks(&[x, y]), whole, "{body} cut at {at}");
+        }
+        whole
+    }
+
+    const T: &str = "{{ paymentMethod: pm_7 | type: 'pan' | json: '$.number' }}";
+    const T_ENC: &str =
+        "%7B%7B+paymentMethod%3A+pm_7+%7C+type%3A+%27pan%27+%7C+json%3A+%27%24.number%27+%7D%7D";
+
+    #[test]
+    fn substitutes_raw_and_encoded_templates() {
+        let x = "{{paymentMethod:pm_x|type:'pan'|json:'$.number'}}";
+        for (body, want) in [
+            (
+                format!("card[number]={T}&a=b"),
+                "card[number]=7&a=b".to_string(),
+            ),
+            (
+                format!("card%5Bnumber%5D={T_ENC}"),
+                "card%5Bnumber%5D=7".to_string(),
+            ),
+            (
+                format!("a=x{T_ENC}y&b=%7b{T}%7d"),
+                "a=x7y&b=%7b7%7d".to_string(),
+            ),
+            (format!("n={x}"), "n=4242+4242%26%3Dx".to_string()),
+            // Mixed spellings of the braces.
+            (
+                "n={%7B+paymentMethod:+pm_3+|+type:+'pan'+|+json:+'$.number'+%7d}".into(),
+                "n=3".into(),
+            ),
+            // Braces that open no template, escapes that are none, separators.
+            (
+                "a={x}&b=}}&c=%zz%&d=%7B&e={".into(),
+                "a={x}&b=}}&c=%zz%&d=%7B&e={".into(),
+            ),
+            ("a[{]=1&{=2".into(), "a[{]=1&{=2".into()),
+        ] {
+            assert_eq!(run(&body), Ok(want), "{body}");
+        }
+    }
+
+    #[test]
+    fn refuses_and_names_the_field() {
+        let nope = T.replace("pm_7", "nope");
+        for (body, field, message) in [
+            (
+                format!("card%5Bnumber%5D={nope}"),
+                "card[number]",
+                "unknown payment method",
+            ),
+            (format!("a=1&{T}=1"), "{", FORM_IN_KEY),
+            ("a=1&k%7B%7B=1".to_string(), "k{", FORM_IN_KEY),
+            (
+                "a={{ paymentMethod: pm_1 &b=1".into(),
+                "a",
+                "unterminated template",
+            ),
+            ("a=%7B%7B x".into(), "a", "unterminated template"),
+            ("a={{ %zz }}".into(), "a", BAD_PERCENT),
+            (
+                format!("a={{{{{}}}}}", " ".repeat(600)),
+                "a",
+                "template too long",
+            ),
+        ] {
+            let err = run(&body).unwrap_err();
+            assert_eq!(
+                (err.field.as_str(), err.message.as_str()),
+                (field, message),
+                "{body}"
+            );
+        }
+    }
+}
