@@ -15,11 +15,9 @@ pub enum StartError {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
-    #[error("data_dir {dir}: {source}")]
-    Store {
-        dir: String,
-        source: crate::store::StoreError,
-    },
+    /// The store did not open (the message names the directory or the database).
+    #[error("store: {0}")]
+    Store(String),
     #[error("listener: {0}")]
     Listener(String),
 }
@@ -27,18 +25,9 @@ pub enum StartError {
 /// Opens the store and keys and builds the shared application state.
 pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     let master = crate::vault::master::MasterKey::load(&config.master_key_file)?;
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::Store {
-        dir: config.data_dir.display().to_string(),
-        source: crate::store::StoreError::Unavailable(e.to_string()),
-    })?;
-    let store: Arc<dyn crate::store::Store> = Arc::new(
-        crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|source| {
-            StartError::Store {
-                dir: config.data_dir.display().to_string(),
-                source,
-            }
-        })?,
-    );
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| StartError::Store(format!("data_dir {}: {e}", config.data_dir.display())))?;
+    let store = crate::store::open(&config).map_err(StartError::Store)?;
     let vault = Arc::new(crate::vault::Vault::new(
         master,
         store.clone(),

@@ -67,6 +67,12 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Apply the PostgreSQL schema migrations the database lacks, and exit (`serve` applies
+    /// them at start too, under the same advisory lock).
+    Migrate {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
     /// Print the audit log (one JSON entry a line); --verify proves its hash chain. Run with
     /// the server stopped.
     Audit {
@@ -160,6 +166,28 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// `paycred migrate`: the lines to print.
+fn migrate(config: &Config) -> Result<Vec<String>, String> {
+    let crate::config::store::StoreConfig::Postgres(pg) = &config.store else {
+        return Err("store kind sled has no schema to migrate".into());
+    };
+    let applied = crate::store::PgStore::migrate(pg).map_err(|e| e.to_string())?;
+    let latest = crate::store::postgres::migrations::MIGRATIONS
+        .last()
+        .map_or(0, |(v, _, _)| *v);
+    Ok(vec![if applied.is_empty() {
+        format!(
+            "{}: schema at version {latest}, nothing to apply",
+            pg.url.describe()
+        )
+    } else {
+        format!(
+            "{}: applied {applied:?}, schema at version {latest}",
+            pg.url.describe()
+        )
+    }])
+}
+
 /// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
 fn serve(
     config: Option<PathBuf>,
@@ -232,7 +260,17 @@ pub fn run() -> ExitCode {
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => match crate::vault::master::MasterKey::load(&c.master_key_file) {
                 Ok(_) => {
-                    println!("{}: ok ({} projects)", config.display(), c.projects.len());
+                    let store = match &c.store {
+                        crate::config::store::StoreConfig::Sled => "sled".to_string(),
+                        crate::config::store::StoreConfig::Postgres(pg) => {
+                            format!("postgres {}", pg.url.describe())
+                        }
+                    };
+                    println!(
+                        "{}: ok ({} projects, store {store})",
+                        config.display(),
+                        c.projects.len()
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(format!("{}: {e}", config.display())),
@@ -261,6 +299,10 @@ pub fn run() -> ExitCode {
             };
             print_lines(keys::data_key(&config, &project, action))
         }
+        Command::Migrate { config } => match Config::load(&config) {
+            Ok(c) => print_lines(migrate(&c)),
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
         Command::Audit { config, verify } => match Config::load(&config) {
             Ok(c) => match audit::run(&c, verify, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! Persistence behind one trait, [`Store`]: the embedded sled backend ([`sled::SledStore`])
-//! is the default; records are in [`records`], sealed values in [`sealed`].
+//! is the default, PostgreSQL ([`postgres::PgStore`]) the store several instances share;
+//! records are in [`records`], sealed values in [`sealed`]. [`open`] opens the configured one.
 //!
 //! Everything is scoped by (project, entity): a lookup with another scope finds nothing,
 //! exactly as for an id that never existed. A write returns only after it is durable.
@@ -7,9 +8,12 @@
 //! May import: `audit` (the log the store writes), `config`, `clock`, `error`, `secret`.
 //! Never the vault, the handlers or the edge.
 
+#[cfg(test)]
+mod contract_tests;
 #[cfg(any(test, feature = "test-support"))]
 pub mod faulty;
 pub mod pm_cache;
+pub mod postgres;
 pub mod records;
 pub mod sealed;
 pub mod sled;
@@ -19,9 +23,27 @@ use crate::error::ApiError;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+pub use postgres::PgStore;
 pub use records::*;
 pub use sealed::Sealed;
 pub use sled::SledStore;
+
+/// Opens the store `config` names (sled in `data_dir`, or the PostgreSQL database, applying
+/// its migrations). The error names the directory or the database (never a password).
+pub fn open(config: &crate::config::Config) -> Result<Arc<dyn Store>, String> {
+    match &config.store {
+        crate::config::store::StoreConfig::Sled => {
+            let dir = &config.data_dir;
+            std::fs::create_dir_all(dir).map_err(|e| format!("data_dir {}: {e}", dir.display()))?;
+            let store = SledStore::open(dir, config.audit_hash)
+                .map_err(|e| format!("data_dir {}: {e}", dir.display()))?;
+            Ok(Arc::new(store))
+        }
+        crate::config::store::StoreConfig::Postgres(pg) => Ok(Arc::new(
+            PgStore::open(pg, config.audit_hash).map_err(|e| e.to_string())?,
+        )),
+    }
+}
 
 /// A store failure. The message never carries card data.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +63,7 @@ impl From<StoreError> for ApiError {
         tracing::error!(error = %e, "store error");
         match e {
             StoreError::Unavailable(_) => ApiError::new(
-                crate::error::ErrorKind::ServiceUnavailable,
+                crate::error::ErrorKind::StoreUnavailable,
                 "storage temporarily unavailable",
             ),
             _ => ApiError::internal(),
