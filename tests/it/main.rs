@@ -23,6 +23,7 @@ mod idempotency;
 mod keys;
 mod log_hygiene;
 mod payment_methods;
+mod postgres;
 mod proxy;
 mod purchase_intents;
 mod ratelimit;

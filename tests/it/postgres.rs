@@ -1,0 +1,202 @@
+//! paycred on PostgreSQL (the test cluster of `paycred::store::postgres::test_cluster`, a
+//! database per server): the REST API, the proxy, restarts and the audit log on one
+//! instance, and three instances on one database (usage counts, dedup, deletes, the audit
+//! chain while they run).
+
+use crate::common::upstream::Upstream;
+use crate::common::*;
+use serde_json::{json, Value};
+
+fn pm_path() -> String {
+    format!("/projects/{PROJECT}/payment-methods")
+}
+
+fn card_intent(server: &Server, token: &str, pm: &str, limit: u32) -> Value {
+    let pi = server.call(
+        "POST",
+        &format!("/projects/{PROJECT}/purchase-intents"),
+        Some(token),
+        Some(
+            &json!({"entityId": "user_1", "credentialType": "virtual-card", "paymentMethodId": pm,
+            "mandates": [
+                {"type": "maxAmount", "value": "100.00", "details": {"currency": "840"}},
+                {"type": "usageLimit", "value": limit.to_string(), "details": {"count": limit}}]}),
+        ),
+    );
+    assert_eq!(pi.status, 201, "{}", pi.text);
+    pi.json
+}
+
+fn charge(pi: &Value) -> Value {
+    let mut charge = pi["card"].clone();
+    charge["amount"] = json!("1.00");
+    charge["currency"] = json!("USD");
+    charge["mcc"] = json!("5411");
+    charge
+}
+
+#[test]
+fn one_instance_serves_rest_proxy_and_audit_from_postgres() {
+    let mut server = Server::start_with(Options::on(Backend::Postgres));
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    // The same card again: the stored one (dedup by the unique fingerprint index).
+    let again = server.call(
+        "POST",
+        &pm_path(),
+        Some(&t),
+        Some(&card_body("user_1", VISA, CVC)),
+    );
+    assert_eq!(
+        (again.status, again.json["id"].as_str()),
+        (200, Some(pm.as_str()))
+    );
+    let up = Upstream::start();
+    let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}"),
+                      "c": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.cvc' }}}}")});
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[0].body).unwrap();
+    assert_eq!(
+        (sent["n"].as_str(), sent["c"].as_str()),
+        (Some(VISA), Some(CVC))
+    );
+
+    let pi = card_intent(&server, &t, &pm, 2);
+    let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
+    for _ in 0..2 {
+        let ok = server.call("POST", &auth, Some(&t), Some(&charge(&pi)));
+        assert_eq!(ok.json, json!({"approved": true}), "{}", ok.text);
+    }
+    let third = server.call("POST", &auth, Some(&t), Some(&charge(&pi)));
+    assert_eq!(third.json["approved"], false, "{}", third.text);
+
+    // A restart keeps everything.
+    server.restart();
+    let got = server.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert_eq!(got.status, 200, "{}", got.text);
+    let pi_id = pi["id"].as_str().unwrap();
+    let got = server.call(
+        "GET",
+        &format!("/projects/{PROJECT}/purchase-intents/{pi_id}?entityId=user_1"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(got.json["status"], "expired", "{}", got.text);
+
+    let deleted = server.call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert!(deleted.status < 300, "{}", deleted.text);
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    r.assert_error(400, "invalidTemplate");
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "nothing substituted after the delete"
+    );
+
+    // The log is verified while the server runs (the database is shared).
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("audit log verified"), "{out}");
+    assert!(out.contains("paymentMethod.delete"), "{out}");
+}
+
+/// Three servers on one database with one master key.
+fn three_instances() -> Vec<Server> {
+    let a = Server::start_with(Options::on(Backend::Postgres));
+    let url = a.database_url.clone().unwrap();
+    let shared = || Options {
+        backend: Backend::Database(url.clone()),
+        master_key: Some(a.master_key.clone()),
+        ..Options::default()
+    };
+    let (b, c) = (Server::start_with(shared()), Server::start_with(shared()));
+    vec![a, b, c]
+}
+
+#[test]
+fn three_instances_share_one_database() {
+    let servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+
+    // The same card created at once through the three: one payment method.
+    let created: Vec<(u16, String)> = std::thread::scope(|s| {
+        let calls: Vec<_> = servers
+            .iter()
+            .map(|server| {
+                let t = &t;
+                s.spawn(move || {
+                    let r = server.call(
+                        "POST",
+                        &pm_path(),
+                        Some(t),
+                        Some(&card_body("user_1", MASTERCARD, CVC)),
+                    );
+                    (
+                        r.status,
+                        r.json["id"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let mut statuses: Vec<u16> = created.iter().map(|(s, _)| *s).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 201], "{created:?}");
+    let pm = created[0].1.clone();
+    assert!(created.iter().all(|(_, id)| *id == pm), "{created:?}");
+
+    // A usageLimit 5 intent, 200 authorizations spread over the three at once: exactly 5.
+    let pi = card_intent(&servers[1], &t, &pm, 5);
+    let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
+    let approved = std::sync::atomic::AtomicUsize::new(0);
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for worker in 0..20 {
+            let (servers, t, auth, pi) = (&servers, &t, &auth, &pi);
+            let (approved, answered) = (&approved, &answered);
+            s.spawn(move || {
+                for i in 0..10 {
+                    let server = &servers[(worker + i) % 3];
+                    let r = server.call("POST", auth, Some(t), Some(&charge(pi)));
+                    assert_eq!(r.status, 200, "{}", r.text);
+                    answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if r.json["approved"] == true {
+                        approved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    println!(
+        "usageLimit 5, {} authorizations over 3 instances: {} approved",
+        answered.into_inner(),
+        approved.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert_eq!(approved.into_inner(), 5);
+
+    // Used through B (so B has read it), deleted on A: refused on B and C at once.
+    let up = Upstream::start();
+    let body =
+        json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
+    assert_eq!(servers[1].proxy_json(&t, &up.url("/c"), &body).status, 201);
+    let deleted = servers[0].call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert!(deleted.status < 300, "{}", deleted.text);
+    for server in &servers[1..] {
+        let r = server.proxy_json(&t, &up.url("/c"), &body);
+        r.assert_error(400, "invalidTemplate");
+        assert!(r.text.contains("unknown payment method"), "{}", r.text);
+    }
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "nothing substituted after the delete"
+    );
+
+    // One chain for the three, verified while they run.
+    let (ok, out, err) = audit_cli(&servers[2], true);
+    assert!(ok, "{out}{err}");
+    let creates = out.matches("\"paymentMethod.create\"").count();
+    assert_eq!(creates, 1, "{out}");
+}
