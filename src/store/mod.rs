@@ -237,6 +237,24 @@ pub trait Store: Send + Sync + 'static {
         record: &IdempotentRecord,
     ) -> StoreResult<()>;
 
+    /// Claims an `Idempotency-Key` of this scope until `lease_until_micros`, for the one
+    /// request that runs it: `false` when another holds an unexpired claim. A store that one
+    /// process owns (sled) has no other claimant: the edge's in-process guard suffices.
+    async fn claim_idempotent(
+        &self,
+        _scope: Scope<'_>,
+        _key: &str,
+        _now_micros: i64,
+        _lease_until_micros: i64,
+    ) -> StoreResult<bool> {
+        Ok(true)
+    }
+
+    /// Releases a claim of [`Store::claim_idempotent`].
+    async fn release_idempotent(&self, _scope: Scope<'_>, _key: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Removes stored idempotent responses expired at `now_micros`; how many.
     fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize>;
 

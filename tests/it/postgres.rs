@@ -200,3 +200,58 @@ fn three_instances_share_one_database() {
     let creates = out.matches("\"paymentMethod.create\"").count();
     assert_eq!(creates, 1, "{out}");
 }
+
+#[test]
+fn one_idempotency_key_sent_to_three_instances_runs_once() {
+    let servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+    let pm = servers[0].add_card(&t, "user_1", VISA);
+    let path = format!("/projects/{PROJECT}/purchase-intents");
+    let body =
+        json!({"entityId": "user_1", "credentialType": "virtual-card", "paymentMethodId": pm,
+        "mandates": [{"type": "maxAmount", "value": "10.00", "details": {"currency": "840"}}]})
+        .to_string();
+    let mut executed = 0;
+    let mut replayed = 0;
+    let mut in_progress = 0;
+    for round in 0..5 {
+        let key = format!("idem-{round}");
+        let answers: Vec<Reply> = std::thread::scope(|s| {
+            let calls: Vec<_> = servers
+                .iter()
+                .map(|server| {
+                    let (t, path, body, key) = (&t, &path, &body, &key);
+                    s.spawn(move || {
+                        server.raw(
+                            "POST",
+                            path,
+                            &[
+                                ("Authorization", &format!("Bearer {t}")),
+                                ("Content-Type", "application/json"),
+                                ("Idempotency-Key", key),
+                            ],
+                            Some(body.as_bytes()),
+                        )
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        for a in &answers {
+            match (a.status, a.header("Idempotent-Replayed")) {
+                (201, None) => executed += 1,
+                (201, Some("true")) => replayed += 1,
+                (409, _) => in_progress += 1,
+                other => panic!("{other:?}: {}", a.text),
+            }
+        }
+    }
+    println!(
+        "5 keys x 3 instances: {executed} executed, {replayed} replayed, {in_progress} answered 409"
+    );
+    assert_eq!(executed, 5);
+    // Every instance wrote its creates into the one audit chain: five intents, no more.
+    let (ok, out, err) = audit_cli(&servers[2], true);
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.matches("\"purchaseIntent.create\"").count(), 5, "{out}");
+}

@@ -8,8 +8,14 @@ use deadpool_postgres::Pool;
 
 /// (version, name, SQL), oldest first. A released version is never edited: a change is a new
 /// version.
-pub const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "initial", include_str!("migrations/0001_initial.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "initial", include_str!("migrations/0001_initial.sql")),
+    (
+        2,
+        "idempotency claims",
+        include_str!("migrations/0002_idempotency_claims.sql"),
+    ),
+];
 
 /// The tables of the schema, for counts.
 pub const TABLES: &[&str] = &[
@@ -17,6 +23,7 @@ pub const TABLES: &[&str] = &[
     "intents",
     "card_tokens",
     "idempotency",
+    "idempotency_claims",
     "keyrings",
     "client_keys",
     "audit_outbox",

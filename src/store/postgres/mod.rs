@@ -740,12 +740,52 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn claim_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+        lease_until_micros: i64,
+    ) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "INSERT INTO idempotency_claims (project, entity, key, lease_until_micros) \
+             VALUES ($1, $2, $3, $5) ON CONFLICT (project, entity, key) \
+             DO UPDATE SET lease_until_micros = $5 \
+             WHERE idempotency_claims.lease_until_micros <= $4 RETURNING 1",
+            &[
+                &scope.project,
+                &scope.entity,
+                &key,
+                &now_micros,
+                &lease_until_micros,
+            ],
+        ))
+        .await?;
+        Ok(row.is_some())
+    }
+
+    async fn release_idempotent(&self, scope: Scope<'_>, key: &str) -> StoreResult<()> {
+        let c = self.client().await?;
+        timed(c.execute(
+            "DELETE FROM idempotency_claims WHERE project = $1 AND entity = $2 AND key = $3",
+            &[&scope.project, &scope.entity, &key],
+        ))
+        .await
+        .map(drop)
+    }
+
     fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
         let pool = self.pool.clone();
         self.blocking(async move {
             let c = client(&pool).await?;
             let n = timed(c.execute(
                 "DELETE FROM idempotency WHERE expires_micros <= $1",
+                &[&now_micros],
+            ))
+            .await?;
+            timed(c.execute(
+                "DELETE FROM idempotency_claims WHERE lease_until_micros <= $1",
                 &[&now_micros],
             ))
             .await?;
@@ -1000,6 +1040,6 @@ mod tests {
             }
         })
         .unwrap();
-        assert_eq!(counts, 1);
+        assert_eq!(counts, i64::try_from(migrations::MIGRATIONS.len()).unwrap());
     }
 }
