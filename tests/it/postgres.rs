@@ -255,3 +255,51 @@ fn one_idempotency_key_sent_to_three_instances_runs_once() {
     assert!(ok, "{out}{err}");
     assert_eq!(out.matches("\"purchaseIntent.create\"").count(), 5, "{out}");
 }
+
+#[test]
+fn postgresql_down_answers_503_store_unavailable_and_recovers() {
+    use paycred::store::postgres::test_cluster::{database_on, Cluster};
+    let cluster = Cluster::start().unwrap();
+    let url = database_on(&cluster.url()).unwrap();
+    let server = Server::start_with(Options::on(Backend::Database(url)));
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    let up = Upstream::start();
+    let body =
+        json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
+    assert_eq!(server.proxy_json(&t, &up.url("/c"), &body).status, 201);
+
+    cluster.down("fast").unwrap();
+    let get = server.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    get.assert_error(503, "storeUnavailable");
+    let create = server.call(
+        "POST",
+        &pm_path(),
+        Some(&t),
+        Some(&card_body("user_1", MASTERCARD, CVC)),
+    );
+    create.assert_error(503, "storeUnavailable");
+    let proxied = server.proxy_json(&t, &up.url("/c"), &body);
+    proxied.assert_error(503, "storeUnavailable");
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "nothing sent while the store is down"
+    );
+    let ready = server.call("GET", "/ready", None, None);
+    assert_eq!(ready.status, 503, "{}", ready.text);
+
+    cluster.up().unwrap();
+    assert!(
+        eventually(std::time::Duration::from_secs(20), || {
+            server
+                .call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None)
+                .status
+                == 200
+        }),
+        "no recovery once PostgreSQL is back"
+    );
+    assert_eq!(server.proxy_json(&t, &up.url("/c"), &body).status, 201);
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{out}{err}");
+}

@@ -65,70 +65,132 @@ fn free_port() -> Result<u16, String> {
 }
 
 fn start_cluster() -> Result<String, String> {
-    let bin = bin_dir()?;
-    let dir = std::env::temp_dir().join(format!("paycred-pg-{}", std::process::id()));
-    let data = dir.join("data");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    if is_root() {
-        let chown = Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .map_err(|e| e.to_string())?;
-        if !chown.success() {
-            return Err("chown of the cluster directory failed".into());
-        }
+    let cluster = Cluster::start()?;
+    let url = cluster.url();
+    // The shared cluster lives as long as the process; its watcher stops it then.
+    std::mem::forget(cluster);
+    Ok(url)
+}
+
+/// A throwaway cluster of its own (a test that stops and starts PostgreSQL); stopped and
+/// removed on drop, or by its watcher when the process ends first.
+pub struct Cluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+fn run(c: &mut Command, what: &str) -> Result<(), String> {
+    let out = c.output().map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)))
     }
-    let run = |c: &mut Command, what: &str| -> Result<(), String> {
-        let out = c.output().map_err(|e| format!("{what}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+impl Cluster {
+    /// initdb, and the server started on a free port.
+    pub fn start() -> Result<Self, String> {
+        let bin = bin_dir()?;
+        let dir = std::env::temp_dir().join(format!(
+            "paycred-pg-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        if is_root() {
+            run(
+                Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(&dir),
+                "chown of the cluster directory",
+            )?;
         }
-    };
-    run(
-        as_postgres(&bin.join("initdb"))
-            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
-            .arg(&data),
-        "initdb",
-    )?;
-    let port = free_port()?;
-    let options = format!(
-        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 -c shared_buffers=32MB",
-        dir.display()
-    );
-    run(
-        as_postgres(&bin.join("pg_ctl"))
-            .args(["-w", "-s", "-l"])
-            .arg(dir.join("log"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-o", &options, "start"]),
-        "pg_ctl start",
-    )?;
-    // The watcher: when this process ends, the cluster stops and its directory goes.
-    let watch = format!(
-        "while [ -d /proc/{pid} ]; do sleep 1; done; \
-         {pg_ctl} -D {data} -m immediate -s stop; rm -rf {dir}",
-        pid = std::process::id(),
-        pg_ctl = bin.join("pg_ctl").display(),
-        data = data.display(),
-        dir = dir.display(),
-    );
-    as_postgres(Path::new("sh"))
-        .args(["-c", &watch])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cluster watcher: {e}"))?;
-    Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        let cluster = Self {
+            bin,
+            dir,
+            port: free_port()?,
+        };
+        run(
+            as_postgres(&cluster.bin.join("initdb"))
+                .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+                .arg(cluster.data()),
+            "initdb",
+        )?;
+        cluster.up()?;
+        // The watcher: when this process ends, the cluster stops and its directory goes.
+        let watch = format!(
+            "while [ -d /proc/{pid} ]; do sleep 1; done; \
+             {pg_ctl} -D {data} -m immediate -s stop; rm -rf {dir}",
+            pid = std::process::id(),
+            pg_ctl = cluster.bin.join("pg_ctl").display(),
+            data = cluster.data().display(),
+            dir = cluster.dir.display(),
+        );
+        as_postgres(Path::new("sh"))
+            .args(["-c", &watch])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cluster watcher: {e}"))?;
+        Ok(cluster)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The admin URL (database `postgres`).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Starts the server (again), on the same port; waits until it accepts connections.
+    pub fn up(&self) -> Result<(), String> {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 -c shared_buffers=32MB",
+            self.port,
+            self.dir.display()
+        );
+        run(
+            as_postgres(&self.bin.join("pg_ctl"))
+                .args(["-w", "-s", "-l"])
+                .arg(self.dir.join("log"))
+                .arg("-D")
+                .arg(self.data())
+                .args(["-o", &options, "start"]),
+            "pg_ctl start",
+        )
+    }
+
+    /// Stops the server: `fast` (connections closed, a clean shutdown) or `immediate`.
+    pub fn down(&self, mode: &str) -> Result<(), String> {
+        run(
+            as_postgres(&self.bin.join("pg_ctl"))
+                .args(["-w", "-s", "-m", mode, "-D"])
+                .arg(self.data())
+                .arg("stop"),
+            "pg_ctl stop",
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.down("immediate");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// A new empty database on the test server; its URL. `Err` says why there is no server.
 pub fn fresh_database() -> Result<String, String> {
-    let admin = server()?;
+    database_on(server()?)
+}
+
+/// A new empty database on the server of `admin` (an admin URL); its URL.
+pub fn database_on(admin: &str) -> Result<String, String> {
     let name = format!("t_{}", uuid::Uuid::new_v4().simple());
     let url = admin
         .rsplit_once('/')
