@@ -73,8 +73,8 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
-    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. Run with
-    /// the server stopped.
+    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. On sled,
+    /// run with the server stopped; on PostgreSQL, while the servers run.
     Audit {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
@@ -82,7 +82,8 @@ enum Command {
         #[arg(long)]
         verify: bool,
     },
-    /// Client encryption keys (`encryptedCard`): list, rotate, retire. Run with the server stopped.
+    /// Client encryption keys (`encryptedCard`): list, rotate, retire. On sled, run with the
+    /// server stopped; on PostgreSQL, running servers take a change up when they restart.
     ClientKey {
         #[command(subcommand)]
         action: ClientKeyAction,
@@ -92,8 +93,8 @@ enum Command {
         #[arg(long, global = true)]
         project: Option<String>,
     },
-    /// Data keys (they seal card numbers and credentials): list, rotate. Run with the server
-    /// stopped.
+    /// Data keys (they seal card numbers and credentials): list, rotate. On sled, run with the
+    /// server stopped; on PostgreSQL, running servers take a change up when they restart.
     DataKey {
         #[command(subcommand)]
         action: DataKeyAction,
