@@ -34,6 +34,8 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
         config.cvc_retention,
     ));
     vault.check_master_key(config.projects.keys().map(String::as_str))?;
+    let now = u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0);
+    vault.attach_cvc_ratchet(now)?;
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     crate::edge::idempotency::spawn_sweeper(Arc::downgrade(&store));
     let clock = Arc::new(crate::clock::SystemClock);

@@ -71,8 +71,12 @@ fn one_instance_serves_rest_proxy_and_audit_from_postgres() {
     let third = server.call("POST", &auth, Some(&t), Some(&charge(&pi)));
     assert_eq!(third.json["approved"], false, "{}", third.text);
 
-    // A restart keeps everything.
+    // A restart keeps everything, the cvc included (the ratchet is in the database).
     server.restart();
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[1].body).unwrap();
+    assert_eq!(sent["c"].as_str(), Some(CVC), "the cvc after a restart");
     let got = server.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
     assert_eq!(got.status, 200, "{}", got.text);
     let pi_id = pi["id"].as_str().unwrap();
@@ -90,7 +94,7 @@ fn one_instance_serves_rest_proxy_and_audit_from_postgres() {
     r.assert_error(400, "invalidTemplate");
     assert_eq!(
         up.requests().len(),
-        1,
+        2,
         "nothing substituted after the delete"
     );
 
