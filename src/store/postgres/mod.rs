@@ -794,17 +794,11 @@ impl Store for PgStore {
     }
 
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
-        if let Some(ring) = self.keyrings.read().get(project) {
-            return Ok(Some(ring.clone()));
-        }
-        let found =
-            self.read_key_row("SELECT keyring FROM keyrings WHERE project = $1", project)?;
-        if let Some(ring) = &found {
-            self.keyrings
-                .write()
-                .insert(project.to_string(), ring.clone());
-        }
-        Ok(found)
+        self.read_key_row(
+            &self.keyrings,
+            "SELECT keyring FROM keyrings WHERE project = $1",
+            project,
+        )
     }
 
     fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>> {
@@ -920,17 +914,11 @@ impl Store for PgStore {
     }
 
     fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
-        if let Some(set) = self.client_keys.read().get(project) {
-            return Ok(Some(set.clone()));
-        }
-        let found =
-            self.read_key_row("SELECT keyset FROM client_keys WHERE project = $1", project)?;
-        if let Some(set) = &found {
-            self.client_keys
-                .write()
-                .insert(project.to_string(), set.clone());
-        }
-        Ok(found)
+        self.read_key_row(
+            &self.client_keys,
+            "SELECT keyset FROM client_keys WHERE project = $1",
+            project,
+        )
     }
 
     fn swap_client_keys(
@@ -946,14 +934,27 @@ impl Store for PgStore {
 }
 
 impl PgStore {
-    /// One key row (`sql` selects the value by project).
-    fn read_key_row(&self, sql: &'static str, project: &str) -> StoreResult<Option<Vec<u8>>> {
+    /// One key row, from `cache` (read ahead at open) or else the database (`sql` selects
+    /// the value by project), then kept in `cache`.
+    fn read_key_row(
+        &self,
+        cache: &RwLock<HashMap<String, Vec<u8>>>,
+        sql: &'static str,
+        project: &str,
+    ) -> StoreResult<Option<Vec<u8>>> {
+        if let Some(value) = cache.read().get(project) {
+            return Ok(Some(value.clone()));
+        }
         let (pool, p) = (self.pool.clone(), project.to_string());
-        self.blocking(async move {
+        let found = self.blocking(async move {
             let c = client(&pool).await?;
             let row = timed(c.query_opt(sql, &[&p])).await?;
             Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
-        })
+        })?;
+        if let Some(value) = &found {
+            cache.write().insert(project.to_string(), value.clone());
+        }
+        Ok(found)
     }
 
     /// Replaces a key row (`table`, value column `column`) if it is still `expected` (absent
