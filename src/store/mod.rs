@@ -261,6 +261,12 @@ pub trait Store: Send + Sync + 'static {
     /// The project's wrapped keyring, if one was created.
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>>;
 
+    /// The project's wrapped keyring as the store holds it now, past any cache of the
+    /// store's own (a value sealed under a key this process does not know yet).
+    fn reload_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.load_keyring(project)
+    }
+
     /// Stores a keyring unless one exists; returns the one that is stored.
     fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>>;
 

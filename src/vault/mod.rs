@@ -259,10 +259,20 @@ impl Vault {
         aad: &str,
         sealed: &Sealed,
     ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
-        let ring = self.keyring(project)?;
+        let mut ring = self.keyring(project)?;
         let (id, bytes) = sealed
             .under_data_key()
             .ok_or(VaultError::Corrupt("sealed value"))?;
+        if !ring.data_keys.contains_key(id) {
+            // Sealed by an instance that has a newer keyring (a key rotated in the shared
+            // store): read the keyring again, once, past the store's cache.
+            let mut rings = self.keyrings.write();
+            if let Some(bytes) = self.store.reload_keyring(project)? {
+                let fresh = Arc::new(self.open_keyring(project, &parse_keyring(&bytes)?)?);
+                rings.insert(project.to_string(), fresh.clone());
+                ring = fresh;
+            }
+        }
         let key = ring
             .data_keys
             .get(id)

@@ -307,3 +307,39 @@ fn postgresql_down_answers_503_store_unavailable_and_recovers() {
     let (ok, out, err) = audit_cli(&server, true);
     assert!(ok, "{out}{err}");
 }
+
+#[test]
+fn a_data_key_rotated_in_the_database_is_taken_up_across_instances() {
+    let mut servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+    let before = servers[1].add_card(&t, "user_1", VISA);
+    // Rotated while the three run; A restarts and seals new cards with the new key.
+    let rotated = project_cli(&servers[2], &["data-key", "rotate"]);
+    assert!(!rotated.trim().is_empty());
+    servers[0].restart();
+    let after = servers[0].add_card(&t, "user_1", MASTERCARD);
+    let up = Upstream::start();
+    for server in &servers {
+        for pm in [&before, &after] {
+            let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
+            let r = server.proxy_json(&t, &up.url("/c"), &body);
+            assert_eq!(r.status, 201, "{}", r.text);
+        }
+    }
+    let sent: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<Value>(&r.body).unwrap()["n"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        sent.iter().filter(|n| *n == MASTERCARD).count(),
+        3,
+        "{sent:?}"
+    );
+    assert_eq!(sent.iter().filter(|n| *n == VISA).count(), 3, "{sent:?}");
+}

@@ -62,14 +62,20 @@ fn pg(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("postgres: {e}"))
 }
 
+/// How long a key row read ahead (or read) answers without asking the database again.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// Key rows by project, with when they were read.
+type KeyCache = RwLock<HashMap<String, (Vec<u8>, std::time::Instant)>>;
+
 /// PostgreSQL-backed [`Store`].
 pub struct PgStore {
     pool: Pool,
     /// Where the connections run and the synchronous methods wait; shut down on drop.
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
-    keyrings: RwLock<HashMap<String, Vec<u8>>>,
-    client_keys: RwLock<HashMap<String, Vec<u8>>>,
+    keyrings: KeyCache,
+    client_keys: KeyCache,
     audit_writer: Option<AuditBatcher>,
     writes: AtomicU64,
     /// `user@host:port/db`, for messages.
@@ -160,9 +166,10 @@ impl PgStore {
                     let c = &c;
                     async move {
                         let rows = timed(c.query(sql, &[])).await?;
+                        let now = std::time::Instant::now();
                         Ok::<_, StoreError>(
                             rows.iter()
-                                .map(|r| (r.get::<_, String>(0), r.get::<_, Vec<u8>>(1)))
+                                .map(|r| (r.get::<_, String>(0), (r.get::<_, Vec<u8>>(1), now)))
                                 .collect::<HashMap<_, _>>(),
                         )
                     }
@@ -801,6 +808,11 @@ impl Store for PgStore {
         )
     }
 
+    fn reload_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.keyrings.write().remove(project);
+        self.load_keyring(project)
+    }
+
     fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>> {
         let (pool, p, k) = (self.pool.clone(), project.to_string(), keyring.to_vec());
         let stored = self.blocking(async move {
@@ -814,9 +826,10 @@ impl Store for PgStore {
                 .await?;
             Ok(row.get::<_, Vec<u8>>(0))
         })?;
-        self.keyrings
-            .write()
-            .insert(project.to_string(), stored.clone());
+        self.keyrings.write().insert(
+            project.to_string(),
+            (stored.clone(), std::time::Instant::now()),
+        );
         Ok(stored)
     }
 
@@ -934,16 +947,20 @@ impl Store for PgStore {
 }
 
 impl PgStore {
-    /// One key row, from `cache` (read ahead at open) or else the database (`sql` selects
-    /// the value by project), then kept in `cache`.
+    /// One key row, from `cache` (read ahead at open) while younger than [`KEY_CACHE_TTL`],
+    /// else from the database (`sql` selects the value by project), then kept in `cache`.
+    /// (The vault keeps what it read: it asks again only for a project it has not loaded
+    /// and for a value sealed under a key it does not know.)
     fn read_key_row(
         &self,
-        cache: &RwLock<HashMap<String, Vec<u8>>>,
+        cache: &KeyCache,
         sql: &'static str,
         project: &str,
     ) -> StoreResult<Option<Vec<u8>>> {
-        if let Some(value) = cache.read().get(project) {
-            return Ok(Some(value.clone()));
+        if let Some((value, read)) = cache.read().get(project) {
+            if read.elapsed() < KEY_CACHE_TTL {
+                return Ok(Some(value.clone()));
+            }
         }
         let (pool, p) = (self.pool.clone(), project.to_string());
         let found = self.blocking(async move {
@@ -952,7 +969,10 @@ impl PgStore {
             Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
         })?;
         if let Some(value) = &found {
-            cache.write().insert(project.to_string(), value.clone());
+            cache.write().insert(
+                project.to_string(),
+                (value.clone(), std::time::Instant::now()),
+            );
         }
         Ok(found)
     }
