@@ -73,6 +73,11 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
+    /// Move a deployment between stores.
+    Store {
+        #[command(subcommand)]
+        action: StoreAction,
+    },
     /// Print the audit log (one JSON entry a line); --verify proves its hash chain. On sled,
     /// run with the server stopped; on PostgreSQL, while the servers run.
     Audit {
@@ -109,6 +114,20 @@ enum Command {
     MasterKey {
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum StoreAction {
+    /// Copy everything of a sled store (server stopped) into a PostgreSQL database, still
+    /// sealed; safe to run again; checks the rows and the audit chain at the end.
+    Copy {
+        /// Config of the sled deployment.
+        #[arg(long)]
+        from: PathBuf,
+        /// Config of the PostgreSQL deployment (the same master key).
+        #[arg(long)]
+        to: PathBuf,
     },
 }
 
@@ -299,6 +318,17 @@ pub fn run() -> ExitCode {
                 Err(code) => return code,
             };
             print_lines(keys::data_key(&config, &project, action))
+        }
+        Command::Store {
+            action: StoreAction::Copy { from, to },
+        } => {
+            let load =
+                |path: &PathBuf| Config::load(path).map_err(|e| format!("{}: {e}", path.display()));
+            print_lines(
+                load(&from)
+                    .and_then(|f| Ok((f, load(&to)?)))
+                    .and_then(|(f, t)| crate::store::copy::run(&f, &t)),
+            )
         }
         Command::Migrate { config } => match Config::load(&config) {
             Ok(c) => print_lines(migrate(&c)),

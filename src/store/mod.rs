@@ -10,6 +10,7 @@
 
 #[cfg(test)]
 mod contract_tests;
+pub mod copy;
 #[cfg(any(test, feature = "test-support"))]
 pub mod faulty;
 pub mod pm_cache;

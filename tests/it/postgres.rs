@@ -343,3 +343,70 @@ fn a_data_key_rotated_in_the_database_is_taken_up_across_instances() {
     );
     assert_eq!(sent.iter().filter(|n| *n == VISA).count(), 3, "{sent:?}");
 }
+
+#[test]
+fn store_copy_moves_a_sled_deployment_to_postgresql() {
+    let mut old = Server::start();
+    let t = old.token("user_1", "private");
+    let pm = old.add_card(&t, "user_1", VISA);
+    let pi = card_intent(&old, &t, &pm, 3);
+    old.stop(false);
+    let url = paycred::store::postgres::test_cluster::fresh_database().unwrap();
+    let text = std::fs::read_to_string(&old.config_path).unwrap();
+    let to = old.dir.path().join("postgres.yaml");
+    std::fs::write(
+        &to,
+        text.replacen(
+            "master_key_file:",
+            &format!("store: {{kind: postgres, url: \"{url}\"}}\nmaster_key_file:"),
+            1,
+        ),
+    )
+    .unwrap();
+    for run in 0..2 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+            .args(["store", "copy", "--from"])
+            .arg(&old.config_path)
+            .arg("--to")
+            .arg(&to)
+            .env_remove("PAYCRED_MASTER_KEY")
+            .env_remove("PAYCRED_DATABASE_URL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "run {run}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("payment methods: 1"), "{text}");
+        assert!(text.contains("audit log verified"), "{text}");
+    }
+    let new = Server::start_with(Options {
+        backend: Backend::Database(url),
+        master_key: Some(old.master_key.clone()),
+        ..Options::default()
+    });
+    let got = new.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert_eq!(got.status, 200, "{}", got.text);
+    let pi_id = pi["id"].as_str().unwrap();
+    let got = new.call(
+        "GET",
+        &format!("/projects/{PROJECT}/purchase-intents/{pi_id}?entityId=user_1"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(got.json["status"], "active", "{}", got.text);
+    let up = Upstream::start();
+    let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}"),
+                      "c": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.cvc' }}}}")});
+    let r = new.proxy_json(&t, &up.url("/c"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[0].body).unwrap();
+    assert_eq!(
+        (sent["n"].as_str(), sent["c"].as_str()),
+        (Some(VISA), Some(CVC))
+    );
+    let (ok, out, err) = audit_cli(&new, true);
+    assert!(ok, "{out}{err}");
+}

@@ -14,7 +14,7 @@ use crate::store::{corrupt, StoreError, StoreResult};
 use deadpool_postgres::Pool;
 
 /// The advisory lock that serializes chaining.
-const CHAIN_LOCK: i64 = 0x0070_6179_6372_6565;
+pub(crate) const CHAIN_LOCK: i64 = 0x0070_6179_6372_6565;
 
 /// The audit writer's sink on the database.
 pub struct PgSink {

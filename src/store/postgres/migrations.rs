@@ -17,20 +17,6 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
-/// The tables of the schema, for counts.
-pub const TABLES: &[&str] = &[
-    "payment_methods",
-    "intents",
-    "card_tokens",
-    "idempotency",
-    "idempotency_claims",
-    "keyrings",
-    "client_keys",
-    "audit_outbox",
-    "audit_log",
-    "audit_head",
-];
-
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0070_6179_6372_6564;
 

@@ -232,17 +232,6 @@ impl PgStore {
             w.wake();
         }
     }
-
-    /// Every table's row count, for `store copy` and checks.
-    pub async fn counts(&self) -> StoreResult<Vec<(&'static str, i64)>> {
-        let c = self.client().await?;
-        let mut out = Vec::new();
-        for table in migrations::TABLES {
-            let row = timed(c.query_one(&format!("SELECT count(*) FROM {table}"), &[])).await?;
-            out.push((*table, row.get::<_, i64>(0)));
-        }
-        Ok(out)
-    }
 }
 
 /// The store's runtime and its pool of connections (none opened yet).
@@ -947,6 +936,87 @@ impl Store for PgStore {
 }
 
 impl PgStore {
+    /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
+    /// how many of the export's rows the tables lack afterwards (0 when all is well).
+    pub fn import(&self, export: &crate::store::copy::Export) -> StoreResult<usize> {
+        let (pool, export) = (self.pool.clone(), export.clone());
+        self.blocking(async move {
+            let mut c = client(&pool).await?;
+            let tx = timed(c.transaction()).await?;
+            timed(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&audit::CHAIN_LOCK])).await?;
+            for (pm, verified) in &export.payment_methods {
+                timed(tx.execute(
+                    "INSERT INTO payment_methods (project, entity, id, created_micros, fingerprint,                      verified, record) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                    &[&pm.project, &pm.entity, &pm.id, &pm.created_micros, &pm.fingerprint, verified, &json(pm)?],
+                ))
+                .await?;
+            }
+            for pi in &export.intents {
+                let usage_limit = pi.mandates.usage_limit.map(i64_of);
+                timed(tx.execute(
+                    "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros,                      expires_micros, usage_limit, uses, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)                      ON CONFLICT DO NOTHING",
+                    &[&pi.project, &pi.entity, &pi.id, &pi.payment_method_id, &pi.status.as_str(),
+                      &pi.created_micros, &pi.expires_micros, &usage_limit, &i64_of(pi.uses), &json(pi)?],
+                ))
+                .await?;
+            }
+            for (table, column, rows) in [
+                ("card_tokens", "id", &export.card_tokens),
+                ("idempotency", "key", &export.idempotency),
+            ] {
+                let sql = format!(
+                    "INSERT INTO {table} (project, entity, {column}, expires_micros, record)                      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING"
+                );
+                for r in rows {
+                    let expires = r.value.get("expires_micros").and_then(Value::as_i64).unwrap_or(0);
+                    timed(tx.execute(sql.as_str(), &[&r.project, &r.entity, &r.id, &expires, &r.value])).await?;
+                }
+            }
+            for (table, column, rows) in [
+                ("keyrings", "keyring", &export.keyrings),
+                ("client_keys", "keyset", &export.client_keys),
+            ] {
+                let sql = format!("INSERT INTO {table} (project, {column}) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+                for (project, bytes) in rows {
+                    timed(tx.execute(sql.as_str(), &[project, bytes])).await?;
+                }
+            }
+            for e in &export.audit {
+                let seq = i64::try_from(e.seq).map_err(corrupt)?;
+                timed(tx.execute(
+                    "INSERT INTO audit_log (seq, event, prev_hash, hash) VALUES ($1, $2, $3, $4)                      ON CONFLICT DO NOTHING",
+                    &[&seq, &json(&e.event)?, &e.prev_hash, &e.hash],
+                ))
+                .await?;
+            }
+            if let Some(last) = export.audit.last() {
+                let seq = i64::try_from(last.seq).map_err(corrupt)?;
+                timed(tx.execute(
+                    "INSERT INTO audit_head (one, seq, hash) VALUES (true, $1, $2) ON CONFLICT (one)                      DO UPDATE SET seq = $1, hash = $2 WHERE audit_head.seq < $1",
+                    &[&seq, &last.hash],
+                ))
+                .await?;
+            }
+            let mut missing = 0usize;
+            for (table, n) in [
+                ("payment_methods", export.payment_methods.len()),
+                ("intents", export.intents.len()),
+                ("card_tokens", export.card_tokens.len()),
+                ("idempotency", export.idempotency.len()),
+                ("keyrings", export.keyrings.len()),
+                ("client_keys", export.client_keys.len()),
+                ("audit_log", export.audit.len()),
+            ] {
+                let have: i64 = timed(tx.query_one(&format!("SELECT count(*) FROM {table}"), &[]))
+                    .await?
+                    .get(0);
+                missing += n.saturating_sub(usize::try_from(have).unwrap_or(0));
+            }
+            timed(tx.commit()).await?;
+            Ok(missing)
+        })
+    }
+
     /// One key row, from `cache` (read ahead at open) while younger than [`KEY_CACHE_TTL`],
     /// else from the database (`sql` selects the value by project), then kept in `cache`.
     /// (The vault keeps what it read: it asks again only for a project it has not loaded
