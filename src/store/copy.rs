@@ -32,16 +32,20 @@ pub struct Export {
 }
 
 impl Export {
-    /// (what, how many), for the report.
-    pub fn counts(&self) -> Vec<(&'static str, usize)> {
-        vec![
-            ("payment methods", self.payment_methods.len()),
-            ("purchase intents", self.intents.len()),
-            ("card tokens", self.card_tokens.len()),
-            ("idempotent answers", self.idempotency.len()),
-            ("keyrings", self.keyrings.len()),
-            ("client key sets", self.client_keys.len()),
-            ("audit entries", self.audit.len()),
+    /// (what, its PostgreSQL table, how many), for the report and the check.
+    pub fn counts(&self) -> [(&'static str, &'static str, usize); 7] {
+        [
+            (
+                "payment methods",
+                "payment_methods",
+                self.payment_methods.len(),
+            ),
+            ("purchase intents", "intents", self.intents.len()),
+            ("card tokens", "card_tokens", self.card_tokens.len()),
+            ("idempotent answers", "idempotency", self.idempotency.len()),
+            ("keyrings", "keyrings", self.keyrings.len()),
+            ("client key sets", "client_keys", self.client_keys.len()),
+            ("audit entries", "audit_log", self.audit.len()),
         ]
     }
 }
@@ -76,7 +80,7 @@ pub fn run(
     let mut lines: Vec<String> = export
         .counts()
         .into_iter()
-        .map(|(what, n)| format!("{what}: {n}"))
+        .map(|(what, _, n)| format!("{what}: {n}"))
         .collect();
     if missing > 0 {
         return Err(format!("{missing} copied rows are not in the database"));

@@ -27,6 +27,19 @@ fn card_intent(server: &Server, token: &str, pm: &str, limit: u32) -> Value {
     pi.json
 }
 
+/// The intent's status as GET shows it.
+fn intent_status(server: &Server, token: &str, pi: &Value) -> Value {
+    let id = pi["id"].as_str().unwrap_or_default();
+    let got = server.call(
+        "GET",
+        &format!("/projects/{PROJECT}/purchase-intents/{id}?entityId=user_1"),
+        Some(token),
+        None,
+    );
+    assert_eq!(got.status, 200, "{}", got.text);
+    got.json["status"].clone()
+}
+
 fn charge(pi: &Value) -> Value {
     let mut charge = pi["card"].clone();
     charge["amount"] = json!("1.00");
@@ -79,14 +92,7 @@ fn one_instance_serves_rest_proxy_and_audit_from_postgres() {
     assert_eq!(sent["c"].as_str(), Some(CVC), "the cvc after a restart");
     let got = server.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
     assert_eq!(got.status, 200, "{}", got.text);
-    let pi_id = pi["id"].as_str().unwrap();
-    let got = server.call(
-        "GET",
-        &format!("/projects/{PROJECT}/purchase-intents/{pi_id}?entityId=user_1"),
-        Some(&t),
-        None,
-    );
-    assert_eq!(got.json["status"], "expired", "{}", got.text);
+    assert_eq!(intent_status(&server, &t, &pi), "expired");
 
     let deleted = server.call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
     assert!(deleted.status < 300, "{}", deleted.text);
@@ -389,14 +395,7 @@ fn store_copy_moves_a_sled_deployment_to_postgresql() {
     });
     let got = new.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
     assert_eq!(got.status, 200, "{}", got.text);
-    let pi_id = pi["id"].as_str().unwrap();
-    let got = new.call(
-        "GET",
-        &format!("/projects/{PROJECT}/purchase-intents/{pi_id}?entityId=user_1"),
-        Some(&t),
-        None,
-    );
-    assert_eq!(got.json["status"], "active", "{}", got.text);
+    assert_eq!(intent_status(&new, &t, &pi), "active");
     let up = Upstream::start();
     let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}"),
                       "c": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.cvc' }}}}")});

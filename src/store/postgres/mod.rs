@@ -998,15 +998,7 @@ impl PgStore {
                 .await?;
             }
             let mut missing = 0usize;
-            for (table, n) in [
-                ("payment_methods", export.payment_methods.len()),
-                ("intents", export.intents.len()),
-                ("card_tokens", export.card_tokens.len()),
-                ("idempotency", export.idempotency.len()),
-                ("keyrings", export.keyrings.len()),
-                ("client_keys", export.client_keys.len()),
-                ("audit_log", export.audit.len()),
-            ] {
+            for (_, table, n) in export.counts() {
                 let have: i64 = timed(tx.query_one(&format!("SELECT count(*) FROM {table}"), &[]))
                     .await?
                     .get(0);
