@@ -28,7 +28,7 @@ pub enum ErrorKind {
     RateLimited,
     InternalError,
     BadGateway,
-    ServiceUnavailable,
+    StoreUnavailable,
     GatewayTimeout,
 }
 
@@ -48,7 +48,7 @@ impl ErrorKind {
             ErrorKind::RateLimited => 429,
             ErrorKind::InternalError => 500,
             ErrorKind::BadGateway => 502,
-            ErrorKind::ServiceUnavailable => 503,
+            ErrorKind::StoreUnavailable => 503,
             ErrorKind::GatewayTimeout => 504,
         }
     }
@@ -69,7 +69,7 @@ impl ErrorKind {
             ErrorKind::RateLimited => "rateLimited",
             ErrorKind::InternalError => "internalError",
             ErrorKind::BadGateway => "badGateway",
-            ErrorKind::ServiceUnavailable => "serviceUnavailable",
+            ErrorKind::StoreUnavailable => "storeUnavailable",
             ErrorKind::GatewayTimeout => "gatewayTimeout",
         }
     }
@@ -90,7 +90,7 @@ impl ErrorKind {
             ErrorKind::RateLimited => "Too many requests",
             ErrorKind::InternalError => "Internal error",
             ErrorKind::BadGateway => "Bad gateway",
-            ErrorKind::ServiceUnavailable => "Service unavailable",
+            ErrorKind::StoreUnavailable => "Store unavailable",
             ErrorKind::GatewayTimeout => "Gateway timeout",
         }
     }
@@ -282,7 +282,7 @@ mod tests {
             RateLimited,
             InternalError,
             BadGateway,
-            ServiceUnavailable,
+            StoreUnavailable,
             GatewayTimeout,
         ];
         let names: std::collections::HashSet<_> = kinds.iter().map(|k| k.as_str()).collect();

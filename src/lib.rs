@@ -15,7 +15,7 @@
 //! auth/          JWT → Principal; minting development tokens
 //! template/      the template language and its streaming scanner
 //! audit/ vault/  the audit log; encryption at rest and keys
-//! store/         persistence (the `Store` trait, the sled backend)
+//! store/         persistence (the `Store` trait, the sled and PostgreSQL backends)
 //! domain/        pure rules: cards, mandates, issuers
 //! config/ ops/ dev/ http
 //!                configuration; logs and metrics; development tools; HTTP plumbing

@@ -21,11 +21,9 @@ pub enum StartError {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
-    #[error("data_dir {dir}: {source}")]
-    Store {
-        dir: String,
-        source: crate::store::StoreError,
-    },
+    /// The store did not open (the message names the directory or the database).
+    #[error("store: {0}")]
+    Store(String),
     #[error("listener: {0}")]
     Listener(String),
 }
@@ -36,25 +34,20 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     let from_env = std::env::var_os(crate::vault::master::MASTER_KEY_ENV).is_some();
     crate::config::private::before_start((!from_env).then_some(config.master_key_file.as_path()))?;
     let master = crate::vault::master::MasterKey::load(&config.master_key_file)?;
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::Store {
-        dir: config.data_dir.display().to_string(),
-        source: crate::store::StoreError::Unavailable(e.to_string()),
-    })?;
-    crate::config::private::data_dir(&config.data_dir)?;
-    let store: Arc<dyn crate::store::Store> = Arc::new(
-        crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|source| {
-            StartError::Store {
-                dir: config.data_dir.display().to_string(),
-                source,
-            }
-        })?,
-    );
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| StartError::Store(format!("data_dir {}: {e}", config.data_dir.display())))?;
+    if matches!(config.store, crate::config::store::StoreConfig::Sled) {
+        crate::config::private::data_dir(&config.data_dir)?;
+    }
+    let store = crate::store::open(&config).map_err(StartError::Store)?;
     let vault = Arc::new(crate::vault::Vault::new(
         master,
         store.clone(),
         config.cvc_retention,
     ));
     vault.check_master_key(config.projects.keys().map(String::as_str))?;
+    let now = u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0);
+    vault.attach_cvc_ratchet(now)?;
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     crate::edge::idempotency::spawn_sweeper(Arc::downgrade(&store));
     let clock = Arc::new(crate::clock::SystemClock);
@@ -72,10 +65,10 @@ fn build_app_after(config: Config, wait: Duration) -> Result<Arc<App>, StartErro
     let mut logged = false;
     loop {
         match build_app(config.clone()) {
-            Err(StartError::Store { dir, source }) if std::time::Instant::now() < deadline => {
+            Err(StartError::Store(why)) if std::time::Instant::now() < deadline => {
                 if !logged {
                     tracing::info!(
-                        "upgrade: waiting for the running server to release {dir} ({source})"
+                        "upgrade: waiting for the running server to release the store ({why})"
                     );
                     logged = true;
                 }

@@ -43,7 +43,10 @@ const ERRORS: [(u16, &str); 10] = [
     (415, "unsupportedMediaType"),
     (429, "rateLimited"),
     (500, "internalError"),
-    (503, "serviceUnavailable: storage temporarily unavailable"),
+    (
+        503,
+        "storeUnavailable: the store (disk or database) does not answer now; retry later",
+    ),
 ];
 
 #[derive(OpenApi)]

@@ -24,14 +24,20 @@ pub fn print(
     Ok(())
 }
 
-/// `paycred audit -c FILE [--verify]`: reads the log of `config`'s data dir and the head
-/// recorded apart from it (the server must be stopped: sled locks the directory) and
-/// [`print()`]s them.
+/// `paycred audit -c FILE [--verify]`: reads the log and the head recorded apart from it
+/// and [`print()`]s them: from `config`'s data dir (the server must be stopped: sled locks
+/// the directory), or from the PostgreSQL database while the servers run.
 pub fn run(
     config: &crate::config::Config,
     verify_chain: bool,
     out: &mut impl Write,
 ) -> Result<(), String> {
+    if let crate::config::store::StoreConfig::Postgres(_) = &config.store {
+        let store = crate::store::open(config)?;
+        let head = store.audit_head().map_err(|e| e.to_string())?;
+        let entries = store.audit_log().map_err(|e| e.to_string())?;
+        return print(&entries, head.as_ref(), verify_chain, out);
+    }
     let (entries, head) = crate::store::SledStore::read_audit(&config.data_dir, config.audit_hash)
         .map_err(|e| format!("data_dir {}: {e}", config.data_dir.display()))?;
     print(&entries, head.as_ref(), verify_chain, out)

@@ -1,5 +1,7 @@
-//! `paycred data-key`, `client-key` and `master-key`: the keys of a deployment, worked on with
-//! the server stopped (sled opens the data directory exclusively).
+//! `paycred data-key`, `client-key` and `master-key`: the keys of a deployment. On sled they
+//! are worked on with the server stopped (sled opens the data directory exclusively); on
+//! PostgreSQL beside the running servers, which take up a rotated key when they restart
+//! (they keep keys in memory, and every key they hold keeps opening what it sealed).
 
 use super::{ClientKeyAction, DataKeyAction};
 use crate::store::Store;
@@ -17,6 +19,11 @@ pub fn open_offline(
     if config.project(project).is_none() {
         return Err(format!("project {project:?} is not in the config"));
     }
+    let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
+    if let crate::config::store::StoreConfig::Postgres(_) = &config.store {
+        // The database is shared: the command runs beside the servers.
+        return Ok((master, crate::store::open(config)?));
+    }
     // Opening a missing directory would make an empty store there and act on it.
     if !config.data_dir.is_dir() {
         return Err(format!(
@@ -24,7 +31,6 @@ pub fn open_offline(
             config.data_dir.display()
         ));
     }
-    let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
     let store =
         crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|e| {
             format!(

@@ -82,8 +82,19 @@ enum Command {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
-    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. Run with
-    /// the server stopped.
+    /// Apply the PostgreSQL schema migrations the database lacks, and exit (`serve` applies
+    /// them at start too, under the same advisory lock).
+    Migrate {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
+    /// Move a deployment between stores.
+    Store {
+        #[command(subcommand)]
+        action: StoreAction,
+    },
+    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. On sled,
+    /// run with the server stopped; on PostgreSQL, while the servers run.
     Audit {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
@@ -91,7 +102,8 @@ enum Command {
         #[arg(long)]
         verify: bool,
     },
-    /// Client encryption keys (`encryptedCard`): list, rotate, retire. Run with the server stopped.
+    /// Client encryption keys (`encryptedCard`): list, rotate, retire. On sled, run with the
+    /// server stopped; on PostgreSQL, running servers take a change up when they restart.
     ClientKey {
         #[command(subcommand)]
         action: ClientKeyAction,
@@ -101,8 +113,8 @@ enum Command {
         #[arg(long, global = true)]
         project: Option<String>,
     },
-    /// Data keys (they seal card numbers and credentials): list, rotate. Run with the server
-    /// stopped.
+    /// Data keys (they seal card numbers and credentials): list, rotate. On sled, run with the
+    /// server stopped; on PostgreSQL, running servers take a change up when they restart.
     DataKey {
         #[command(subcommand)]
         action: DataKeyAction,
@@ -117,6 +129,20 @@ enum Command {
     MasterKey {
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum StoreAction {
+    /// Copy everything of a sled store (server stopped) into a PostgreSQL database, still
+    /// sealed; safe to run again; checks the rows and the audit chain at the end.
+    Copy {
+        /// Config of the sled deployment.
+        #[arg(long)]
+        from: PathBuf,
+        /// Config of the PostgreSQL deployment (the same master key).
+        #[arg(long)]
+        to: PathBuf,
     },
 }
 
@@ -173,6 +199,28 @@ fn print_lines(result: Result<Vec<String>, String>) -> ExitCode {
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("paycred: {message}");
     ExitCode::FAILURE
+}
+
+/// `paycred migrate`: the lines to print.
+fn migrate(config: &Config) -> Result<Vec<String>, String> {
+    let crate::config::store::StoreConfig::Postgres(pg) = &config.store else {
+        return Err("store kind sled has no schema to migrate".into());
+    };
+    let applied = crate::store::PgStore::migrate(pg).map_err(|e| e.to_string())?;
+    let latest = crate::store::postgres::migrations::MIGRATIONS
+        .last()
+        .map_or(0, |(v, _, _)| *v);
+    Ok(vec![if applied.is_empty() {
+        format!(
+            "{}: schema at version {latest}, nothing to apply",
+            pg.url.describe()
+        )
+    } else {
+        format!(
+            "{}: applied {applied:?}, schema at version {latest}",
+            pg.url.describe()
+        )
+    }])
 }
 
 /// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
@@ -281,7 +329,17 @@ pub fn run() -> ExitCode {
         Command::Check { config } => match Config::load(&config) {
             Ok(c) => match crate::vault::master::MasterKey::load(&c.master_key_file) {
                 Ok(_) => {
-                    println!("{}: ok ({} projects)", config.display(), c.projects.len());
+                    let store = match &c.store {
+                        crate::config::store::StoreConfig::Sled => "sled".to_string(),
+                        crate::config::store::StoreConfig::Postgres(pg) => {
+                            format!("postgres {}", pg.url.describe())
+                        }
+                    };
+                    println!(
+                        "{}: ok ({} projects, store {store})",
+                        config.display(),
+                        c.projects.len()
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(format!("{}: {e}", config.display())),
@@ -317,6 +375,21 @@ pub fn run() -> ExitCode {
             };
             print_lines(keys::data_key(&config, &project, action))
         }
+        Command::Store {
+            action: StoreAction::Copy { from, to },
+        } => {
+            let load =
+                |path: &PathBuf| Config::load(path).map_err(|e| format!("{}: {e}", path.display()));
+            print_lines(
+                load(&from)
+                    .and_then(|f| Ok((f, load(&to)?)))
+                    .and_then(|(f, t)| crate::store::copy::run(&f, &t)),
+            )
+        }
+        Command::Migrate { config } => match Config::load(&config) {
+            Ok(c) => print_lines(migrate(&c)),
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
         Command::Audit { config, verify } => match Config::load(&config) {
             Ok(c) => match audit::run(&c, verify, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,

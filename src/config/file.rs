@@ -16,9 +16,12 @@ pub struct FileConfig {
     /// Serve HTTPS on `listen` with this certificate and key.
     #[serde(default)]
     pub tls: Option<TlsFile>,
-    /// Directory of the embedded sled store.
+    /// Directory of the embedded sled store (and the pid file with either store).
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
+    /// Which store holds the data: `sled` (embedded, in `data_dir`) or `postgres`.
+    #[serde(default)]
+    pub store: StoreFile,
     /// File holding the 32-byte master key (64 hex characters). The environment variable
     /// `PAYCRED_MASTER_KEY` takes precedence. Never inside `data_dir`.
     #[serde(default = "default_master_key_file")]
@@ -69,6 +72,52 @@ pub struct TlsFile {
     pub cert_file: PathBuf,
     /// PEM private key.
     pub key_file: PathBuf,
+}
+
+/// `store:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreFile {
+    /// `sled` (default) or `postgres`.
+    #[serde(default = "default_store_kind")]
+    pub kind: String,
+    /// `postgres://user:password@host:port/dbname?sslmode=…`; `PAYCRED_DATABASE_URL` takes
+    /// precedence.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Most connections open at once.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// TLS to PostgreSQL (`sslmode=require` in the URL: the certificate and host name are
+    /// verified against these CAs, else the system's).
+    #[serde(default)]
+    pub tls: Option<StoreTlsFile>,
+}
+
+impl Default for StoreFile {
+    fn default() -> Self {
+        Self {
+            kind: default_store_kind(),
+            url: None,
+            pool_size: default_pool_size(),
+            tls: None,
+        }
+    }
+}
+
+/// `store.tls:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreTlsFile {
+    /// PEM CA certificates that sign the database server's certificate (else the system's).
+    pub ca_file: PathBuf,
+}
+
+fn default_store_kind() -> String {
+    "sled".into()
+}
+fn default_pool_size() -> usize {
+    16
 }
 
 /// `server:` — pingora's process settings that paycred exposes.
@@ -209,6 +258,9 @@ impl FileConfig {
         };
         at(&mut self.data_dir);
         at(&mut self.master_key_file);
+        if let Some(tls) = &mut self.store.tls {
+            at(&mut tls.ca_file);
+        }
         if let Some(tls) = &mut self.tls {
             at(&mut tls.cert_file);
             at(&mut tls.key_file);

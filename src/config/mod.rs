@@ -13,6 +13,7 @@ pub mod file;
 pub mod keys;
 pub mod private;
 pub mod rate_limits;
+pub mod store;
 
 use crate::audit::chain::HashFunction;
 use file::{FileConfig, ProjectFile};
@@ -53,6 +54,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub tls: Option<TlsConfig>,
     pub data_dir: PathBuf,
+    /// Which store holds the data (`store:`).
+    pub store: store::StoreConfig,
     pub master_key_file: PathBuf,
     pub cvc_retention: Duration,
     pub rest_max_body: usize,
@@ -186,7 +189,7 @@ impl Config {
         if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|d| !d.is_empty()) {
             file.data_dir = PathBuf::from(dir);
         }
-        Self::from_file(file)
+        Self::checked(file, std::env::var(store::DATABASE_URL_ENV).ok())
     }
 
     /// Parses and checks YAML text.
@@ -196,6 +199,13 @@ impl Config {
 
     /// Checks the parsed file.
     pub fn from_file(file: FileConfig) -> Result<Config, ConfigError> {
+        Self::checked(file, None)
+    }
+
+    /// Checks the parsed file, with `database_url` (from [`store::DATABASE_URL_ENV`]) in
+    /// place of `store.url` when given.
+    fn checked(file: FileConfig, database_url: Option<String>) -> Result<Config, ConfigError> {
+        let store = store::check(file.store, database_url)?;
         let listen: SocketAddr = file
             .listen
             .parse()
@@ -277,6 +287,7 @@ impl Config {
             listen,
             tls,
             data_dir: file.data_dir,
+            store,
             master_key_file: file.master_key_file,
             cvc_retention,
             rest_max_body: file.rest_max_body,

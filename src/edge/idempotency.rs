@@ -17,8 +17,13 @@
 //!   409 `conflict` at once (it does not wait); the caller retries later and gets the replay.
 //! - Errors (4xx validation failures, 5xx) are not stored: the same key may be retried.
 //!
-//! In-flight keys are held in memory (one process owns the sled store), so a crash never
-//! leaves a key locked. Known window: a crash after the write became durable but before the
+//! In-flight keys are held in memory, and, where several instances share the store
+//! (PostgreSQL), also claimed in the store with a lease of [`LEASE`]
+//! ([`Store::claim_idempotent`](crate::store::Store::claim_idempotent)): the same key sent to
+//! several instances at once runs once, the others answer 409 (or the stored answer once it
+//! is there). A claim is released when its request ends; one whose instance crashed (or
+//! whose client went away mid-request) lapses after [`LEASE`], so a key is never locked for
+//! longer. Known window: a crash after the write became durable but before the
 //! stored response did leaves the key free, so a retry runs again (a payment method then
 //! answers 200 with the existing card, found by fingerprint; a purchase intent is issued anew).
 //! The proxy route is not covered: its `Idempotency-Key` header goes to the target, whose own
@@ -36,6 +41,8 @@ use std::time::Duration;
 
 /// How long a response is replayed.
 pub const TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a claim on a key holds in the store without being released.
+pub const LEASE: Duration = Duration::from_secs(60);
 /// Longest accepted key.
 pub const MAX_KEY_LEN: usize = 255;
 /// The request header.
@@ -93,6 +100,13 @@ fn micros(app: &App) -> i64 {
     i64::try_from(app.clock.now().unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
 
+fn in_progress() -> ApiError {
+    ApiError::new(
+        ErrorKind::Conflict,
+        "A request with this Idempotency-Key is still in progress; retry later.",
+    )
+}
+
 /// Runs `execute` at most once per (project, entity, key) within [`TTL`].
 pub async fn run<F>(
     app: &App,
@@ -112,11 +126,40 @@ where
     };
     let fp = fingerprint(method, path, body);
     let Some(_held) = in_flight.enter(crate::store::sled::idempotency::key(scope, key)) else {
-        return Err(ApiError::new(
-            ErrorKind::Conflict,
-            "A request with this Idempotency-Key is still in progress; retry later.",
-        ));
+        return Err(in_progress());
     };
+    let now = micros(app);
+    let lease_until = now.saturating_add(i64::try_from(LEASE.as_micros()).unwrap_or(0));
+    let claimed = app
+        .store
+        .claim_idempotent(scope, key, now, lease_until)
+        .await?;
+    let answer = run_claimed(app, principal, (&fp, path), key, claimed, execute).await;
+    if claimed {
+        if let Err(e) = app.store.release_idempotent(scope, key).await {
+            tracing::warn!(error = %e, "releasing an Idempotency-Key (it lapses with its lease)");
+        }
+    }
+    answer
+}
+
+/// [`run`] once the key is held in this process; `claimed`: also in the store.
+async fn run_claimed<F>(
+    app: &App,
+    principal: &Principal,
+    (fp, path): (&str, &str),
+    key: &str,
+    claimed: bool,
+    execute: F,
+) -> ApiResult<Response>
+where
+    F: Future<Output = ApiResult<Response>>,
+{
+    let scope = Scope {
+        project: &principal.project,
+        entity: &principal.entity,
+    };
+    let fp = fp.to_string();
     let now = micros(app);
     if let Some(rec) = app.store.get_idempotent(scope, key, now).await? {
         let other_role = rec
@@ -156,6 +199,9 @@ where
             body,
             intent: None,
         });
+    }
+    if !claimed {
+        return Err(in_progress());
     }
     let response = execute.await?;
     if (200..300).contains(&response.status) {

@@ -49,6 +49,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "audit_hash",
     "server",
     "metrics.listen",
+    "store",
 ];
 
 /// The keys of [`RESTART_ONLY`] whose value differs between `running` and `file`.
@@ -76,6 +77,8 @@ fn restart_only_changes(running: &Config, file: &Config) -> Vec<&'static str> {
         running.audit_hash != file.audit_hash,
         server(running) != server(file),
         running.metrics.listen != file.metrics.listen,
+        // Debug names the backend, host, database and pool, never the password.
+        format!("{:?}", running.store) != format!("{:?}", file.store),
     ];
     RESTART_ONLY
         .iter()
@@ -94,6 +97,7 @@ fn keep_restart_only(running: &Config, mut file: Config) -> Config {
     file.audit_hash = running.audit_hash;
     file.server = running.server.clone();
     file.metrics.listen = running.metrics.listen;
+    file.store = running.store.clone();
     file
 }
 

@@ -27,12 +27,13 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
 pub const MAX_BUFFERED: usize = 4 << 20;
 
 /// Log targets whose debug and trace lines print request and response headers and bodies
-/// (card values, the target's API keys, paycred's tokens): never below info, whatever
-/// `RUST_LOG` asks. A prefix: it covers every pingora crate (`pingora_core`, `pingora_proxy`,
+/// (card values, the target's API keys, paycred's tokens), or every database statement's
+/// parameters (`tokio_postgres`: sealed records, ids): never below info, whatever `RUST_LOG`
+/// asks. Prefixes: `pingora` covers every pingora crate (`pingora_core`, `pingora_proxy`,
 /// `pingora_pool`, ...).
-const CAPPED_LOG_TARGET: &str = "pingora";
+const CAPPED_LOG_TARGETS: [&str; 2] = ["pingora", "tokio_postgres"];
 
-/// Logs at `RUST_LOG`'s levels (default info), `CAPPED_LOG_TARGET` at info at most, through
+/// Logs at `RUST_LOG`'s levels (default info), `CAPPED_LOG_TARGETS` at info at most, through
 /// a [`BatchedStderr`]. Keep the guard until the server has stopped: dropping it writes what
 /// is left.
 ///
@@ -46,7 +47,7 @@ pub fn init() -> FlushOnDrop {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let capped = Targets::new()
         .with_default(LevelFilter::TRACE)
-        .with_target(CAPPED_LOG_TARGET, LevelFilter::INFO);
+        .with_targets(CAPPED_LOG_TARGETS.map(|t| (t, LevelFilter::INFO)));
     let (writer, guard) = BatchedStderr::start(std::io::stderr());
     let shared = writer.shared.clone();
     let panic_hook = std::panic::take_hook();

@@ -172,7 +172,7 @@ async fn take_token(app: &App, principal: &Principal, id: &str) -> ApiResult<Sou
             app.vault
                 .open_cvc(&aad::token_cvc(project, &rec.id), c, app.now_secs())
         })
-        // The cvc key is gone (retention passed, or a restart): the token is no longer usable.
+        // The cvc key is gone (retention passed): the token is no longer usable.
         .ok_or_else(|| bad("the token has expired"))?;
     Ok(SourcedCard {
         input: CardInput {

@@ -1,5 +1,6 @@
 //! Persistence behind one trait, [`Store`]: the embedded sled backend ([`sled::SledStore`])
-//! is the default; records are in [`records`], sealed values in [`sealed`].
+//! is the default, PostgreSQL ([`postgres::PgStore`]) the store several instances share;
+//! records are in [`records`], sealed values in [`sealed`]. [`open`] opens the configured one.
 //!
 //! Everything is scoped by (project, entity): a lookup with another scope finds nothing,
 //! exactly as for an id that never existed. A write returns only after it is durable.
@@ -7,9 +8,13 @@
 //! May import: `audit` (the log the store writes), `config`, `clock`, `error`, `secret`.
 //! Never the vault, the handlers or the edge.
 
+#[cfg(test)]
+mod contract_tests;
+pub mod copy;
 #[cfg(any(test, feature = "test-support"))]
 pub mod faulty;
 pub mod pm_cache;
+pub mod postgres;
 pub mod records;
 pub mod sealed;
 pub mod sled;
@@ -19,9 +24,27 @@ use crate::error::ApiError;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+pub use postgres::PgStore;
 pub use records::*;
 pub use sealed::Sealed;
 pub use sled::SledStore;
+
+/// Opens the store `config` names (sled in `data_dir`, or the PostgreSQL database, applying
+/// its migrations). The error names the directory or the database (never a password).
+pub fn open(config: &crate::config::Config) -> Result<Arc<dyn Store>, String> {
+    match &config.store {
+        crate::config::store::StoreConfig::Sled => {
+            let dir = &config.data_dir;
+            std::fs::create_dir_all(dir).map_err(|e| format!("data_dir {}: {e}", dir.display()))?;
+            let store = SledStore::open(dir, config.audit_hash)
+                .map_err(|e| format!("data_dir {}: {e}", dir.display()))?;
+            Ok(Arc::new(store))
+        }
+        crate::config::store::StoreConfig::Postgres(pg) => Ok(Arc::new(
+            PgStore::open(pg, config.audit_hash).map_err(|e| e.to_string())?,
+        )),
+    }
+}
 
 /// A store failure. The message never carries card data.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +64,7 @@ impl From<StoreError> for ApiError {
         tracing::error!(error = %e, "store error");
         match e {
             StoreError::Unavailable(_) => ApiError::new(
-                crate::error::ErrorKind::ServiceUnavailable,
+                crate::error::ErrorKind::StoreUnavailable,
                 "storage temporarily unavailable",
             ),
             _ => ApiError::internal(),
@@ -216,11 +239,35 @@ pub trait Store: Send + Sync + 'static {
         record: &IdempotentRecord,
     ) -> StoreResult<()>;
 
+    /// Claims an `Idempotency-Key` of this scope until `lease_until_micros`, for the one
+    /// request that runs it: `false` when another holds an unexpired claim. A store that one
+    /// process owns (sled) has no other claimant: the edge's in-process guard suffices.
+    async fn claim_idempotent(
+        &self,
+        _scope: Scope<'_>,
+        _key: &str,
+        _now_micros: i64,
+        _lease_until_micros: i64,
+    ) -> StoreResult<bool> {
+        Ok(true)
+    }
+
+    /// Releases a claim of [`Store::claim_idempotent`].
+    async fn release_idempotent(&self, _scope: Scope<'_>, _key: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Removes stored idempotent responses expired at `now_micros`; how many.
     fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize>;
 
     /// The project's wrapped keyring, if one was created.
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>>;
+
+    /// The project's wrapped keyring as the store holds it now, past any cache of the
+    /// store's own (a value sealed under a key this process does not know yet).
+    fn reload_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.load_keyring(project)
+    }
 
     /// Stores a keyring unless one exists; returns the one that is stored.
     fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>>;

@@ -5,7 +5,8 @@
 //!   one seals new values; older ones still open old values) and a fingerprint key.
 //! - Values are AES-256-GCM sealed with an `aad` that names their place (project, record,
 //!   field), so a ciphertext moved elsewhere does not open.
-//! - CVCs use [`cvc::CvcKeyring`]: short-lived in-memory keys destroyed after retention.
+//! - CVCs use [`cvc::CvcKeyring`]: short-lived keys from a ratchet kept in the store, destroyed
+//!   after retention.
 //! - [`client_keys::ClientKeys`]: the EC keys browsers encrypt `encryptedCard` to (JWE).
 //!
 //! May import: `store` (keyrings and client keys are stored wrapped), `secret`, `clock`, `error`.
@@ -73,6 +74,9 @@ pub struct Vault {
     store: Arc<dyn Store>,
     keyrings: RwLock<HashMap<String, Arc<Keyring>>>,
     cvc: cvc::CvcKeyring,
+    /// The CVC ratchet as last read from or written to the store (after
+    /// [`Vault::attach_cvc_ratchet`]).
+    cvc_stored: parking_lot::Mutex<Option<Vec<u8>>>,
     client: client_keys::ClientKeys,
 }
 
@@ -97,6 +101,7 @@ impl Vault {
             store,
             keyrings: RwLock::new(HashMap::new()),
             cvc: cvc::CvcKeyring::new(cvc_retention),
+            cvc_stored: parking_lot::Mutex::new(None),
         }
     }
 
@@ -254,10 +259,20 @@ impl Vault {
         aad: &str,
         sealed: &Sealed,
     ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
-        let ring = self.keyring(project)?;
+        let mut ring = self.keyring(project)?;
         let (id, bytes) = sealed
             .under_data_key()
             .ok_or(VaultError::Corrupt("sealed value"))?;
+        if !ring.data_keys.contains_key(id) {
+            // Sealed by an instance that has a newer keyring (a key rotated in the shared
+            // store): read the keyring again, once, past the store's cache.
+            let mut rings = self.keyrings.write();
+            if let Some(bytes) = self.store.reload_keyring(project)? {
+                let fresh = Arc::new(self.open_keyring(project, &parse_keyring(&bytes)?)?);
+                rings.insert(project.to_string(), fresh.clone());
+                ring = fresh;
+            }
+        }
         let key = ring
             .data_keys
             .get(id)
@@ -290,9 +305,73 @@ impl Vault {
         self.cvc.open(aad, sealed, now_secs)
     }
 
-    /// Destroys expired CVC keys.
+    /// Destroys expired CVC keys; once attached, stores the stepped ratchet in place of the
+    /// old one (a store that fails now is tried again at the next sweep).
     pub fn sweep_cvc_keys(&self, now_secs: u64) {
-        self.cvc.sweep(now_secs);
+        if let Some((epoch, base, secret)) = self.cvc.sweep(now_secs) {
+            self.store_cvc_ratchet(&epoch, base, &secret);
+        }
+    }
+
+    /// Stores the ratchet stepped to `base` in place of the one last read or written.
+    fn store_cvc_ratchet(&self, epoch: &str, base: u64, secret: &KeyMaterial) {
+        let mut last = self.cvc_stored.lock();
+        let Some(expected) = last.clone() else {
+            return;
+        };
+        let Ok(old) = serde_json::from_slice::<cvc::Stored>(&expected) else {
+            return;
+        };
+        let Ok(wrapped) = self.master.wrap(&cvc::Stored::context(epoch, base), secret) else {
+            return;
+        };
+        let new = cvc::Stored {
+            base,
+            secret: wrapped,
+            ..old
+        };
+        let Ok(bytes) = serde_json::to_vec(&new) else {
+            return;
+        };
+        match self.store.swap_keyring(cvc::STORE_NAME, &expected, &bytes) {
+            Ok(true) => *last = Some(bytes),
+            // Another instance stepped it: take what it stored as the one to replace.
+            Ok(false) => {
+                if let Ok(Some(current)) = self.store.load_keyring(cvc::STORE_NAME) {
+                    *last = Some(current);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "storing the stepped cvc ratchet"),
+        }
+    }
+
+    /// Takes up the CVC ratchet kept in the store (made now if there is none), so CVCs
+    /// stored before a restart, or through another instance on the same database, open here.
+    pub fn attach_cvc_ratchet(&self, now_secs: u64) -> Result<(), VaultError> {
+        let bytes = match self.store.load_keyring(cvc::STORE_NAME)? {
+            Some(bytes) => bytes,
+            None => {
+                let fresh = self
+                    .cvc
+                    .new_stored(now_secs, |context, key| self.master.wrap(context, key).ok())
+                    .ok_or(VaultError::Crypto)?;
+                let bytes =
+                    serde_json::to_vec(&fresh).map_err(|_| VaultError::Corrupt("cvc ratchet"))?;
+                self.store.create_keyring(cvc::STORE_NAME, &bytes)?
+            }
+        };
+        let stored: cvc::Stored =
+            serde_json::from_slice(&bytes).map_err(|_| VaultError::Corrupt("cvc ratchet"))?;
+        let secret = self.master.unwrap_key(
+            &cvc::Stored::context(&stored.epoch, stored.base),
+            &stored.secret,
+        )?;
+        let (epoch, base, secret) = self.cvc.attach(&stored, secret, now_secs);
+        *self.cvc_stored.lock() = Some(bytes);
+        if base > stored.base {
+            self.store_cvc_ratchet(&epoch, base, &secret);
+        }
+        Ok(())
     }
 
     /// The project's current client-encryption public key (JWK with `kid`).
@@ -347,6 +426,46 @@ mod tests {
             Arc::new(SledStore::open(dir.path(), Default::default()).unwrap());
         let v = vault(&store, "42");
         (dir, store, v)
+    }
+
+    #[test]
+    fn cvcs_outlive_a_restart_and_open_on_another_instance_until_retention_ends() {
+        let (_dir, store, a) = fresh();
+        let t0 = 1_800_000_000;
+        a.attach_cvc_ratchet(t0).unwrap();
+        let sealed = a.seal_cvc("pm_1", &"123".into(), t0).unwrap();
+        // Another instance (or this one restarted) on the same store, a little later.
+        let b = vault(&store, "42");
+        b.attach_cvc_ratchet(t0 + 600).unwrap();
+        assert_eq!(
+            b.open_cvc("pm_1", &sealed, t0 + 600)
+                .map(|c| c.expose().to_string()),
+            Some("123".into())
+        );
+        let later = b.seal_cvc("pm_2", &"456".into(), t0 + 600).unwrap();
+        assert!(a.open_cvc("pm_2", &later, t0 + 600).is_some());
+        // Past retention (1 h + a 5 min bucket), a sweep steps the stored secret past the
+        // bucket: a vault reading the store then cannot open it, whatever its clock says.
+        let expired = t0 + 3600 + 300 + 1;
+        let before = store.load_keyring(cvc::STORE_NAME).unwrap().unwrap();
+        a.sweep_cvc_keys(expired);
+        let after = store.load_keyring(cvc::STORE_NAME).unwrap().unwrap();
+        assert_ne!(before, after, "the stored secret was stepped and replaced");
+        assert!(a.open_cvc("pm_1", &sealed, expired).is_none());
+        let c = vault(&store, "42");
+        c.attach_cvc_ratchet(expired).unwrap();
+        assert!(c.open_cvc("pm_1", &sealed, expired).is_none());
+        assert!(
+            c.open_cvc("pm_1", &sealed, t0).is_none(),
+            "not even with the clock back"
+        );
+        assert!(
+            c.open_cvc("pm_2", &later, expired).is_some(),
+            "a later one still opens"
+        );
+        // Another master key does not open the stored secret.
+        let d = vault(&store, "43");
+        assert!(d.attach_cvc_ratchet(expired).is_err());
     }
 
     #[test]

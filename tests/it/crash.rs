@@ -2,8 +2,11 @@
 //! charge them at the sandbox, the server is SIGKILLed at a random moment, restarted, and
 //! every acknowledged (2xx) write must be back and intact; usage counts never go backwards.
 //!
-//! `CRASH_TRIALS` (default 20) sets the number of kill/restart trials. The figure is printed
-//! (`cargo test --test it crash:: -- --nocapture`).
+//! On PostgreSQL the trials alternate: the instance SIGKILLed, and PostgreSQL restarted
+//! (fast shutdown) under the writers, with the instance left running to recover by itself.
+//!
+//! `CRASH_TRIALS` (default 20 on sled, 10 on PostgreSQL) sets the number of trials. The
+//! figures are printed (`cargo test --test it crash:: -- --nocapture`).
 
 use crate::common::*;
 use paycred::store::Store;
@@ -66,7 +69,8 @@ struct Acked {
     intents: HashMap<String, AckedIntent>,
 }
 
-/// POST with a token; `None` on any transport error (the server died: not acknowledged).
+/// POST with a token; `None` on any transport error (the server died: not acknowledged) and
+/// on 503 (the store was down: not acknowledged either).
 fn post(
     agent: &ureq::Agent,
     base: &str,
@@ -85,6 +89,9 @@ fn post(
         Err(_) => return None,
     };
     let status = resp.status();
+    if status == 503 {
+        return None;
+    }
     let text = resp.into_string().ok()?;
     let json = serde_json::from_str(&text).ok()?;
     Some((status, json))
@@ -182,11 +189,29 @@ fn get(server: &Server, entity: &str, path: &str) -> Reply {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
+    crash_trials(None);
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill_and_postgresql_restarts() {
+    let cluster = paycred::store::postgres::test_cluster::Cluster::start().unwrap();
+    crash_trials(Some(&cluster));
+}
+
+/// The trials on sled, or on a database of `cluster`, which they also restart.
+fn crash_trials(cluster: Option<&paycred::store::postgres::test_cluster::Cluster>) {
     let trials: usize = std::env::var("CRASH_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let mut server = Server::start();
+        .unwrap_or(if cluster.is_some() { 10 } else { 20 });
+    let backend = match cluster {
+        Some(c) => Backend::Database(
+            paycred::store::postgres::test_cluster::database_on(&c.url()).unwrap(),
+        ),
+        None => Backend::Sled,
+    };
+    let mut server = Server::start_with(Options::on(backend));
+    let mut restarts = 0usize;
     let acked = Arc::new(Mutex::new(Acked::default()));
     let mut rng = rand::thread_rng();
     let mut lost = 0usize;
@@ -202,12 +227,32 @@ fn acknowledged_writes_survive_sigkill() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(rng.gen_range(50..600)));
-        server.stop(true);
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            h.join().expect("a client failed an assertion");
+        match cluster {
+            Some(c) if trial % 2 == 1 => {
+                c.down("fast").unwrap();
+                stop.store(true, Ordering::Relaxed);
+                for h in handles {
+                    h.join().expect("a client failed an assertion");
+                }
+                c.up().unwrap();
+                restarts += 1;
+                assert!(
+                    eventually(Duration::from_secs(20), || server
+                        .call("GET", "/ready", None, None)
+                        .status
+                        == 200),
+                    "the instance did not recover once PostgreSQL was back"
+                );
+            }
+            _ => {
+                server.stop(true);
+                stop.store(true, Ordering::Relaxed);
+                for h in handles {
+                    h.join().expect("a client failed an assertion");
+                }
+                server.restart();
+            }
         }
-        server.restart();
 
         let snapshot = {
             let a = acked.lock().unwrap();
@@ -256,10 +301,25 @@ fn acknowledged_writes_survive_sigkill() {
     server.stop(false);
 
     // The exact usage counts, read from the store itself.
-    let store =
-        paycred::store::SledStore::open(&server.dir.path().join("data"), Default::default())
-            .unwrap();
+    let store: Box<dyn Store> = match &server.database_url {
+        Some(url) => Box::new(
+            paycred::store::PgStore::open(
+                &paycred::config::store::PostgresConfig {
+                    url: paycred::config::store::DatabaseUrl::parse(url).unwrap(),
+                    pool_size: 2,
+                    ca_file: None,
+                },
+                Default::default(),
+            )
+            .unwrap(),
+        ),
+        None => Box::new(
+            paycred::store::SledStore::open(&server.dir.path().join("data"), Default::default())
+                .unwrap(),
+        ),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .unwrap();
     let a = acked.lock().unwrap();
@@ -295,9 +355,10 @@ fn acknowledged_writes_survive_sigkill() {
     let writes =
         a.pms.len() + a.intents.len() + a.intents.values().map(|i| i.uses as usize).sum::<usize>();
     eprintln!(
-        "crash test: {trials} SIGKILL trials, {} payment methods + {} purchase intents + {} uses \
+        "crash test ({}): {trials} trials ({restarts} of them PostgreSQL restarts, the rest SIGKILLs), {} payment methods + {} purchase intents + {} uses \
          acknowledged ({writes} writes): {lost} lost, {corrupted} corrupted, {backwards} usage counts \
          gone backwards, {unaudited} creates without their audit entry ({} entries)",
+        if cluster.is_some() { "postgres" } else { "sled" },
         a.pms.len(),
         a.intents.len(),
         a.intents.values().map(|i| i.uses as usize).sum::<usize>(),

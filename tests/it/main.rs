@@ -27,6 +27,7 @@ mod keys;
 mod log_hygiene;
 mod operations;
 mod payment_methods;
+mod postgres;
 mod proxy;
 mod proxy_formats;
 mod purchase_intents;

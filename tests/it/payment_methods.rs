@@ -99,8 +99,8 @@ fn the_same_card_again_returns_the_existing_payment_method() {
 
 /// Creating the same card again takes its new cvc and expiry (a reissued card): the payment
 /// method keeps its id, the proxy sends the new values at once (the cached record is
-/// replaced), and the change is audited. A restart erases every cvc (their keys live in
-/// memory only); creating the card again is how a caller gives it one back.
+/// replaced), and the change is audited. The cvc outlives a restart (its bucket key comes from
+/// the ratchet kept in the store) until its retention ends.
 #[test]
 fn the_same_card_again_takes_the_new_cvc_and_expiry() {
     let mut server = Server::start();
@@ -130,6 +130,7 @@ fn the_same_card_again_takes_the_new_cvc_and_expiry() {
     assert_eq!(sent(&server), json!({"m": "11", "y": "2033", "c": "987"}));
 
     server.restart();
+    assert_eq!(sent(&server), json!({"m": "11", "y": "2033", "c": "987"}));
     create_again(&server, "654");
     assert_eq!(sent(&server), json!({"m": "11", "y": "2033", "c": "654"}));
 

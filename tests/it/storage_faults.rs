@@ -97,8 +97,8 @@ fn intent(pm: &str) -> Value {
 fn assert_unavailable(status: u16, body: &Value) {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["status"], 503);
-    assert_eq!(body["error"]["type"], "serviceUnavailable");
-    assert_eq!(body["error"]["title"], "Service unavailable");
+    assert_eq!(body["error"]["type"], "storeUnavailable");
+    assert_eq!(body["error"]["title"], "Store unavailable");
     let text = body.to_string();
     assert!(
         !text.contains("injected") && !text.contains("device"),

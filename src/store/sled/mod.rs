@@ -144,6 +144,64 @@ impl SledStore {
         Ok((entries, audit_log::recorded_head(&meta)?))
     }
 
+    /// Everything the store holds, for `paycred store copy` (records still sealed, keys still
+    /// wrapped; the audit log as [`Store::audit_log`] reads it).
+    pub fn export(&self) -> StoreResult<crate::store::copy::Export> {
+        use crate::store::copy::Scoped;
+        let scoped = |tree: &sled::Tree| -> StoreResult<Vec<Scoped>> {
+            tree.iter()
+                .map(|item| {
+                    let (k, v) = item.map_err(unavailable)?;
+                    let mut parts = k.splitn(3, |b| *b == 0);
+                    let mut part = || {
+                        parts
+                            .next()
+                            .and_then(|p| std::str::from_utf8(p).ok())
+                            .map(str::to_string)
+                            .ok_or_else(|| corrupt("bad scoped key"))
+                    };
+                    Ok(Scoped {
+                        project: part()?,
+                        entity: part()?,
+                        id: part()?,
+                        value: serde_json::from_slice(&v).map_err(corrupt)?,
+                    })
+                })
+                .collect()
+        };
+        let by_project = |tree: &sled::Tree| -> StoreResult<Vec<(String, Vec<u8>)>> {
+            tree.iter()
+                .map(|item| {
+                    let (k, v) = item.map_err(unavailable)?;
+                    Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
+                })
+                .collect()
+        };
+        let mut payment_methods = Vec::new();
+        for item in self.pm.iter() {
+            let (k, v) = item.map_err(unavailable)?;
+            let pm = Self::decode_pm(&v)?;
+            let verified = self.pm_verified.contains_key(&k).map_err(unavailable)?;
+            payment_methods.push((pm, verified));
+        }
+        let intents = self
+            .pi
+            .iter()
+            .values()
+            .map(|v| Self::decode_pi(&v.map_err(unavailable)?))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let audit = Store::audit_log(self)?;
+        Ok(crate::store::copy::Export {
+            payment_methods,
+            intents,
+            card_tokens: scoped(&self.card_tokens)?,
+            idempotency: scoped(&self.idem)?,
+            keyrings: by_project(&self.keyrings)?,
+            client_keys: by_project(&self.client_keys)?,
+            audit,
+        })
+    }
+
     fn decode_pm(bytes: &[u8]) -> StoreResult<PaymentMethodRecord> {
         serde_json::from_slice(bytes).map_err(corrupt)
     }

@@ -120,6 +120,23 @@ pub struct Options {
     pub metrics_yaml: String,
     /// `server.body_read_timeout`.
     pub body_read_timeout: &'static str,
+    /// The store the server uses.
+    pub backend: Backend,
+    /// The master key (64 hex characters); a new one when `None`. Servers that share a
+    /// database share it.
+    pub master_key: Option<String>,
+}
+
+/// Which store a test server uses.
+#[derive(Clone, Default, Debug)]
+pub enum Backend {
+    /// sled in the server's data dir.
+    #[default]
+    Sled,
+    /// A new database of the test PostgreSQL (`paycred::store::postgres::test_cluster`).
+    Postgres,
+    /// This PostgreSQL database (another server's: several instances on one database).
+    Database(String),
 }
 
 /// The bearer token of `/metrics` on a test server.
@@ -136,6 +153,18 @@ impl Default for Options {
             audit_hash: "auto",
             metrics_yaml: "{bearer_token_file: KEYS_DIR/metrics.token}".into(),
             body_read_timeout: "5s",
+            backend: Backend::Sled,
+            master_key: None,
+        }
+    }
+}
+
+impl Options {
+    /// The default options on `backend`.
+    pub fn on(backend: Backend) -> Self {
+        Self {
+            backend,
+            ..Self::default()
         }
     }
 }
@@ -148,6 +177,10 @@ pub struct Server {
     child: Option<Child>,
     agent: ureq::Agent,
     log_level: String,
+    /// The server's PostgreSQL database, if it uses one.
+    pub database_url: Option<String>,
+    /// The master key (hex).
+    pub master_key: String,
 }
 
 pub fn free_port() -> u16 {
@@ -182,10 +215,19 @@ impl Server {
         write(&d.join("ed.pem"), &KEYS.ed.public_pem);
         write(&d.join("other.pem"), &KEYS.other.public_pem);
         write(&d.join("metrics.token"), METRICS_TOKEN);
-        write_private(
-            &d.join("master.key"),
-            &paycred::vault::master::MasterKey::generate_hex(),
-        );
+        let master_key = opts
+            .master_key
+            .clone()
+            .unwrap_or_else(|| paycred::vault::master::MasterKey::generate_hex().to_string());
+        write_private(&d.join("master.key"), &master_key);
+        let database_url = match &opts.backend {
+            Backend::Sled => None,
+            Backend::Postgres => Some(
+                paycred::store::postgres::test_cluster::fresh_database()
+                    .unwrap_or_else(|e| panic!("no PostgreSQL for the tests: {e}")),
+            ),
+            Backend::Database(url) => Some(url.clone()),
+        };
         let config_path = d.join("paycred.yaml");
         let mut server = Server {
             base: String::new(),
@@ -199,6 +241,8 @@ impl Server {
                 || std::env::var("PAYCRED_TEST_LOG").unwrap_or_else(|_| "debug".into()),
                 str::to_string,
             ),
+            database_url,
+            master_key,
         };
         server.write_config(&opts, free_port());
         server.spawn();
@@ -210,6 +254,7 @@ impl Server {
         let yaml = format!(
             "listen: 127.0.0.1:{port}\n\
              data_dir: {d}/data\n\
+             {store}\
              master_key_file: {d}/master.key\n\
              cvc_retention: {retention}\n\
              rest_max_body: {max}\n\
@@ -250,6 +295,10 @@ impl Server {
             proxy_timeout = opts.proxy_timeout,
             body_read_timeout = opts.body_read_timeout,
             guard_hosts = GUARD_HOSTS,
+            store = match &self.database_url {
+                Some(url) => format!("store: {{kind: postgres, url: \"{url}\", pool_size: 8}}\n"),
+                None => String::new(),
+            },
         );
         write(&self.config_path, &yaml);
         self.base = format!("http://127.0.0.1:{port}");

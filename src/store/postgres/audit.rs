@@ -1,0 +1,141 @@
+//! The audit log in PostgreSQL: one chain for every instance.
+//!
+//! [`PgSink`] is the audit writer's sink. Each move takes the chain's advisory lock in a
+//! transaction, reads the head, chains the events of committed changes waiting in
+//! `audit_outbox` (oldest first) and then the writer's own, inserts them into `audit_log`,
+//! records the new head in `audit_head` and deletes the moved outbox rows, and commits: the
+//! entries of every instance form one order, and the head is never apart from the log.
+
+use super::{client, run_blocking, timed};
+use crate::audit::chain::HashFunction;
+use crate::audit::writer::Sink;
+use crate::audit::{AuditEntry, AuditEvent, AuditHead};
+use crate::store::{corrupt, StoreError, StoreResult};
+use deadpool_postgres::Pool;
+
+/// The advisory lock that serializes chaining.
+pub(crate) const CHAIN_LOCK: i64 = 0x0070_6179_6372_6565;
+
+/// The audit writer's sink on the database.
+pub struct PgSink {
+    pool: Pool,
+    handle: tokio::runtime::Handle,
+    hash: HashFunction,
+    /// The writer's own events, appended but not yet committed.
+    own: Vec<AuditEvent>,
+}
+
+impl PgSink {
+    pub fn new(pool: Pool, handle: tokio::runtime::Handle, hash: HashFunction) -> Self {
+        Self {
+            pool,
+            handle,
+            hash,
+            own: Vec::new(),
+        }
+    }
+
+    /// Chains the outbox and `own` into the log in one transaction.
+    fn chain(&mut self, own: Vec<AuditEvent>) -> Result<(), String> {
+        let (pool, hash) = (self.pool.clone(), self.hash);
+        run_blocking(&self.handle, async move { chain(&pool, hash, own).await })
+            .map_err(|e| e.to_string())
+    }
+}
+
+async fn chain(pool: &Pool, hash: HashFunction, own: Vec<AuditEvent>) -> StoreResult<()> {
+    let mut c = client(pool).await?;
+    let tx = timed(c.transaction()).await?;
+    timed(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CHAIN_LOCK])).await?;
+    let outbox = timed(tx.query("DELETE FROM audit_outbox RETURNING n, event", &[])).await?;
+    if outbox.is_empty() && own.is_empty() {
+        return Ok(());
+    }
+    let mut waiting: Vec<(i64, AuditEvent)> = outbox
+        .iter()
+        .map(|r| {
+            Ok((
+                r.get::<_, i64>(0),
+                serde_json::from_value(r.get(1)).map_err(corrupt)?,
+            ))
+        })
+        .collect::<StoreResult<_>>()?;
+    waiting.sort_by_key(|(n, _)| *n);
+    let head = timed(tx.query_opt("SELECT seq, hash FROM audit_head", &[])).await?;
+    let (mut seq, mut prev) = head
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)))
+        .unwrap_or((0, String::new()));
+    let insert = timed(
+        tx.prepare("INSERT INTO audit_log (seq, event, prev_hash, hash) VALUES ($1, $2, $3, $4)"),
+    )
+    .await?;
+    for event in waiting.into_iter().map(|(_, e)| e).chain(own) {
+        let json = serde_json::to_vec(&event).map_err(corrupt)?;
+        let h = hash.hash(&prev, &json);
+        seq += 1;
+        let value: serde_json::Value = serde_json::from_slice(&json).map_err(corrupt)?;
+        timed(tx.execute(&insert, &[&seq, &value, &prev, &h])).await?;
+        prev = h;
+    }
+    timed(tx.execute(
+        "INSERT INTO audit_head (one, seq, hash) VALUES (true, $1, $2) \
+         ON CONFLICT (one) DO UPDATE SET seq = $1, hash = $2",
+        &[&seq, &prev],
+    ))
+    .await?;
+    timed(tx.commit()).await
+}
+
+impl Sink for PgSink {
+    /// Moves the outbox into the log at once (its own transaction) and returns nothing: on the
+    /// database the move is durable as it happens.
+    fn pending(&mut self) -> Result<Vec<AuditEvent>, String> {
+        self.chain(Vec::new())?;
+        Ok(Vec::new())
+    }
+
+    fn append(&mut self, events: &[AuditEvent]) -> Result<(), String> {
+        self.own.extend_from_slice(events);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        let own = std::mem::take(&mut self.own);
+        self.chain(own)
+    }
+}
+
+/// The whole log, oldest first.
+pub async fn read_log(pool: &Pool) -> StoreResult<Vec<AuditEntry>> {
+    let c = client(pool).await?;
+    let rows = timed(c.query(
+        "SELECT seq, event, prev_hash, hash FROM audit_log ORDER BY seq",
+        &[],
+    ))
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(AuditEntry {
+                seq: u64::try_from(r.get::<_, i64>(0)).map_err(corrupt)?,
+                event: serde_json::from_value(r.get(1)).map_err(corrupt)?,
+                prev_hash: r.get(2),
+                hash: r.get(3),
+            })
+        })
+        .collect()
+}
+
+/// The recorded head, if any entry was chained.
+pub async fn read_head(pool: &Pool) -> StoreResult<Option<AuditHead>> {
+    let c = client(pool).await?;
+    let row = timed(c.query_opt("SELECT seq, hash FROM audit_head", &[])).await?;
+    row.map(|r| {
+        Ok(AuditHead {
+            seq: u64::try_from(r.get::<_, i64>(0))
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            hash: r.get(1),
+            len: 0,
+        })
+    })
+    .transpose()
+}

@@ -1,0 +1,1129 @@
+//! The PostgreSQL backend: one database shared by any number of paycred instances.
+//!
+//! Records keep the sealed forms of [`crate::store::records`] (JSON in `jsonb` columns); the
+//! fields the store queries are typed columns beside them (scope, ids, status, uses, times,
+//! fingerprint). The schema is versioned ([`migrations`]) and applied at every start under an
+//! advisory lock.
+//!
+//! - Dedup: a UNIQUE index on (project, entity, fingerprint); a create that hits it refreshes
+//!   the stored method (`INSERT … ON CONFLICT DO NOTHING`, then the refresh under `FOR UPDATE`).
+//! - Mandate usage: one conditional `UPDATE … SET uses = uses + 1 WHERE … RETURNING uses`.
+//! - Read-modify-write of a record (verification, cancel on delete): `SELECT … FOR UPDATE` in
+//!   the transaction that writes it back.
+//! - Audit: a change writes its event into `audit_outbox` in its own transaction; the audit
+//!   writer ([`audit::PgSink`]) chains outbox events and its own into `audit_log` and
+//!   `audit_head` in one transaction under an advisory lock, so every instance appends to one
+//!   order.
+//! - Payment methods are read from the database on every request (no cache), so a delete on
+//!   one instance is seen by every other at once.
+//! - Keyrings and client keys are read ahead: all of them at open, kept in memory, and read
+//!   again from the database on a miss; the [`Store`] methods for them are synchronous
+//!   (the vault keeps them in its own cache), and a write or a miss waits for the database on
+//!   the store's runtime ([`PgStore::blocking`]).
+//!
+//! The connections live on the store's own small runtime, so they outlive any caller's
+//! runtime; every operation is bounded by [`OP_TIMEOUT`] and fails as
+//! [`StoreError::Unavailable`] (`503 storeUnavailable`) when the database does not answer.
+
+pub mod audit;
+pub mod migrations;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_cluster;
+
+use crate::audit::chain::HashFunction;
+use crate::audit::writer::AuditBatcher;
+use crate::audit::{AuditEntry, AuditEvent, AuditHead};
+use crate::config::store::PostgresConfig;
+use crate::domain::issuer::CredentialType;
+use crate::store::{
+    corrupt, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord, IntentStatus, Page,
+    PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats, TokenTake,
+    UseOutcome, VerificationAttempt,
+};
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use parking_lot::RwLock;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::types::ToSql;
+
+/// Longest wait for the database in one store operation (a connection from the pool, and each
+/// query); past it the operation fails as unavailable.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A database error as [`StoreError::Unavailable`]: its text names the failure (connection
+/// refused, statement, constraint), never a value the statement carried.
+fn pg(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("postgres: {e}"))
+}
+
+/// How long a key row read ahead (or read) answers without asking the database again.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// Key rows by project, with when they were read.
+type KeyCache = RwLock<HashMap<String, (Vec<u8>, std::time::Instant)>>;
+
+/// PostgreSQL-backed [`Store`].
+pub struct PgStore {
+    pool: Pool,
+    /// Where the connections run and the synchronous methods wait; shut down on drop.
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    keyrings: KeyCache,
+    client_keys: KeyCache,
+    audit_writer: Option<AuditBatcher>,
+    writes: AtomicU64,
+    /// `user@host:port/db`, for messages.
+    describe: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("database", &self.describe)
+            .finish()
+    }
+}
+
+/// Opens connections on the store's runtime (the pool's `Connect`), so that a connection's
+/// socket and task belong to that runtime whichever runtime asked for it.
+struct ConnectOn {
+    tls: postgres_openssl::MakeTlsConnector,
+    handle: tokio::runtime::Handle,
+}
+
+type Connected =
+    Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>;
+
+impl deadpool_postgres::Connect for ConnectOn {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
+        let (tls, config, handle) = (self.tls.clone(), pg_config.clone(), self.handle.clone());
+        Box::pin(async move {
+            let opened = handle.spawn(async move {
+                let (client, connection) = config.connect(tls).await?;
+                let task = tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::warn!(error = %e, "postgres connection closed");
+                    }
+                });
+                Ok((client, task))
+            });
+            match opened.await {
+                Ok(done) => done,
+                Err(_) => Err(tokio_postgres::Error::__private_api_timeout()),
+            }
+        })
+    }
+}
+
+/// TLS as the URL's `sslmode` asks, verified with `ca_file` (else the system's roots).
+fn tls(config: &PostgresConfig) -> StoreResult<postgres_openssl::MakeTlsConnector> {
+    let mut builder = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls())
+        .map_err(|e| StoreError::Unavailable(format!("tls: {e}")))?;
+    if let Some(ca) = &config.ca_file {
+        builder
+            .set_ca_file(ca)
+            .map_err(|e| StoreError::Unavailable(format!("store.tls.ca_file: {e}")))?;
+    }
+    Ok(postgres_openssl::MakeTlsConnector::new(builder.build()))
+}
+
+impl PgStore {
+    /// Connects, applies the migrations (under the advisory lock) and reads the keys ahead.
+    /// An unreachable database fails here, naming the host (never the password).
+    pub fn open(config: &PostgresConfig, audit_hash: HashFunction) -> StoreResult<Self> {
+        let (runtime, pool) = connect(config)?;
+        let handle = runtime.handle().clone();
+        let describe = config.url.describe();
+        let mut store = Self {
+            pool,
+            runtime: Some(runtime),
+            handle,
+            keyrings: RwLock::default(),
+            client_keys: RwLock::default(),
+            audit_writer: None,
+            writes: AtomicU64::new(0),
+            describe: describe.clone(),
+        };
+        let at = |e: StoreError| StoreError::Unavailable(format!("database {describe}: {e}"));
+        let pool = store.pool.clone();
+        store
+            .blocking(async move { migrations::apply(&pool).await })
+            .map_err(at)?;
+        let pool = store.pool.clone();
+        let (keyrings, client_keys) = store
+            .blocking(async move {
+                let c = client(&pool).await?;
+                let rows = |sql: &'static str| {
+                    let c = &c;
+                    async move {
+                        let rows = timed(c.query(sql, &[])).await?;
+                        let now = std::time::Instant::now();
+                        Ok::<_, StoreError>(
+                            rows.iter()
+                                .map(|r| (r.get::<_, String>(0), (r.get::<_, Vec<u8>>(1), now)))
+                                .collect::<HashMap<_, _>>(),
+                        )
+                    }
+                };
+                Ok((
+                    rows("SELECT project, keyring FROM keyrings").await?,
+                    rows("SELECT project, keyset FROM client_keys").await?,
+                ))
+            })
+            .map_err(at)?;
+        *store.keyrings.write() = keyrings;
+        *store.client_keys.write() = client_keys;
+        let sink = audit::PgSink::new(store.pool.clone(), store.handle.clone(), audit_hash);
+        store.audit_writer = Some(
+            AuditBatcher::start(sink).map_err(|e| at(StoreError::Unavailable(e.to_string())))?,
+        );
+        Ok(store)
+    }
+
+    /// Applies the migrations the database lacks (`paycred migrate`); the versions applied.
+    pub fn migrate(config: &PostgresConfig) -> StoreResult<Vec<i64>> {
+        let (runtime, pool) = connect(config)?;
+        let applied = run_blocking(
+            runtime.handle(),
+            async move { migrations::apply(&pool).await },
+        )
+        .map_err(|e| StoreError::Unavailable(format!("database {}: {e}", config.url.describe())));
+        runtime.shutdown_background();
+        applied
+    }
+
+    /// `user@host:port/db` of the database.
+    pub fn database(&self) -> &str {
+        &self.describe
+    }
+
+    /// Runs `work` on the store's runtime and waits for it on this thread (the synchronous
+    /// methods; a plain thread, or rarely a caller on a runtime: a keyring miss).
+    fn blocking<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = StoreResult<T>> + Send + 'static,
+    ) -> StoreResult<T> {
+        run_blocking(&self.handle, work)
+    }
+
+    async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
+        client(&self.pool).await
+    }
+
+    fn writer(&self) -> StoreResult<&AuditBatcher> {
+        self.audit_writer
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("audit writer stopped".into()))
+    }
+
+    /// After a commit that wrote into the outbox: the writer moves it into the log.
+    fn audited(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = &self.audit_writer {
+            w.wake();
+        }
+    }
+}
+
+/// The store's runtime and its pool of connections (none opened yet).
+fn connect(config: &PostgresConfig) -> StoreResult<(tokio::runtime::Runtime, Pool)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("paycred-pg")
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+    let mut pg_config = config.url.config().clone();
+    if pg_config.get_connect_timeout().is_none() {
+        pg_config.connect_timeout(OP_TIMEOUT);
+    }
+    let manager = Manager::from_connect(
+        pg_config,
+        ConnectOn {
+            tls: tls(config)?,
+            handle: runtime.handle().clone(),
+        },
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(config.pool_size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(OP_TIMEOUT))
+        .create_timeout(Some(OP_TIMEOUT))
+        .recycle_timeout(Some(OP_TIMEOUT))
+        .build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+    Ok((runtime, pool))
+}
+
+/// [`PgStore::blocking`] on `handle`.
+pub(crate) fn run_blocking<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    work: impl Future<Output = StoreResult<T>> + Send + 'static,
+) -> StoreResult<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    handle.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    rx.recv_timeout(OP_TIMEOUT * 3)
+        .map_err(|_| StoreError::Unavailable("postgres: no answer in time".into()))?
+}
+
+/// A pooled connection within [`OP_TIMEOUT`].
+pub(crate) async fn client(pool: &Pool) -> StoreResult<deadpool_postgres::Object> {
+    pool.get().await.map_err(pg)
+}
+
+/// A query within [`OP_TIMEOUT`].
+pub(crate) async fn timed<T>(
+    query: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> StoreResult<T> {
+    match tokio::time::timeout(OP_TIMEOUT, query).await {
+        Ok(result) => result.map_err(pg),
+        Err(_) => Err(StoreError::Unavailable("postgres: query timed out".into())),
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // The writer's last sync needs the runtime: it stops first.
+        drop(self.audit_writer.take());
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn i64_of(n: u32) -> i64 {
+    i64::from(n)
+}
+
+fn u32_of(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> StoreResult<Value> {
+    serde_json::to_value(value).map_err(corrupt)
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> StoreResult<T> {
+    serde_json::from_value(value).map_err(corrupt)
+}
+
+fn status_of(text: &str) -> StoreResult<IntentStatus> {
+    from_json(Value::String(text.to_string()))
+}
+
+/// An intent row (`status, uses, record`) as its record: the columns are authoritative.
+fn intent_of(row: &tokio_postgres::Row) -> StoreResult<IntentRecord> {
+    let mut rec: IntentRecord = from_json(row.get::<_, Value>("record"))?;
+    rec.status = status_of(row.get::<_, &str>("status"))?;
+    rec.uses = u32_of(row.get::<_, i64>("uses"));
+    Ok(rec)
+}
+
+const OUTBOX: &str = "INSERT INTO audit_outbox (event) VALUES ($1)";
+
+fn micros(t: time::OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn insert_payment_method(
+        &self,
+        pm: &PaymentMethodRecord,
+        audit: AuditEvent,
+        refresh: Refresh<'_>,
+    ) -> StoreResult<Inserted> {
+        let record = json(pm)?;
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let inserted = timed(tx.execute(
+            "INSERT INTO payment_methods (project, entity, id, created_micros, fingerprint, record) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (project, entity, fingerprint) DO NOTHING",
+            &[&pm.project, &pm.entity, &pm.id, &pm.created_micros, &pm.fingerprint, &record],
+        ))
+        .await?;
+        let outcome = if inserted == 1 {
+            timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+            Inserted::Created
+        } else {
+            let row = timed(tx.query_opt(
+                "SELECT record FROM payment_methods WHERE project = $1 AND entity = $2 \
+                 AND fingerprint = $3 FOR UPDATE",
+                &[&pm.project, &pm.entity, &pm.fingerprint],
+            ))
+            .await?
+            .ok_or_else(|| StoreError::Unavailable("payment method changed meanwhile".into()))?;
+            let existing: PaymentMethodRecord = from_json(row.get(0))?;
+            let (refreshed, audit) = refresh(&existing);
+            timed(tx.execute(
+                "UPDATE payment_methods SET record = $4 WHERE project = $1 AND entity = $2 AND id = $3",
+                &[&pm.project, &pm.entity, &existing.id, &json(&refreshed)?],
+            ))
+            .await?;
+            timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+            Inserted::Existing(Box::new(refreshed))
+        };
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(outcome)
+    }
+
+    async fn get_payment_method(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+    ) -> StoreResult<Option<Arc<PaymentMethodRecord>>> {
+        let c = self.client().await?;
+        let st = timed(c.prepare_cached(
+            "SELECT record FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3",
+        ))
+        .await?;
+        match timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id])).await? {
+            Some(row) => Ok(Some(Arc::new(from_json(row.get(0))?))),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_payment_methods(
+        &self,
+        scope: Scope<'_>,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Page<PaymentMethodRecord>> {
+        let c = self.client().await?;
+        let total: i64 = timed(c.query_one(
+            "SELECT count(*) FROM payment_methods WHERE project = $1 AND entity = $2",
+            &[&scope.project, &scope.entity],
+        ))
+        .await?
+        .get(0);
+        let (offset, limit) = (
+            i64::try_from(offset).unwrap_or(i64::MAX),
+            i64::try_from(limit).unwrap_or(i64::MAX),
+        );
+        let rows = timed(c.query(
+            "SELECT record FROM payment_methods WHERE project = $1 AND entity = $2 \
+             ORDER BY created_micros DESC, id OFFSET $3 LIMIT $4",
+            &[&scope.project, &scope.entity, &offset, &limit],
+        ))
+        .await?;
+        let items = rows
+            .into_iter()
+            .map(|r| from_json(r.get(0)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(Page {
+            items,
+            total: usize::try_from(total).unwrap_or(0),
+        })
+    }
+
+    async fn delete_payment_method(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let deleted = timed(tx.execute(
+            "DELETE FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?;
+        if deleted == 0 {
+            return Ok(false);
+        }
+        // The row lock of the delete makes an intent insert for it wait and then find it gone.
+        let rows = timed(tx.query(
+            "SELECT id, status, uses, record FROM intents WHERE project = $1 AND entity = $2 \
+             AND payment_method_id = $3 AND status <> 'canceled' FOR UPDATE",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?;
+        for row in rows {
+            let mut rec = intent_of(&row)?;
+            rec.status = IntentStatus::Canceled;
+            timed(tx.execute(
+                "UPDATE intents SET status = 'canceled', record = $4 \
+                 WHERE project = $1 AND entity = $2 AND id = $3",
+                &[&scope.project, &scope.entity, &rec.id, &json(&rec)?],
+            ))
+            .await?;
+        }
+        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(true)
+    }
+
+    async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        // The payment method's row, locked against a concurrent delete until this commits.
+        let exists = timed(tx.query_opt(
+            "SELECT 1 FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3 FOR SHARE",
+            &[&intent.project, &intent.entity, &intent.payment_method_id],
+        ))
+        .await?
+        .is_some();
+        if !exists {
+            return Ok(false);
+        }
+        let usage_limit = intent.mandates.usage_limit.map(i64_of);
+        timed(tx.execute(
+            "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros, \
+             expires_micros, usage_limit, uses, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            &[
+                &intent.project,
+                &intent.entity,
+                &intent.id,
+                &intent.payment_method_id,
+                &intent.status.as_str(),
+                &intent.created_micros,
+                &intent.expires_micros,
+                &usage_limit,
+                &i64_of(intent.uses),
+                &json(intent)?,
+            ],
+        ))
+        .await?;
+        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(true)
+    }
+
+    async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>> {
+        let c = self.client().await?;
+        let st = timed(c.prepare_cached(
+            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 AND id = $3",
+        ))
+        .await?;
+        match timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id])).await? {
+            Some(row) => Ok(Some(intent_of(&row)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>> {
+        let c = self.client().await?;
+        let rows = timed(c.query(
+            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2",
+            &[&scope.project, &scope.entity],
+        ))
+        .await?;
+        rows.iter().map(intent_of).collect()
+    }
+
+    async fn set_intent_status(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        status: IntentStatus,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "UPDATE intents SET status = $4 WHERE project = $1 AND entity = $2 AND id = $3 RETURNING status, uses, record",
+            &[&scope.project, &scope.entity, &id, &status.as_str()],
+        ))
+        .await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        row.as_ref().map(intent_of).transpose()
+    }
+
+    async fn record_verification(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        attempt: VerificationAttempt,
+        audit: AuditEvent,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let Some(row) = timed(tx.query_opt(
+            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 AND id = $3 \
+             FOR UPDATE",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?
+        else {
+            return Ok(None);
+        };
+        let mut rec = intent_of(&row)?;
+        if rec.status != IntentStatus::Verify {
+            return Ok(Some(rec));
+        }
+        match attempt {
+            VerificationAttempt::Passed => {
+                rec.status = IntentStatus::Active;
+                timed(tx.execute(
+                    "UPDATE payment_methods SET verified = true \
+                     WHERE project = $1 AND entity = $2 AND id = $3",
+                    &[&scope.project, &scope.entity, &rec.payment_method_id],
+                ))
+                .await?;
+                timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+            }
+            VerificationAttempt::Failed => {
+                rec.failed_verifications = rec.failed_verifications.saturating_add(1);
+            }
+            VerificationAttempt::OtpMethod(method) => rec.otp_method = method,
+        }
+        timed(tx.execute(
+            "UPDATE intents SET status = $4, record = $5 WHERE project = $1 AND entity = $2 AND id = $3",
+            &[&scope.project, &scope.entity, &id, &rec.status.as_str(), &json(&rec)?],
+        ))
+        .await?;
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(Some(rec))
+    }
+
+    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "SELECT verified FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3",
+            &[&scope.project, &scope.entity, &pm_id],
+        ))
+        .await?;
+        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
+    async fn record_use(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<UseOutcome> {
+        let now = micros(now);
+        let c = self.client().await?;
+        let st = timed(c.prepare_cached(
+            "UPDATE intents SET uses = uses + 1 WHERE project = $1 AND entity = $2 AND id = $3 \
+             AND status = 'active' AND expires_micros > $4 \
+             AND (usage_limit IS NULL OR uses < usage_limit) RETURNING uses",
+        ))
+        .await?;
+        if let Some(row) =
+            timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id, &now])).await?
+        {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(UseOutcome::Recorded(u32_of(row.get(0))));
+        }
+        // Not counted: why (read after the refused update; the refusal itself was atomic).
+        let row = timed(c.query_opt(
+            "SELECT status, expires_micros, usage_limit, uses FROM intents \
+             WHERE project = $1 AND entity = $2 AND id = $3",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?;
+        let Some(row) = row else {
+            return Ok(UseOutcome::NotFound);
+        };
+        if status_of(row.get::<_, &str>(0))? != IntentStatus::Active {
+            return Ok(UseOutcome::NotActive);
+        }
+        if now >= row.get::<_, i64>(1) {
+            return Ok(UseOutcome::Expired);
+        }
+        Ok(UseOutcome::UsageLimitReached)
+    }
+
+    async fn newest_active_intent(
+        &self,
+        scope: Scope<'_>,
+        pm_id: &str,
+        kind: CredentialType,
+        now: time::OffsetDateTime,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let now = micros(now);
+        let c = self.client().await?;
+        let rows = timed(c.query(
+            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 \
+             AND payment_method_id = $3 AND status = 'active' AND expires_micros > $4 \
+             ORDER BY created_micros DESC, id",
+            &[&scope.project, &scope.entity, &pm_id, &now],
+        ))
+        .await?;
+        for row in &rows {
+            let rec = intent_of(row)?;
+            if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
+                return Ok(Some(rec));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+        self.writer()?
+            .append(audit)
+            .await
+            .map_err(StoreError::Unavailable)
+    }
+
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        if let Some(w) = &self.audit_writer {
+            w.append_nowait(audit);
+        }
+    }
+
+    fn count_audit(&self, audit: AuditEvent) {
+        if let Some(w) = &self.audit_writer {
+            w.count(audit);
+        }
+    }
+
+    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+        self.writer()?.settle().map_err(StoreError::Unavailable)?;
+        let pool = self.pool.clone();
+        self.blocking(async move { audit::read_log(&pool).await })
+    }
+
+    fn audit_head(&self) -> StoreResult<Option<AuditHead>> {
+        let pool = self.pool.clone();
+        self.blocking(async move { audit::read_head(&pool).await })
+    }
+
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<IdempotentRecord>> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "SELECT record FROM idempotency WHERE project = $1 AND entity = $2 AND key = $3 \
+             AND expires_micros > $4",
+            &[&scope.project, &scope.entity, &key, &now_micros],
+        ))
+        .await?;
+        row.map(|r| from_json(r.get(0))).transpose()
+    }
+
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &IdempotentRecord,
+    ) -> StoreResult<()> {
+        let c = self.client().await?;
+        timed(c.execute(
+            "INSERT INTO idempotency (project, entity, key, expires_micros, record) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project, entity, key) \
+             DO UPDATE SET expires_micros = $4, record = $5",
+            &[
+                &scope.project,
+                &scope.entity,
+                &key,
+                &record.expires_micros,
+                &json(record)?,
+            ],
+        ))
+        .await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn claim_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+        lease_until_micros: i64,
+    ) -> StoreResult<bool> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "INSERT INTO idempotency_claims (project, entity, key, lease_until_micros) \
+             VALUES ($1, $2, $3, $5) ON CONFLICT (project, entity, key) \
+             DO UPDATE SET lease_until_micros = $5 \
+             WHERE idempotency_claims.lease_until_micros <= $4 RETURNING 1",
+            &[
+                &scope.project,
+                &scope.entity,
+                &key,
+                &now_micros,
+                &lease_until_micros,
+            ],
+        ))
+        .await?;
+        Ok(row.is_some())
+    }
+
+    async fn release_idempotent(&self, scope: Scope<'_>, key: &str) -> StoreResult<()> {
+        let c = self.client().await?;
+        timed(c.execute(
+            "DELETE FROM idempotency_claims WHERE project = $1 AND entity = $2 AND key = $3",
+            &[&scope.project, &scope.entity, &key],
+        ))
+        .await
+        .map(drop)
+    }
+
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
+        let pool = self.pool.clone();
+        self.blocking(async move {
+            let c = client(&pool).await?;
+            let n = timed(c.execute(
+                "DELETE FROM idempotency WHERE expires_micros <= $1",
+                &[&now_micros],
+            ))
+            .await?;
+            timed(c.execute(
+                "DELETE FROM idempotency_claims WHERE lease_until_micros <= $1",
+                &[&now_micros],
+            ))
+            .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read_key_row(
+            &self.keyrings,
+            "SELECT keyring FROM keyrings WHERE project = $1",
+            project,
+        )
+    }
+
+    fn reload_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.keyrings.write().remove(project);
+        self.load_keyring(project)
+    }
+
+    fn create_keyring(&self, project: &str, keyring: &[u8]) -> StoreResult<Vec<u8>> {
+        let (pool, p, k) = (self.pool.clone(), project.to_string(), keyring.to_vec());
+        let stored = self.blocking(async move {
+            let c = client(&pool).await?;
+            timed(c.execute(
+                "INSERT INTO keyrings (project, keyring) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&p, &k],
+            ))
+            .await?;
+            let row = timed(c.query_one("SELECT keyring FROM keyrings WHERE project = $1", &[&p]))
+                .await?;
+            Ok(row.get::<_, Vec<u8>>(0))
+        })?;
+        self.keyrings.write().insert(
+            project.to_string(),
+            (stored.clone(), std::time::Instant::now()),
+        );
+        Ok(stored)
+    }
+
+    fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool> {
+        let swapped = self.swap_row("keyrings", "keyring", project, Some(expected), keyring)?;
+        self.keyrings.write().remove(project);
+        Ok(swapped)
+    }
+
+    async fn ready(&self) -> StoreResult<()> {
+        let c = self.client().await?;
+        timed(c.query_one("SELECT 1", &[])).await.map(drop)
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            durable_writes: self.writes.load(Ordering::Relaxed),
+            flushes: 0,
+        }
+    }
+
+    async fn insert_card_token(
+        &self,
+        scope: Scope<'_>,
+        token: &CardTokenRecord,
+    ) -> StoreResult<()> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        // The scope's tidy-up, as the embedded store does it: expired tokens lose their sealed
+        // data, tombstones past their keep go.
+        let keep_until = token
+            .created_micros
+            .saturating_sub(crate::store::sled::card_tokens::TOMBSTONE_KEEP_MICROS);
+        timed(tx.execute(
+            "DELETE FROM card_tokens WHERE project = $1 AND entity = $2 AND expires_micros < $3",
+            &[&scope.project, &scope.entity, &keep_until],
+        ))
+        .await?;
+        timed(tx.execute(
+            "UPDATE card_tokens SET record = record - 'number_sealed' - 'cvc_sealed' \
+             WHERE project = $1 AND entity = $2 AND expires_micros <= $3 \
+             AND (record ? 'number_sealed' OR record ? 'cvc_sealed')",
+            &[&scope.project, &scope.entity, &token.created_micros],
+        ))
+        .await?;
+        timed(tx.execute(
+            "INSERT INTO card_tokens (project, entity, id, expires_micros, record) VALUES ($1, $2, $3, $4, $5)",
+            &[&scope.project, &scope.entity, &token.id, &token.expires_micros, &json(token)?],
+        ))
+        .await?;
+        timed(tx.commit()).await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<TokenTake> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let Some(row) = timed(tx.query_opt(
+            "SELECT record FROM card_tokens WHERE project = $1 AND entity = $2 AND id = $3 FOR UPDATE",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?
+        else {
+            return Ok(TokenTake::Unknown);
+        };
+        let rec: CardTokenRecord = from_json(row.get(0))?;
+        if rec.used {
+            return Ok(TokenTake::Used);
+        }
+        let expired = now_micros >= rec.expires_micros;
+        let tombstone = CardTokenRecord {
+            number_sealed: None,
+            cvc_sealed: None,
+            used: !expired,
+            ..rec.clone()
+        };
+        timed(tx.execute(
+            "UPDATE card_tokens SET record = $4 WHERE project = $1 AND entity = $2 AND id = $3",
+            &[&scope.project, &scope.entity, &id, &json(&tombstone)?],
+        ))
+        .await?;
+        timed(tx.commit()).await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(if expired {
+            TokenTake::Expired
+        } else {
+            TokenTake::Taken(Box::new(rec))
+        })
+    }
+
+    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read_key_row(
+            &self.client_keys,
+            "SELECT keyset FROM client_keys WHERE project = $1",
+            project,
+        )
+    }
+
+    fn swap_client_keys(
+        &self,
+        project: &str,
+        expected: Option<&[u8]>,
+        keyset: &[u8],
+    ) -> StoreResult<bool> {
+        let swapped = self.swap_row("client_keys", "keyset", project, expected, keyset)?;
+        self.client_keys.write().remove(project);
+        Ok(swapped)
+    }
+}
+
+impl PgStore {
+    /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
+    /// how many of the export's rows the tables lack afterwards (0 when all is well).
+    pub fn import(&self, export: &crate::store::copy::Export) -> StoreResult<usize> {
+        let (pool, export) = (self.pool.clone(), export.clone());
+        self.blocking(async move {
+            let mut c = client(&pool).await?;
+            let tx = timed(c.transaction()).await?;
+            timed(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&audit::CHAIN_LOCK])).await?;
+            for (pm, verified) in &export.payment_methods {
+                timed(tx.execute(
+                    "INSERT INTO payment_methods (project, entity, id, created_micros, fingerprint,                      verified, record) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                    &[&pm.project, &pm.entity, &pm.id, &pm.created_micros, &pm.fingerprint, verified, &json(pm)?],
+                ))
+                .await?;
+            }
+            for pi in &export.intents {
+                let usage_limit = pi.mandates.usage_limit.map(i64_of);
+                timed(tx.execute(
+                    "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros,                      expires_micros, usage_limit, uses, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)                      ON CONFLICT DO NOTHING",
+                    &[&pi.project, &pi.entity, &pi.id, &pi.payment_method_id, &pi.status.as_str(),
+                      &pi.created_micros, &pi.expires_micros, &usage_limit, &i64_of(pi.uses), &json(pi)?],
+                ))
+                .await?;
+            }
+            for (table, column, rows) in [
+                ("card_tokens", "id", &export.card_tokens),
+                ("idempotency", "key", &export.idempotency),
+            ] {
+                let sql = format!(
+                    "INSERT INTO {table} (project, entity, {column}, expires_micros, record)                      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING"
+                );
+                for r in rows {
+                    let expires = r.value.get("expires_micros").and_then(Value::as_i64).unwrap_or(0);
+                    timed(tx.execute(sql.as_str(), &[&r.project, &r.entity, &r.id, &expires, &r.value])).await?;
+                }
+            }
+            for (table, column, rows) in [
+                ("keyrings", "keyring", &export.keyrings),
+                ("client_keys", "keyset", &export.client_keys),
+            ] {
+                let sql = format!("INSERT INTO {table} (project, {column}) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+                for (project, bytes) in rows {
+                    timed(tx.execute(sql.as_str(), &[project, bytes])).await?;
+                }
+            }
+            for e in &export.audit {
+                let seq = i64::try_from(e.seq).map_err(corrupt)?;
+                timed(tx.execute(
+                    "INSERT INTO audit_log (seq, event, prev_hash, hash) VALUES ($1, $2, $3, $4)                      ON CONFLICT DO NOTHING",
+                    &[&seq, &json(&e.event)?, &e.prev_hash, &e.hash],
+                ))
+                .await?;
+            }
+            if let Some(last) = export.audit.last() {
+                let seq = i64::try_from(last.seq).map_err(corrupt)?;
+                timed(tx.execute(
+                    "INSERT INTO audit_head (one, seq, hash) VALUES (true, $1, $2) ON CONFLICT (one)                      DO UPDATE SET seq = $1, hash = $2 WHERE audit_head.seq < $1",
+                    &[&seq, &last.hash],
+                ))
+                .await?;
+            }
+            let mut missing = 0usize;
+            for (_, table, n) in export.counts() {
+                let have: i64 = timed(tx.query_one(&format!("SELECT count(*) FROM {table}"), &[]))
+                    .await?
+                    .get(0);
+                missing += n.saturating_sub(usize::try_from(have).unwrap_or(0));
+            }
+            timed(tx.commit()).await?;
+            Ok(missing)
+        })
+    }
+
+    /// One key row, from `cache` (read ahead at open) while younger than [`KEY_CACHE_TTL`],
+    /// else from the database (`sql` selects the value by project), then kept in `cache`.
+    /// (The vault keeps what it read: it asks again only for a project it has not loaded
+    /// and for a value sealed under a key it does not know.)
+    fn read_key_row(
+        &self,
+        cache: &KeyCache,
+        sql: &'static str,
+        project: &str,
+    ) -> StoreResult<Option<Vec<u8>>> {
+        if let Some((value, read)) = cache.read().get(project) {
+            if read.elapsed() < KEY_CACHE_TTL {
+                return Ok(Some(value.clone()));
+            }
+        }
+        let (pool, p) = (self.pool.clone(), project.to_string());
+        let found = self.blocking(async move {
+            let c = client(&pool).await?;
+            let row = timed(c.query_opt(sql, &[&p])).await?;
+            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        })?;
+        if let Some(value) = &found {
+            cache.write().insert(
+                project.to_string(),
+                (value.clone(), std::time::Instant::now()),
+            );
+        }
+        Ok(found)
+    }
+
+    /// Replaces a key row (`table`, value column `column`) if it is still `expected` (absent
+    /// for `None`); `false` when it changed meanwhile.
+    fn swap_row(
+        &self,
+        table: &'static str,
+        column: &'static str,
+        project: &str,
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> StoreResult<bool> {
+        let (pool, p) = (self.pool.clone(), project.to_string());
+        let (expected, new) = (expected.map(<[u8]>::to_vec), new.to_vec());
+        self.blocking(async move {
+            let c = client(&pool).await?;
+            let n = match &expected {
+                Some(old) => {
+                    let sql = format!("UPDATE {table} SET {column} = $3 WHERE project = $1 AND {column} = $2");
+                    let params: [&(dyn ToSql + Sync); 3] = [&p, old, &new];
+                    timed(c.execute(sql.as_str(), &params)).await?
+                }
+                None => {
+                    let sql = format!(
+                        "INSERT INTO {table} (project, {column}) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+                    );
+                    timed(c.execute(sql.as_str(), &[&p, &new])).await?
+                }
+            };
+            Ok(n == 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_named_without_its_password() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let url = format!("postgres://paycred:s3cret-pw@127.0.0.1:{port}/pay");
+        let config = PostgresConfig {
+            url: crate::config::store::DatabaseUrl::parse(&url).unwrap(),
+            pool_size: 2,
+            ca_file: None,
+        };
+        let e = PgStore::open(&config, HashFunction::Sha256)
+            .expect_err("opened a database that does not exist")
+            .to_string();
+        assert!(e.contains(&format!("paycred@127.0.0.1:{port}/pay")), "{e}");
+        assert!(!e.contains("s3cret-pw"), "{e}");
+    }
+
+    #[test]
+    fn migrations_apply_once_whoever_starts_first() {
+        let config = test_cluster::fresh_config(2).unwrap();
+        let starts: Vec<_> = (0..3)
+            .map(|_| {
+                let config = config.clone();
+                std::thread::spawn(move || PgStore::migrate(&config).unwrap())
+            })
+            .collect();
+        let applied: Vec<Vec<i64>> = starts.into_iter().map(|s| s.join().unwrap()).collect();
+        assert_eq!(
+            applied.iter().filter(|a| !a.is_empty()).count(),
+            1,
+            "{applied:?}"
+        );
+        assert!(PgStore::migrate(&config).unwrap().is_empty());
+        let store = PgStore::open(&config, HashFunction::Sha256).unwrap();
+        let counts = run_blocking(&store.handle.clone(), {
+            let pool = store.pool.clone();
+            async move {
+                let c = client(&pool).await?;
+                let n: i64 = timed(c.query_one("SELECT count(*) FROM paycred_migrations", &[]))
+                    .await?
+                    .get(0);
+                Ok(n)
+            }
+        })
+        .unwrap();
+        assert_eq!(counts, i64::try_from(migrations::MIGRATIONS.len()).unwrap());
+    }
+}

@@ -1,0 +1,411 @@
+//! paycred on PostgreSQL (the test cluster of `paycred::store::postgres::test_cluster`, a
+//! database per server): the REST API, the proxy, restarts and the audit log on one
+//! instance, and three instances on one database (usage counts, dedup, deletes, the audit
+//! chain while they run).
+
+use crate::common::upstream::Upstream;
+use crate::common::*;
+use serde_json::{json, Value};
+
+fn pm_path() -> String {
+    format!("/projects/{PROJECT}/payment-methods")
+}
+
+fn card_intent(server: &Server, token: &str, pm: &str, limit: u32) -> Value {
+    let pi = server.call(
+        "POST",
+        &format!("/projects/{PROJECT}/purchase-intents"),
+        Some(token),
+        Some(
+            &json!({"entityId": "user_1", "credentialType": "virtual-card", "paymentMethodId": pm,
+            "mandates": [
+                {"type": "maxAmount", "value": "100.00", "details": {"currency": "840"}},
+                {"type": "usageLimit", "value": limit.to_string(), "details": {"count": limit}}]}),
+        ),
+    );
+    assert_eq!(pi.status, 201, "{}", pi.text);
+    pi.json
+}
+
+/// The intent's status as GET shows it.
+fn intent_status(server: &Server, token: &str, pi: &Value) -> Value {
+    let id = pi["id"].as_str().unwrap_or_default();
+    let got = server.call(
+        "GET",
+        &format!("/projects/{PROJECT}/purchase-intents/{id}?entityId=user_1"),
+        Some(token),
+        None,
+    );
+    assert_eq!(got.status, 200, "{}", got.text);
+    got.json["status"].clone()
+}
+
+fn charge(pi: &Value) -> Value {
+    let mut charge = pi["card"].clone();
+    charge["amount"] = json!("1.00");
+    charge["currency"] = json!("USD");
+    charge["mcc"] = json!("5411");
+    charge
+}
+
+#[test]
+fn one_instance_serves_rest_proxy_and_audit_from_postgres() {
+    let mut server = Server::start_with(Options::on(Backend::Postgres));
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    // The same card again: the stored one (dedup by the unique fingerprint index).
+    let again = server.call(
+        "POST",
+        &pm_path(),
+        Some(&t),
+        Some(&card_body("user_1", VISA, CVC)),
+    );
+    assert_eq!(
+        (again.status, again.json["id"].as_str()),
+        (200, Some(pm.as_str()))
+    );
+    let up = Upstream::start();
+    let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}"),
+                      "c": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.cvc' }}}}")});
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[0].body).unwrap();
+    assert_eq!(
+        (sent["n"].as_str(), sent["c"].as_str()),
+        (Some(VISA), Some(CVC))
+    );
+
+    let pi = card_intent(&server, &t, &pm, 2);
+    let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
+    for _ in 0..2 {
+        let ok = server.call("POST", &auth, Some(&t), Some(&charge(&pi)));
+        assert_eq!(ok.json, json!({"approved": true}), "{}", ok.text);
+    }
+    let third = server.call("POST", &auth, Some(&t), Some(&charge(&pi)));
+    assert_eq!(third.json["approved"], false, "{}", third.text);
+
+    // A restart keeps everything, the cvc included (the ratchet is in the database).
+    server.restart();
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[1].body).unwrap();
+    assert_eq!(sent["c"].as_str(), Some(CVC), "the cvc after a restart");
+    let got = server.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert_eq!(intent_status(&server, &t, &pi), "expired");
+
+    let deleted = server.call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert!(deleted.status < 300, "{}", deleted.text);
+    let r = server.proxy_json(&t, &up.url("/charge"), &body);
+    r.assert_error(400, "invalidTemplate");
+    assert_eq!(
+        up.requests().len(),
+        2,
+        "nothing substituted after the delete"
+    );
+
+    // The log is verified while the server runs (the database is shared).
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("audit log verified"), "{out}");
+    assert!(out.contains("paymentMethod.delete"), "{out}");
+}
+
+/// Three servers on one database with one master key.
+fn three_instances() -> Vec<Server> {
+    let a = Server::start_with(Options::on(Backend::Postgres));
+    let url = a.database_url.clone().unwrap();
+    let shared = || Options {
+        backend: Backend::Database(url.clone()),
+        master_key: Some(a.master_key.clone()),
+        ..Options::default()
+    };
+    let (b, c) = (Server::start_with(shared()), Server::start_with(shared()));
+    vec![a, b, c]
+}
+
+#[test]
+fn three_instances_share_one_database() {
+    let servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+
+    // The same card created at once through the three: one payment method.
+    let created: Vec<(u16, String)> = std::thread::scope(|s| {
+        let calls: Vec<_> = servers
+            .iter()
+            .map(|server| {
+                let t = &t;
+                s.spawn(move || {
+                    let r = server.call(
+                        "POST",
+                        &pm_path(),
+                        Some(t),
+                        Some(&card_body("user_1", MASTERCARD, CVC)),
+                    );
+                    (
+                        r.status,
+                        r.json["id"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let mut statuses: Vec<u16> = created.iter().map(|(s, _)| *s).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 201], "{created:?}");
+    let pm = created[0].1.clone();
+    assert!(created.iter().all(|(_, id)| *id == pm), "{created:?}");
+
+    // A usageLimit 5 intent, 200 authorizations spread over the three at once: exactly 5.
+    let pi = card_intent(&servers[1], &t, &pm, 5);
+    let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
+    let approved = std::sync::atomic::AtomicUsize::new(0);
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for worker in 0..20 {
+            let (servers, t, auth, pi) = (&servers, &t, &auth, &pi);
+            let (approved, answered) = (&approved, &answered);
+            s.spawn(move || {
+                for i in 0..10 {
+                    let server = &servers[(worker + i) % 3];
+                    let r = server.call("POST", auth, Some(t), Some(&charge(pi)));
+                    assert_eq!(r.status, 200, "{}", r.text);
+                    answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if r.json["approved"] == true {
+                        approved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    println!(
+        "usageLimit 5, {} authorizations over 3 instances: {} approved",
+        answered.into_inner(),
+        approved.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert_eq!(approved.into_inner(), 5);
+
+    // Used through B (so B has read it), deleted on A: refused on B and C at once.
+    let up = Upstream::start();
+    let body =
+        json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
+    assert_eq!(servers[1].proxy_json(&t, &up.url("/c"), &body).status, 201);
+    let deleted = servers[0].call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert!(deleted.status < 300, "{}", deleted.text);
+    for server in &servers[1..] {
+        let r = server.proxy_json(&t, &up.url("/c"), &body);
+        r.assert_error(400, "invalidTemplate");
+        assert!(r.text.contains("unknown payment method"), "{}", r.text);
+    }
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "nothing substituted after the delete"
+    );
+
+    // One chain for the three, verified while they run.
+    let (ok, out, err) = audit_cli(&servers[2], true);
+    assert!(ok, "{out}{err}");
+    let creates = out.matches("\"paymentMethod.create\"").count();
+    assert_eq!(creates, 1, "{out}");
+}
+
+#[test]
+fn one_idempotency_key_sent_to_three_instances_runs_once() {
+    let servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+    let pm = servers[0].add_card(&t, "user_1", VISA);
+    let path = format!("/projects/{PROJECT}/purchase-intents");
+    let body =
+        json!({"entityId": "user_1", "credentialType": "virtual-card", "paymentMethodId": pm,
+        "mandates": [{"type": "maxAmount", "value": "10.00", "details": {"currency": "840"}}]})
+        .to_string();
+    let mut executed = 0;
+    let mut replayed = 0;
+    let mut in_progress = 0;
+    for round in 0..5 {
+        let key = format!("idem-{round}");
+        let answers: Vec<Reply> = std::thread::scope(|s| {
+            let calls: Vec<_> = servers
+                .iter()
+                .map(|server| {
+                    let (t, path, body, key) = (&t, &path, &body, &key);
+                    s.spawn(move || {
+                        server.raw(
+                            "POST",
+                            path,
+                            &[
+                                ("Authorization", &format!("Bearer {t}")),
+                                ("Content-Type", "application/json"),
+                                ("Idempotency-Key", key),
+                            ],
+                            Some(body.as_bytes()),
+                        )
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        for a in &answers {
+            match (a.status, a.header("Idempotent-Replayed")) {
+                (201, None) => executed += 1,
+                (201, Some("true")) => replayed += 1,
+                (409, _) => in_progress += 1,
+                other => panic!("{other:?}: {}", a.text),
+            }
+        }
+    }
+    println!(
+        "5 keys x 3 instances: {executed} executed, {replayed} replayed, {in_progress} answered 409"
+    );
+    assert_eq!(executed, 5);
+    // Every instance wrote its creates into the one audit chain: five intents, no more.
+    let (ok, out, err) = audit_cli(&servers[2], true);
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.matches("\"purchaseIntent.create\"").count(), 5, "{out}");
+}
+
+#[test]
+fn postgresql_down_answers_503_store_unavailable_and_recovers() {
+    use paycred::store::postgres::test_cluster::{database_on, Cluster};
+    let cluster = Cluster::start().unwrap();
+    let url = database_on(&cluster.url()).unwrap();
+    let server = Server::start_with(Options::on(Backend::Database(url)));
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    let up = Upstream::start();
+    let body =
+        json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
+    assert_eq!(server.proxy_json(&t, &up.url("/c"), &body).status, 201);
+
+    cluster.down("fast").unwrap();
+    let get = server.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    get.assert_error(503, "storeUnavailable");
+    let create = server.call(
+        "POST",
+        &pm_path(),
+        Some(&t),
+        Some(&card_body("user_1", MASTERCARD, CVC)),
+    );
+    create.assert_error(503, "storeUnavailable");
+    let proxied = server.proxy_json(&t, &up.url("/c"), &body);
+    proxied.assert_error(503, "storeUnavailable");
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "nothing sent while the store is down"
+    );
+    let ready = server.call("GET", "/ready", None, None);
+    assert_eq!(ready.status, 503, "{}", ready.text);
+
+    cluster.up().unwrap();
+    assert!(
+        eventually(std::time::Duration::from_secs(20), || {
+            server
+                .call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None)
+                .status
+                == 200
+        }),
+        "no recovery once PostgreSQL is back"
+    );
+    assert_eq!(server.proxy_json(&t, &up.url("/c"), &body).status, 201);
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(ok, "{out}{err}");
+}
+
+#[test]
+fn a_data_key_rotated_in_the_database_is_taken_up_across_instances() {
+    let mut servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+    let before = servers[1].add_card(&t, "user_1", VISA);
+    // Rotated while the three run; A restarts and seals new cards with the new key.
+    let rotated = project_cli(&servers[2], &["data-key", "rotate"]);
+    assert!(!rotated.trim().is_empty());
+    servers[0].restart();
+    let after = servers[0].add_card(&t, "user_1", MASTERCARD);
+    let up = Upstream::start();
+    for server in &servers {
+        for pm in [&before, &after] {
+            let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
+            let r = server.proxy_json(&t, &up.url("/c"), &body);
+            assert_eq!(r.status, 201, "{}", r.text);
+        }
+    }
+    let sent: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<Value>(&r.body).unwrap()["n"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        sent.iter().filter(|n| *n == MASTERCARD).count(),
+        3,
+        "{sent:?}"
+    );
+    assert_eq!(sent.iter().filter(|n| *n == VISA).count(), 3, "{sent:?}");
+}
+
+#[test]
+fn store_copy_moves_a_sled_deployment_to_postgresql() {
+    let mut old = Server::start();
+    let t = old.token("user_1", "private");
+    let pm = old.add_card(&t, "user_1", VISA);
+    let pi = card_intent(&old, &t, &pm, 3);
+    old.stop(false);
+    let url = paycred::store::postgres::test_cluster::fresh_database().unwrap();
+    let text = std::fs::read_to_string(&old.config_path).unwrap();
+    let to = old.dir.path().join("postgres.yaml");
+    std::fs::write(
+        &to,
+        text.replacen(
+            "master_key_file:",
+            &format!("store: {{kind: postgres, url: \"{url}\"}}\nmaster_key_file:"),
+            1,
+        ),
+    )
+    .unwrap();
+    for run in 0..2 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+            .args(["store", "copy", "--from"])
+            .arg(&old.config_path)
+            .arg("--to")
+            .arg(&to)
+            .env_remove("PAYCRED_MASTER_KEY")
+            .env_remove("PAYCRED_DATABASE_URL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "run {run}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("payment methods: 1"), "{text}");
+        assert!(text.contains("audit log verified"), "{text}");
+    }
+    let new = Server::start_with(Options {
+        backend: Backend::Database(url),
+        master_key: Some(old.master_key.clone()),
+        ..Options::default()
+    });
+    let got = new.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert_eq!(intent_status(&new, &t, &pi), "active");
+    let up = Upstream::start();
+    let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}"),
+                      "c": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.cvc' }}}}")});
+    let r = new.proxy_json(&t, &up.url("/c"), &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: Value = serde_json::from_slice(&up.requests()[0].body).unwrap();
+    assert_eq!(
+        (sent["n"].as_str(), sent["c"].as_str()),
+        (Some(VISA), Some(CVC))
+    );
+    let (ok, out, err) = audit_cli(&new, true);
+    assert!(ok, "{out}{err}");
+}
