@@ -454,12 +454,12 @@ impl XmlScanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<(), TemplateError> {
-        if b == 0 {
-            return Err(self.error(XML_NUL));
-        }
         match self.state {
             State::Text | State::Value { .. } | State::Cdata { .. } => self.content(b, out, r),
             _ => {
+                if b == 0 {
+                    return Err(self.error(XML_NUL));
+                }
                 if b == b'{' && std::mem::replace(&mut self.markup_brace, true) {
                     let message = match self.state {
                         State::Comment { .. } | State::Pi { .. } => XML_IN_COMMENT,

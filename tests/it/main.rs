@@ -36,3 +36,4 @@ mod slow_bodies;
 mod storage_faults;
 mod template_props;
 mod verify_dialects;
+mod xml_props;
