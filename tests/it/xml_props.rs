@@ -3,25 +3,9 @@
 //! reference substitution: the same document with each template's value escaped for its
 //! place. Arbitrary markup never panics and chunking never changes the outcome.
 
-use crate::common::Table;
-use paycred::template::{TemplateError, XmlScanner};
+use crate::common::chunked;
+use paycred::template::Format;
 use proptest::prelude::*;
-
-/// Scans `body` cut at `cuts` (taken modulo the length).
-fn scan(body: &[u8], cuts: &[usize], values: &[String]) -> Result<Vec<u8>, TemplateError> {
-    let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
-    at.push(0);
-    at.push(body.len());
-    at.sort_unstable();
-    let mut scanner = XmlScanner::new();
-    let mut resolver = Table { values };
-    let mut out = Vec::new();
-    for w in at.windows(2) {
-        scanner.feed(&body[w[0]..w[1]], &mut out, &mut resolver)?;
-    }
-    scanner.finish(&mut out)?;
-    Ok(out)
-}
 
 /// `text` escaped as a serializer writes it, for text or (`attribute`) a `"`-quoted value.
 fn escape(text: &str, attribute: bool) -> String {
@@ -161,11 +145,7 @@ proptest! {
         (values, written, expected) in values().prop_flat_map(|v| document(v.clone()).prop_map(move |(w, e)| (v.clone(), w, e))),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {
-        let out = scan(written.as_bytes(), &cuts, &values).unwrap();
-        prop_assert_eq!(String::from_utf8(out).unwrap(), expected.clone());
-        let bytewise: Vec<usize> = (0..written.len()).collect();
-        let out = scan(written.as_bytes(), &bytewise, &values).unwrap();
-        prop_assert_eq!(String::from_utf8(out).unwrap(), expected);
+        chunked::gives(Format::Xml, &written, &expected, &cuts, &values)?;
     }
 
     /// Arbitrary markup never panics, and chunking never changes the outcome, errors included.
@@ -180,10 +160,6 @@ proptest! {
         ]), 0..40).prop_map(|t| t.concat().into_bytes()),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {
-        let values = ["4242".to_owned()];
-        let whole = scan(&body, &[], &values);
-        prop_assert_eq!(&whole, &scan(&body, &cuts, &values));
-        let bytewise: Vec<usize> = (0..body.len()).collect();
-        prop_assert_eq!(whole, scan(&body, &bytewise, &values));
+        chunked::chunking_does_not_matter(Format::Xml, &body, &cuts)?;
     }
 }
