@@ -121,26 +121,6 @@ fn form_body(size: usize, templates: usize) -> Vec<u8> {
     pairs.join("&").into_bytes()
 }
 
-fn form(c: &mut Criterion) {
-    let mut group = c.benchmark_group("form");
-    group
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
-    for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
-        for templates in [0, 1] {
-            in_chunks(
-                &mut group,
-                name,
-                Format::Form,
-                templates,
-                &form_body(size, templates),
-            );
-        }
-    }
-    group.finish();
-}
-
 /// A SOAP envelope of about `size` bytes (a request message of order lines with attributes
 /// and escaped text), with `templates` card templates in element text.
 fn xml_body(size: usize, templates: usize) -> Vec<u8> {
@@ -169,24 +149,28 @@ fn xml_body(size: usize, templates: usize) -> Vec<u8> {
     body.into_bytes()
 }
 
-fn xml(c: &mut Criterion) {
-    let mut group = c.benchmark_group("xml");
+/// The scanner of `format` on bodies of 1 KiB, 64 KiB and 1 MiB made by `make` (size,
+/// templates), without templates and with one.
+fn sizes(c: &mut Criterion, group: &str, format: Format, make: fn(usize, usize) -> Vec<u8>) {
+    let mut group = c.benchmark_group(group);
     group
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
     for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
         for templates in [0, 1] {
-            in_chunks(
-                &mut group,
-                name,
-                Format::Xml,
-                templates,
-                &xml_body(size, templates),
-            );
+            in_chunks(&mut group, name, format, templates, &make(size, templates));
         }
     }
     group.finish();
+}
+
+fn form(c: &mut Criterion) {
+    sizes(c, "form", Format::Form, form_body);
+}
+
+fn xml(c: &mut Criterion) {
+    sizes(c, "xml", Format::Xml, xml_body);
 }
 
 criterion_group!(benches, scanner, form, xml);
