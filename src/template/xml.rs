@@ -15,9 +15,9 @@
 //! - A value with a character XML does not allow (a control character other than tab, line
 //!   feed, carriage return) is refused.
 //! - A `{{` anywhere else is refused: in an element or attribute name, an end tag, a comment,
-//!   a processing instruction, or text outside the root element. So is a brace written as a
-//!   character reference (`&#123;`, `&#x7B;`) in text or an attribute value: a parser reads it
-//!   as `{`, so it could hide a template from the scanner.
+//!   a processing instruction, or text or a CDATA section outside the root element. So is a
+//!   brace written as a character reference (`&#123;`, `&#x7B;`) in text or an attribute
+//!   value: a parser reads it as `{`, so it could hide a template from the scanner.
 //! - A DOCTYPE (or any `<!` declaration other than a comment or a CDATA section) is refused
 //!   wherever it is: no DTD or entity is ever read, let alone resolved. Bodies are UTF-8: a
 //!   NUL byte outside text and values is refused, so an XML body in UTF-16 (which would hide
@@ -212,6 +212,18 @@ pub(super) const XML_NUL: &str = "an XML body must be UTF-8 (it holds a NUL byte
 /// What a body that ends inside its document after a substitution answers.
 pub(super) const XML_ENDS_EARLY: &str =
     "the body ends before its XML document does, after a template was substituted";
+
+/// The bytes that end a run in each state of markup ([`XmlScanner::plain_run`]).
+const NAME_STOP: [bool; 256] =
+    byte_class!(|b| matches!(b, b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0));
+const TAG_STOP: [bool; 256] = byte_class!(|b| matches!(
+    b,
+    b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0 | b'"' | b'\'' | b'='
+));
+const END_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'>' | b'{' | 0));
+const COMMENT_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'-' | b'>' | b'{' | 0));
+const PI_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'?' | b'>' | b'{' | 0));
+const CDATA_STOP: [bool; 256] = byte_class!(|b| matches!(b, b']' | b'>' | b'{'));
 
 /// Where in the document the scanner is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -426,16 +438,13 @@ impl XmlScanner {
         let mut i = 0;
         while i < chunk.len() {
             let rest = chunk.get(i..).unwrap_or_default();
-            // The common case: a run of plain text or value, copied whole.
+            // The common case: a run of bytes that change nothing but a name, copied whole.
             if !self.in_template && !self.brace && self.reference == Reference::None {
-                let run = match self.state {
-                    State::Text => memchr3(b'<', b'&', b'{', rest),
-                    State::Value { quote } => memchr3(quote, b'&', b'{', rest),
-                    _ => Some(0),
-                };
-                let k = run.unwrap_or(rest.len());
+                let k = self.plain_run(rest);
                 if k > 0 {
-                    out.extend_from_slice(rest.get(..k).unwrap_or_default());
+                    let run = rest.get(..k).unwrap_or_default();
+                    self.skip(run);
+                    out.extend_from_slice(run);
                     i += k;
                     continue;
                 }
@@ -445,6 +454,56 @@ impl XmlScanner {
             i += 1;
         }
         Ok(())
+    }
+
+    /// How many of the first bytes of `rest` change nothing in the current state but the
+    /// name being read ([`XmlScanner::skip`]).
+    fn plain_run(&self, rest: &[u8]) -> usize {
+        let stop = |table: &[bool; 256]| {
+            rest.iter()
+                .position(|&b| table.get(usize::from(b)).copied().unwrap_or(true))
+                .unwrap_or(rest.len())
+        };
+        match self.state {
+            State::Text => memchr3(b'<', b'&', b'{', rest).unwrap_or(rest.len()),
+            State::Value { quote } => memchr3(quote, b'&', b'{', rest).unwrap_or(rest.len()),
+            State::Name => stop(&NAME_STOP),
+            State::Tag { .. } => stop(&TAG_STOP),
+            State::End => stop(&END_STOP),
+            State::Comment { .. } => stop(&COMMENT_STOP),
+            State::Pi { .. } => stop(&PI_STOP),
+            State::Cdata { .. } => stop(&CDATA_STOP),
+            State::Open | State::Bang { .. } => 0,
+        }
+    }
+
+    /// Takes in a run that [`XmlScanner::plain_run`] found.
+    fn skip(&mut self, run: &[u8]) {
+        self.markup_brace = false;
+        self.state = match self.state {
+            State::Name => {
+                let room = MAX_KEY_LEN.saturating_sub(self.name.len());
+                self.name
+                    .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+                self.name_cut |= run.len() > room;
+                State::Name
+            }
+            State::Tag { .. } => {
+                if std::mem::take(&mut self.attr_done) {
+                    self.attr.clear();
+                    self.attr_cut = false;
+                }
+                let room = MAX_KEY_LEN.saturating_sub(self.attr.len());
+                self.attr
+                    .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+                self.attr_cut |= run.len() > room;
+                State::Tag { slash: false }
+            }
+            State::Comment { .. } => State::Comment { dashes: 0 },
+            State::Pi { .. } => State::Pi { question: false },
+            State::Cdata { .. } => State::Cdata { brackets: 0 },
+            other => other,
+        };
     }
 
     /// One byte.
@@ -653,7 +712,7 @@ impl XmlScanner {
         }
         if self.brace {
             if b == b'{' {
-                if self.state == State::Text && self.path.depth == 0 {
+                if self.path.depth == 0 && !matches!(self.state, State::Value { .. }) {
                     return Err(self.error(XML_OUTSIDE));
                 }
                 self.brace = false;
@@ -859,6 +918,11 @@ mod tests {
                 XML_IN_COMMENT,
             ),
             (format!("{}<a/>", t("pm_1")), "/".to_string(), XML_OUTSIDE),
+            (
+                format!("<a/><![CDATA[{}]]>", t("pm_1")),
+                "/".to_string(),
+                XML_OUTSIDE,
+            ),
             (
                 "<!DOCTYPE a [<!ENTITY e SYSTEM \"file:///etc/passwd\">]><a>&e;</a>".into(),
                 "/".into(),
