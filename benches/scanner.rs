@@ -2,7 +2,8 @@
 //! templates, fed in 16 KiB chunks as the proxy receives them, and the proxy's hot cases: the
 //! 1 KiB body of the load bench (`benches/load/bodies.py`) with its 4 card templates, and its
 //! 64 KiB body read whole, scanned with `feed` then `finish` and with `feed_last`. Beside them,
-//! the form scanner on client-written forms (`form/…`) of the same sizes.
+//! the form scanner on client-written forms (`form/…`) and the XML scanner on SOAP envelopes
+//! (`xml/…`) of the same sizes.
 //!
 //! A body is an order-like document of items of about 128 bytes each; templates replace the
 //! `pan` field of evenly spaced items. A 1 KiB body has room for 8 items, so the "1 KiB, 100
@@ -120,25 +121,57 @@ fn form_body(size: usize, templates: usize) -> Vec<u8> {
     pairs.join("&").into_bytes()
 }
 
-fn form(c: &mut Criterion) {
-    let mut group = c.benchmark_group("form");
+/// A SOAP envelope of about `size` bytes (a request message of order lines with attributes
+/// and escaped text), with `templates` card templates in element text.
+fn xml_body(size: usize, templates: usize) -> Vec<u8> {
+    let template = "{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}";
+    let mut body = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<soapenv:Envelope \
+         xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body>\
+         <requestMessage xmlns=\"urn:schemas-cybersource-com:transaction-data-1.219\">",
+    );
+    let mut i = 0;
+    while body.len() < size || i < templates {
+        if i < templates {
+            body.push_str(&format!(
+                "<card><accountNumber>{template}</accountNumber></card>"
+            ));
+        } else {
+            body.push_str(&format!(
+                "<item id=\"{i}\"><productName>Widget &amp; co. {i}</productName>\
+                 <unitPrice>19.99</unitPrice><quantity>{q}</quantity></item>",
+                q = i % 7
+            ));
+        }
+        i += 1;
+    }
+    body.push_str("</requestMessage></soapenv:Body></soapenv:Envelope>");
+    body.into_bytes()
+}
+
+/// The scanner of `format` on bodies of 1 KiB, 64 KiB and 1 MiB made by `make` (size,
+/// templates), without templates and with one.
+fn sizes(c: &mut Criterion, group: &str, format: Format, make: fn(usize, usize) -> Vec<u8>) {
+    let mut group = c.benchmark_group(group);
     group
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
     for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024), ("1MiB", 1024 * 1024)] {
         for templates in [0, 1] {
-            in_chunks(
-                &mut group,
-                name,
-                Format::Form,
-                templates,
-                &form_body(size, templates),
-            );
+            in_chunks(&mut group, name, format, templates, &make(size, templates));
         }
     }
     group.finish();
 }
 
-criterion_group!(benches, scanner, form);
+fn form(c: &mut Criterion) {
+    sizes(c, "form", Format::Form, form_body);
+}
+
+fn xml(c: &mut Criterion) {
+    sizes(c, "xml", Format::Xml, xml_body);
+}
+
+criterion_group!(benches, scanner, form, xml);
 criterion_main!(benches);

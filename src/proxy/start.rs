@@ -17,7 +17,7 @@ use http::header;
 use pingora::proxy::Session;
 use std::sync::Arc;
 
-/// Checks the target, picks the body's format by its `Content-Type` (JSON, form, or another,
+/// Checks the target, picks the body's format by its `Content-Type` (JSON, form, XML, or another,
 /// which is only checked for `{{`) and substitutes a small body up front. `principal` was
 /// authenticated by the edge; `drop_authorization` when its token came in `Authorization`.
 pub async fn start(
@@ -109,9 +109,19 @@ fn format_of(content_type: &[u8]) -> Format {
         Format::Json
     } else if mime.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
         Format::Form
+    } else if is_xml(mime) {
+        Format::Xml
     } else {
         Format::Other
     }
+}
+
+/// `text/xml`, `application/xml`, or `application/<anything>+xml` (`application/soap+xml`).
+fn is_xml(mime: &[u8]) -> bool {
+    let lower = mime.to_ascii_lowercase();
+    lower == b"text/xml"
+        || lower == b"application/xml"
+        || (lower.starts_with(b"application/") && lower.ends_with(b"+xml"))
 }
 
 #[cfg(test)]
@@ -128,6 +138,15 @@ mod tests {
                 b"Application/X-WWW-Form-Urlencoded ; charset=UTF-8",
                 Format::Form,
             ),
+            (b"text/xml; charset=utf-8", Format::Xml),
+            (b"Application/XML", Format::Xml),
+            (
+                b"application/soap+xml; charset=utf-8; action=\"x\"",
+                Format::Xml,
+            ),
+            (b"application/atom+xml", Format::Xml),
+            (b"text/xml-external-parsed-entity", Format::Other),
+            (b"image/svg+xml", Format::Other),
             (b"text/plain", Format::Other),
             (b"multipart/form-data; boundary=x", Format::Other),
             (b"", Format::Other),

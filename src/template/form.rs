@@ -21,7 +21,7 @@
 use memchr::memchr3;
 
 use super::held::{Encoding, Held, ParsedCache};
-use super::scanner::{Resolver, TemplateError, MAX_KEY_LEN};
+use super::scanner::{Failed, Resolver, TemplateError, MAX_KEY_LEN};
 
 /// Text of a form, percent-encoded.
 pub(super) struct Form;
@@ -109,7 +109,7 @@ pub struct FormScanner {
     held: Held,
     /// Templates substituted in the chunk being fed.
     count: usize,
-    failed: Option<TemplateError>,
+    failed: Failed,
 }
 
 impl Default for FormScanner {
@@ -131,7 +131,7 @@ impl FormScanner {
             opened: None,
             held: Held::new(),
             count: 0,
-            failed: None,
+            failed: Failed::default(),
         }
     }
 
@@ -146,7 +146,7 @@ impl FormScanner {
         self.close = false;
         self.opened = None;
         self.held.clear();
-        self.failed = None;
+        self.failed.clear();
     }
 
     /// Scans one chunk, appending output to `out`; returns how many templates it substituted.
@@ -156,40 +156,19 @@ impl FormScanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<usize, TemplateError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
-        }
+        self.failed.check()?;
         self.count = 0;
-        let result = self.feed_chunk(chunk, out, r);
-        if let Err(err) = &result {
-            self.failed = Some(err.clone());
-        }
-        result.map(|()| self.count)
-    }
-
-    /// Scans the last chunk and ends the body ([`FormScanner::feed`] then
-    /// [`FormScanner::finish`]).
-    pub fn feed_last(
-        &mut self,
-        chunk: &[u8],
-        out: &mut Vec<u8>,
-        r: &mut dyn Resolver,
-    ) -> Result<usize, TemplateError> {
-        let count = self.feed(chunk, out, r)?;
-        self.finish(out)?;
-        Ok(count)
+        let result = self.feed_chunk(chunk, out, r).map(|()| self.count);
+        self.failed.keep(result)
     }
 
     /// End of body: writes what is held back and resets the scanner. A template still open
     /// is an error.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
-        }
+        self.failed.check()?;
         if self.in_template {
             let err = self.error("unterminated template");
-            self.failed = Some(err.clone());
-            return Err(err);
+            return self.failed.keep(Err(err));
         }
         out.extend_from_slice(&self.brace);
         out.extend_from_slice(&self.partial);
@@ -393,11 +372,7 @@ impl FormScanner {
         if self.key_cut {
             field.push('…');
         }
-        TemplateError {
-            field,
-            template: String::from_utf8_lossy(self.held.bytes()).into_owned(),
-            message: message.to_owned(),
-        }
+        TemplateError::at(field, self.held.bytes(), message)
     }
 }
 
@@ -406,6 +381,7 @@ impl FormScanner {
 mod tests {
     use super::*;
     use crate::secret::Revealed;
+    use crate::template::format::{run_every_cut, Format};
     use crate::template::{ResolveError, TemplateRef};
 
     /// Resolves `pm_x`'s number to `4242 4242&=x`, a value that needs encoding; `pm_<n>` to
@@ -418,28 +394,8 @@ mod tests {
         }
     }
 
-    fn run_chunks(chunks: &[&[u8]]) -> Result<String, TemplateError> {
-        let mut s = FormScanner::new();
-        let mut out = Vec::new();
-        let mut r = resolver;
-        for c in chunks {
-            s.feed(c, &mut out, &mut r)?;
-        }
-        s.finish(&mut out)?;
-        Ok(String::from_utf8(out).unwrap())
-    }
-
-    /// The body whole, byte by byte and in every two-way split agree.
     fn run(body: &str) -> Result<String, TemplateError> {
-        let b = body.as_bytes();
-        let whole = run_chunks(&[b]);
-        let bytes: Vec<&[u8]> = b.chunks(1).collect();
-        assert_eq!(run_chunks(&bytes), whole, "{body} byte by byte");
-        for at in 0..=b.len() {
-            let (x, y) = b.split_at(at);
-            assert_eq!(run_chunks(&[x, y]), whole, "{body} cut at {at}");
-        }
-        whole
+        run_every_cut(Format::Form, body, &mut resolver)
     }
 
     const T: &str = "{{ paymentMethod: pm_7 | type: 'pan' | json: '$.number' }}";

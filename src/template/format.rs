@@ -3,6 +3,7 @@
 
 use super::form::FormScanner;
 use super::scanner::{Resolver, Scanner, TemplateError};
+use super::xml::XmlScanner;
 
 /// The body formats templates are substituted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,14 +12,16 @@ pub enum Format {
     Json,
     /// `application/x-www-form-urlencoded`: [`FormScanner`].
     Form,
+    /// `text/xml`, `application/xml`, `application/*+xml` (SOAP 1.1 and 1.2): [`XmlScanner`].
+    Xml,
     /// Any other body, or none declared: nothing is substituted, and a `{{` anywhere is
     /// refused ([`OtherBody`]): a template there would reach the target unsubstituted.
     Other,
 }
 
 /// What a `{{` in a body of another format answers.
-pub const NOT_SUBSTITUTED: &str = "templates are substituted only in JSON and form-encoded \
-     bodies (by Content-Type); this body holds `{{`, which would reach the target as it is";
+pub const NOT_SUBSTITUTED: &str = "templates are substituted only in JSON, form-encoded and \
+     XML bodies (by Content-Type); this body holds `{{`, which would reach the target as it is";
 
 /// A body of another format, checked for `{{` wherever the chunks cut it and otherwise
 /// passed as it is.
@@ -58,6 +61,7 @@ impl OtherBody {
 pub enum BodyScanner {
     Json(Scanner),
     Form(FormScanner),
+    Xml(XmlScanner),
     Other(OtherBody),
 }
 
@@ -72,6 +76,7 @@ impl BodyScanner {
         match format {
             Format::Json => BodyScanner::Json(Scanner::new()),
             Format::Form => BodyScanner::Form(FormScanner::new()),
+            Format::Xml => BodyScanner::Xml(XmlScanner::new()),
             Format::Other => BodyScanner::Other(OtherBody::default()),
         }
     }
@@ -81,6 +86,7 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.reset(),
             BodyScanner::Form(s) => s.reset(),
+            BodyScanner::Xml(s) => s.reset(),
             BodyScanner::Other(s) => *s = OtherBody::default(),
         }
     }
@@ -95,6 +101,7 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.feed(chunk, out, r),
             BodyScanner::Form(s) => s.feed(chunk, out, r),
+            BodyScanner::Xml(s) => s.feed(chunk, out, r),
             BodyScanner::Other(s) => s.feed(chunk, out),
         }
     }
@@ -109,26 +116,25 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.feed_tail(chunk, out, r),
             BodyScanner::Form(s) => s.feed(chunk, out, r),
+            BodyScanner::Xml(s) => s.feed(chunk, out, r),
             BodyScanner::Other(s) => s.feed(chunk, out),
         }
     }
 
-    /// [`Scanner::feed_last`].
+    /// [`Scanner::feed_last`]; for other formats [`BodyScanner::feed`] then
+    /// [`BodyScanner::finish`].
     pub fn feed_last(
         &mut self,
         chunk: &[u8],
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<usize, TemplateError> {
-        match self {
-            BodyScanner::Json(s) => s.feed_last(chunk, out, r),
-            BodyScanner::Form(s) => s.feed_last(chunk, out, r),
-            BodyScanner::Other(s) => {
-                let n = s.feed(chunk, out)?;
-                *s = OtherBody::default();
-                Ok(n)
-            }
+        if let BodyScanner::Json(s) = self {
+            return s.feed_last(chunk, out, r);
         }
+        let n = self.feed(chunk, out, r)?;
+        self.finish(out)?;
+        Ok(n)
     }
 
     /// [`Scanner::finish`].
@@ -136,6 +142,7 @@ impl BodyScanner {
         match self {
             BodyScanner::Json(s) => s.finish(out),
             BodyScanner::Form(s) => s.finish(out),
+            BodyScanner::Xml(s) => s.finish(out),
             BodyScanner::Other(s) => {
                 *s = OtherBody::default();
                 Ok(())
@@ -143,12 +150,12 @@ impl BodyScanner {
         }
     }
 
-    /// [`Scanner::lex`]; for a form `None` (feed the chunk); another body is checked and
+    /// [`Scanner::lex`]; for a form or XML `None` (feed the chunk); another body is checked and
     /// goes through whole.
     pub fn lex(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
         match self {
             BodyScanner::Json(s) => s.lex(chunk),
-            BodyScanner::Form(_) => Ok(None),
+            BodyScanner::Form(_) | BodyScanner::Xml(_) => Ok(None),
             BodyScanner::Other(s) => s.check(chunk).map(|()| Some(chunk.len())),
         }
     }
@@ -157,7 +164,7 @@ impl BodyScanner {
     pub fn may_resolve(&self, chunk: &[u8]) -> bool {
         match self {
             BodyScanner::Json(s) => s.may_resolve(chunk),
-            BodyScanner::Form(_) => true,
+            BodyScanner::Form(_) | BodyScanner::Xml(_) => true,
             BodyScanner::Other(_) => false,
         }
     }
@@ -166,7 +173,7 @@ impl BodyScanner {
     pub fn carries_template(&self) -> bool {
         match self {
             BodyScanner::Json(s) => s.carries_template(),
-            BodyScanner::Form(_) | BodyScanner::Other(_) => true,
+            BodyScanner::Form(_) | BodyScanner::Xml(_) | BodyScanner::Other(_) => true,
         }
     }
 
@@ -174,7 +181,9 @@ impl BodyScanner {
     pub fn tail_start<P: AsRef<[u8]>>(&self, pieces: &[P]) -> usize {
         match self {
             BodyScanner::Json(_) => Scanner::tail_start(pieces),
-            BodyScanner::Form(_) | BodyScanner::Other(_) => pieces.len().saturating_sub(1),
+            BodyScanner::Form(_) | BodyScanner::Xml(_) | BodyScanner::Other(_) => {
+                pieces.len().saturating_sub(1)
+            }
         }
     }
 
@@ -192,6 +201,35 @@ impl BodyScanner {
     pub fn may_change_length(&self) -> bool {
         !matches!(self, BodyScanner::Other(_))
     }
+}
+
+/// Runs `body` through a scanner of `format` whole, byte by byte and cut in two at every byte,
+/// checks that all agree, and returns the output.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(super) fn run_every_cut(
+    format: Format,
+    body: &str,
+    r: &mut dyn Resolver,
+) -> Result<String, TemplateError> {
+    let mut run = |chunks: &[&[u8]]| {
+        let mut s = BodyScanner::new(format);
+        let mut out = Vec::new();
+        for c in chunks {
+            s.feed(c, &mut out, r)?;
+        }
+        s.finish(&mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    };
+    let b = body.as_bytes();
+    let whole = run(&[b]);
+    let bytes: Vec<&[u8]> = b.chunks(1).collect();
+    assert_eq!(run(&bytes), whole, "{body} byte by byte");
+    for at in 0..=b.len() {
+        let (x, y) = b.split_at(at);
+        assert_eq!(run(&[x, y]), whole, "{body} cut at {at}");
+    }
+    whole
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //!
 //! The format supplies the two things that differ between bodies ([`Encoding`]): how text
 //! inside a template is escaped, and how a value must be escaped where the template stood. The
-//! JSON scanner ([`super::scanner`]) and the form scanner ([`super::form`]) share it.
+//! JSON scanner ([`super::scanner`]), the form scanner ([`super::form`]) and the XML scanner
+//! ([`super::xml`]) share it.
 
 use std::sync::Arc;
 
@@ -81,6 +82,10 @@ pub(super) trait Encoding {
     fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str>;
     /// Writes `value` escaped for the place the template stood in.
     fn escape_into(out: &mut Vec<u8>, value: &[u8]);
+    /// Why `value` cannot stand in the template's place at all, however escaped.
+    fn refuse(_value: &[u8]) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The template being read: its bytes as written, from `{{` on, at most [`MAX_TEMPLATE_LEN`].
@@ -158,6 +163,9 @@ impl Held {
         // is never kept.
         if !cached {
             parsed.insert(self.bytes.clone(), reference);
+        }
+        if let Some(message) = E::refuse(value.expose().as_bytes()) {
+            return Err(message.to_owned());
         }
         E::escape_into(out, value.expose().as_bytes());
         // The value is wiped as it drops (its type does it); `out` is the caller's to protect.

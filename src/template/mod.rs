@@ -1,6 +1,7 @@
 //! Credential templates in proxied JSON bodies: the expression parser ([`expr`]), the streaming
 //! scanner that substitutes them ([`scanner`]), and the held template between them, parsed and
-//! resolved the same way whatever the body's format (`held`).
+//! resolved the same way whatever the body's format (`held`). Form-encoded bodies have their
+//! own scanner ([`form`]), and so do XML bodies ([`xml`]); [`format`] picks one.
 //!
 //! A caller of the proxy writes, inside a JSON string value,
 //!
@@ -73,6 +74,7 @@ pub mod form;
 pub mod format;
 mod held;
 pub mod scanner;
+pub mod xml;
 
 pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};
 pub use form::FormScanner;
@@ -80,3 +82,4 @@ pub use format::{BodyScanner, Format, NOT_SUBSTITUTED};
 pub use scanner::{
     ResolveError, Resolver, Scanner, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN,
 };
+pub use xml::XmlScanner;

@@ -3,28 +3,12 @@
 //! reference substitution: the same form with each template's value percent-encoded in its
 //! place. Arbitrary bytes never panic and chunking never changes the outcome.
 
-use crate::common::Table;
-use paycred::template::{FormScanner, TemplateError};
+use crate::common::chunked;
+use paycred::template::Format;
 use proptest::prelude::*;
 
 fn encode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
-}
-
-/// Scans `body` cut at `cuts` (taken modulo the length).
-fn scan(body: &[u8], cuts: &[usize], values: &[String]) -> Result<Vec<u8>, TemplateError> {
-    let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
-    at.push(0);
-    at.push(body.len());
-    at.sort_unstable();
-    let mut scanner = FormScanner::new();
-    let mut resolver = Table { values };
-    let mut out = Vec::new();
-    for w in at.windows(2) {
-        scanner.feed(&body[w[0]..w[1]], &mut out, &mut resolver)?;
-    }
-    scanner.finish(&mut out)?;
-    Ok(out)
 }
 
 /// One part of a value: text (no `{{` once decoded, none made with the part before), or a
@@ -107,11 +91,7 @@ proptest! {
         (values, written, expected) in values().prop_flat_map(|v| form(v.clone()).prop_map(move |(w, e)| (v.clone(), w, e))),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {
-        let out = scan(written.as_bytes(), &cuts, &values).unwrap();
-        prop_assert_eq!(String::from_utf8(out).unwrap(), expected.clone());
-        let bytewise: Vec<usize> = (0..written.len()).collect();
-        let out = scan(written.as_bytes(), &bytewise, &values).unwrap();
-        prop_assert_eq!(String::from_utf8(out).unwrap(), expected);
+        chunked::gives(Format::Form, &written, &expected, &cuts, &values)?;
     }
 
     /// Arbitrary bytes never panic, and chunking never changes the outcome, errors included.
@@ -124,10 +104,6 @@ proptest! {
         ]), 0..40).prop_map(|t| t.concat().into_bytes()),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {
-        let values = ["4242".to_owned()];
-        let whole = scan(&body, &[], &values);
-        prop_assert_eq!(&whole, &scan(&body, &cuts, &values));
-        let bytewise: Vec<usize> = (0..body.len()).collect();
-        prop_assert_eq!(whole, scan(&body, &bytewise, &values));
+        chunked::chunking_does_not_matter(Format::Form, &body, &cuts)?;
     }
 }

@@ -37,3 +37,4 @@ mod slow_bodies;
 mod storage_faults;
 mod template_props;
 mod verify_dialects;
+mod xml_props;

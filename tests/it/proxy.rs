@@ -471,7 +471,7 @@ fn other_bodies_pass_through_byte_for_byte_unless_they_hold_a_template() {
     let r = send(template, "text/plain");
     r.assert_error(400, "invalidTemplate");
     assert!(
-        r.text.contains("only in JSON and form-encoded"),
+        r.text.contains("only in JSON, form-encoded and XML"),
         "{}",
         r.text
     );

@@ -1,7 +1,8 @@
-//! Templates in form-encoded bodies, end to end against real client encodings: a body
-//! written by Python's `urllib.parse.urlencode` (Stripe-style nested keys), substituted on
-//! both paths (read whole, streamed), received by a target that parses it with
-//! `urllib.parse.parse_qs`; refused templates never reach the target.
+//! Templates in form-encoded and XML bodies, end to end against real client encodings: a body
+//! written by Python's `urllib.parse.urlencode` (Stripe-style nested keys) and a SOAP envelope
+//! as CyberSource's SOAP toolkit documents it, substituted on both paths (read whole,
+//! streamed), received by a target that parses it with `urllib.parse.parse_qs` or
+//! `xml.etree`; refused templates never reach the target.
 
 use crate::common::upstream::Upstream;
 use crate::common::*;
@@ -79,6 +80,10 @@ fn urlencode(pairs: &Value) -> String {
 }
 
 fn post_form(server: &Server, token: &str, target: &str, body: &str) -> Reply {
+    post(server, token, target, FORM, body)
+}
+
+fn post(server: &Server, token: &str, target: &str, content_type: &str, body: &str) -> Reply {
     let auth = format!("Bearer {token}");
     server.raw(
         "POST",
@@ -86,7 +91,7 @@ fn post_form(server: &Server, token: &str, target: &str, body: &str) -> Reply {
         &[
             ("Authorization", auth.as_str()),
             ("Svc-Target-URL", target),
-            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("Content-Type", content_type),
         ],
         Some(body.as_bytes()),
     )
@@ -148,24 +153,42 @@ fn form_templates_that_cannot_be_substituted_never_reach_the_target() {
     for (body, field, message) in &cases {
         for pad in [0, 200 * 1024] {
             let body = format!("pad={}&{body}", "p".repeat(pad));
-            if pad == 0 {
-                let r = post_form(&server, &t, &up.url("/x"), &body);
-                r.assert_error(400, "invalidTemplate");
-                assert_eq!(r.json["error"]["details"]["field"], *field, "{}", r.text);
-                assert!(r.text.contains(message), "{}", r.text);
-            } else {
-                // Streamed: refused as it streams (400, or 502 once the target has the head),
-                // or the connection dropped while the body is still being sent.
-                let answer = raw_form_post(&server, &t, &up.url("/x"), &body);
-                assert!(
-                    answer.is_empty()
-                        || answer.starts_with("HTTP/1.1 400")
-                        || answer.starts_with("HTTP/1.1 502"),
-                    "{answer}"
-                );
-            }
+            let refused = (field.to_string(), *message);
+            assert_refused(&server, &t, &up, FORM, &body, pad == 0, &refused);
         }
     }
+    assert_target_got_nothing(&up);
+}
+
+/// Sends `body` (`whole`: up to 64 KiB, else streamed) and checks that it is refused: 400
+/// `invalidTemplate` naming the field with the message when read whole; when streamed, 400,
+/// or 502 once the target has the head, or the connection dropped while the body is sent.
+fn assert_refused(
+    server: &Server,
+    token: &str,
+    up: &Upstream,
+    content_type: &str,
+    body: &str,
+    whole: bool,
+    (field, message): &(String, &str),
+) {
+    if whole {
+        let r = post(server, token, &up.url("/x"), content_type, body);
+        r.assert_error(400, "invalidTemplate");
+        assert_eq!(r.json["error"]["details"]["field"], *field, "{}", r.text);
+        assert!(r.text.contains(message), "{}", r.text);
+    } else {
+        let answer = raw_post(server, token, &up.url("/x"), content_type, body);
+        assert!(
+            answer.is_empty()
+                || answer.starts_with("HTTP/1.1 400")
+                || answer.starts_with("HTTP/1.1 502"),
+            "{answer}"
+        );
+    }
+}
+
+fn assert_target_got_nothing(up: &Upstream) {
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(
         up.requests().is_empty(),
@@ -173,9 +196,11 @@ fn form_templates_that_cannot_be_substituted_never_reach_the_target() {
     );
 }
 
-/// Sends a form POST on a raw connection and reads what comes back (empty when paycred
-/// dropped the connection while the body was being sent).
-fn raw_form_post(server: &Server, token: &str, target: &str, body: &str) -> String {
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// Sends a POST on a raw connection and reads what comes back (empty when paycred dropped
+/// the connection while the body was being sent).
+fn raw_post(server: &Server, token: &str, target: &str, content_type: &str, body: &str) -> String {
     use std::io::{Read, Write};
     let addr = server.base.trim_start_matches("http://");
     let mut conn = std::net::TcpStream::connect(addr).unwrap();
@@ -183,7 +208,7 @@ fn raw_form_post(server: &Server, token: &str, target: &str, body: &str) -> Stri
         .unwrap();
     let head = format!(
         "POST /projects/{PROJECT}/proxy HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
-         Svc-Target-URL: {target}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Svc-Target-URL: {target}\r\nContent-Type: {content_type}\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
@@ -192,4 +217,176 @@ fn raw_form_post(server: &Server, token: &str, target: &str, body: &str) -> Stri
     let mut answer = String::new();
     let _ = conn.read_to_string(&mut answer);
     answer
+}
+
+/// A CyberSource SOAP toolkit request (card authorization), with `card` in place of the
+/// `<card>` element's children, `pad` bytes of comments before it, and `extra` at the end
+/// of the request message.
+fn soap(card: &str, pad: usize, extra: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/">
+  <soapenv:Header>
+    <wsse:Security soapenv:mustUnderstand="1" xmlns:wsse="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd">
+      <wsse:UsernameToken>
+        <wsse:Username>merchant_1</wsse:Username>
+        <wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0&#35;PasswordText">transaction-key &amp; more</wsse:Password>
+      </wsse:UsernameToken>
+    </wsse:Security>
+  </soapenv:Header>
+  <soapenv:Body>
+    <requestMessage xmlns="urn:schemas-cybersource-com:transaction-data-1.219">
+      <merchantID>merchant_1</merchantID>
+      <merchantReferenceCode>MRC-14344</merchantReferenceCode>
+      <billTo>
+        <firstName>Jane</firstName>
+        <lastName>Smith</lastName>
+        <street1>1295 Charleston Road</street1>
+        <city>Mountain View</city>
+        <state>CA</state>
+        <postalCode>94043</postalCode>
+        <country>US</country>
+        <email>jsmith@example.com</email>
+      </billTo>
+      <item id="0"><unitPrice>12.34</unitPrice></item>
+      <purchaseTotals><currency>USD</currency></purchaseTotals>
+      <comments>{}</comments>
+      <card>{card}</card>
+      <ccAuthService run="true"/>{extra}
+    </requestMessage>
+  </soapenv:Body>
+</soapenv:Envelope>
+"#,
+        "p".repeat(pad)
+    )
+}
+
+const CARD_PATH: &str = "/Envelope/Body/requestMessage/card";
+
+#[test]
+fn soap_envelopes_are_substituted_on_both_paths() {
+    let server = Server::start();
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    let target = ParsingTarget::start();
+    let card = format!(
+        "<accountNumber>{}</accountNumber><expirationMonth>{}</expirationMonth>\
+         <expirationYear>{}</expirationYear><cvNumber><![CDATA[{}]]></cvNumber>",
+        tpl(&pm, "$.number"),
+        tpl(&pm, "$.expirationMonth"),
+        tpl(&pm, "$.expirationYear"),
+        tpl(&pm, "$.cvc"),
+    );
+    // A template in an attribute, quoted with XML references as a serializer writes them.
+    let attr = format!(
+        r#"<merchantDefinedData><mddField id="1" check="{}"/></merchantDefinedData>"#,
+        tpl(&pm, "$.expirationYear").replace('\'', "&apos;")
+    );
+    for (pad, content_type) in [
+        (0, "text/xml; charset=utf-8"),
+        (200 * 1024, "text/xml"),
+        (0, "application/soap+xml; charset=utf-8"),
+        (200 * 1024, "application/soap+xml"),
+    ] {
+        let body = soap(&card, pad, &attr);
+        let r = post(&server, &t, &target.url(), content_type, &body);
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(r.json["error"].is_null(), "{}", r.json["error"]);
+        let items: Vec<(String, String)> = serde_json::from_value(r.json["xml"].clone()).unwrap();
+        let get = |path: &str| {
+            items
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            get(&format!("{CARD_PATH}/accountNumber")),
+            Some(VISA),
+            "pad {pad}"
+        );
+        assert_eq!(get(&format!("{CARD_PATH}/expirationMonth")), Some("12"));
+        assert_eq!(get(&format!("{CARD_PATH}/expirationYear")), Some("2031"));
+        assert_eq!(get(&format!("{CARD_PATH}/cvNumber")), Some(CVC));
+        assert_eq!(
+            get("/Envelope/Body/requestMessage/merchantDefinedData/mddField/@check"),
+            Some("2031")
+        );
+        assert_eq!(
+            get("/Envelope/Header/Security/UsernameToken/Password"),
+            Some("transaction-key & more")
+        );
+        assert_eq!(
+            get("/Envelope/Body/requestMessage/comments").map(str::len),
+            (pad > 0).then_some(pad)
+        );
+        assert!(!r.json["raw"].as_str().unwrap().contains("{{"));
+    }
+}
+
+#[test]
+fn xml_templates_that_cannot_be_substituted_never_reach_the_target() {
+    let server = Server::start();
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    let up = Upstream::start();
+    let number = tpl(&pm, "$.number");
+    let xxe = r#"<!DOCTYPE foo [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>"#;
+    let cases = [
+        (
+            format!(
+                "<accountNumber>{}</accountNumber>",
+                tpl("pm_unknown", "$.number")
+            ),
+            "",
+            format!("{CARD_PATH}/accountNumber"),
+            "unknown payment method",
+        ),
+        (
+            format!(
+                r#"<accountNumber type="{}">1</accountNumber>"#,
+                tpl("pm_unknown", "$.cvc")
+            ),
+            "",
+            format!("{CARD_PATH}/accountNumber/@type"),
+            "unknown payment method",
+        ),
+        (
+            format!("<accountNumber>{}</accountNumber>", &number[..20]),
+            "",
+            format!("{CARD_PATH}/accountNumber"),
+            "unterminated template",
+        ),
+        (
+            format!("<!-- {number} --><accountNumber>1</accountNumber>"),
+            "",
+            CARD_PATH.to_string(),
+            "comments",
+        ),
+        (
+            format!("<accountNumber {number}=\"1\"/>"),
+            "",
+            format!("{CARD_PATH}/accountNumber"),
+            "attribute name",
+        ),
+        (
+            format!("<accountNumber>{number}</accountNumber>"),
+            xxe,
+            "/".to_string(),
+            "DOCTYPE",
+        ),
+        (
+            "<accountNumber>&#123;&#123; x }}</accountNumber>".to_string(),
+            "",
+            format!("{CARD_PATH}/accountNumber"),
+            "character reference",
+        ),
+    ];
+    for (card, prolog, field, message) in &cases {
+        for pad in [0, 200 * 1024] {
+            let body = format!("{prolog}{}", soap(card, pad, ""));
+            let refused = (field.clone(), *message);
+            assert_refused(&server, &t, &up, "text/xml", &body, pad == 0, &refused);
+        }
+    }
+    assert_target_got_nothing(&up);
 }

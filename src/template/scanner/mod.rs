@@ -56,6 +56,40 @@ pub struct TemplateError {
     pub message: String,
 }
 
+impl TemplateError {
+    /// The error at `field`, with the template as far as it was read (`template`, as written).
+    pub(super) fn at(field: String, template: &[u8], message: &str) -> Self {
+        TemplateError {
+            field,
+            template: String::from_utf8_lossy(template).into_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// A scanner's first error, kept: every call after it returns it again.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Failed(Option<TemplateError>);
+
+impl Failed {
+    /// The kept error, if there is one.
+    pub(super) fn check(&self) -> Result<(), TemplateError> {
+        self.0.clone().map_or(Ok(()), Err)
+    }
+
+    /// Keeps `result`'s error, and passes `result` on.
+    pub(super) fn keep<T>(&mut self, result: Result<T, TemplateError>) -> Result<T, TemplateError> {
+        if let Err(err) = &result {
+            self.0 = Some(err.clone());
+        }
+        result
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// Where the lexer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {

@@ -1,6 +1,7 @@
 //! Test harness: starts the real `paycred` binary on an ephemeral port with its own data
 //! dir, master key and JWT keys, and talks HTTP to it.
 
+pub mod chunked;
 pub mod upstream;
 
 use once_cell::sync::Lazy;

@@ -1,0 +1,974 @@
+//! The XML scanner: templates in XML bodies (`text/xml`, `application/xml`, `application/*+xml`,
+//! SOAP 1.1 and 1.2), chunk by chunk, with the guarantees of the JSON scanner (a template split
+//! across any chunk boundary, bounded memory, fail closed) and its held template, parser, cache
+//! and resolver.
+//!
+//! The scanner reads the document's markup as far as templates need it, never a DTD:
+//!
+//! - A template goes in an element's text or an attribute value. Its text is read after the
+//!   XML references in it are decoded (`&apos;`, `&quot;`, `&amp;`, `&lt;`, `&gt;`, `&#…;`),
+//!   and its value is escaped for its place: `&`, `<` and `>` in text; those, both quotes and
+//!   tab, line feed and carriage return in an attribute value (a parser would fold them).
+//! - In a CDATA section a template is read as written and its value goes in raw, unless the
+//!   value could close the section (it holds `]]>`, begins with `]` or `>`, or ends with `]`):
+//!   that is refused.
+//! - A value with a character XML does not allow (a control character other than tab, line
+//!   feed, carriage return) is refused.
+//! - A `{{` anywhere else is refused: in an element or attribute name, an end tag, a comment,
+//!   a processing instruction, or text or a CDATA section outside the root element. So is a
+//!   brace written as a character reference (`&#123;`, `&#x7B;`) in text or an attribute
+//!   value: a parser reads it as `{`, so it could hide a template from the scanner.
+//! - A DOCTYPE (or any `<!` declaration other than a comment or a CDATA section) is refused
+//!   wherever it is: no DTD or entity is ever read, let alone resolved. Bodies are UTF-8: a
+//!   NUL byte outside text and values is refused, so an XML body in UTF-16 (which would hide
+//!   its templates) is refused at its first tag.
+//! - A template runs to the first `}}` and must end where it started (before the `<` that
+//!   ends the text, the quote that ends the value, the `]]>` that ends the section).
+//! - Every other byte is copied as written; the scanner holds back only a brace that may open
+//!   a template and the open template. Malformed XML passes through for the target to judge,
+//!   except that a body which ends inside markup or an element after a template was
+//!   substituted is an error: the target would receive a broken document with a card value.
+//! - An error names the element by its path of local names (`/Envelope/Body/card/number`),
+//!   an attribute as `/a/b/@name`, `/` outside the root; at most [`MAX_PATH_DEPTH`] levels of
+//!   at most [`MAX_KEY_LEN`] bytes, deeper or longer shown with `…`.
+
+use memchr::memchr3;
+
+use super::held::{Encoding, Held, ParsedCache};
+use super::scanner::{Failed, Resolver, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH};
+
+/// What a bad reference in a template answers.
+const BAD_REFERENCE: &str = "invalid XML reference in template";
+
+/// Decodes the XML references of `raw` (the five predefined entities, `&#…;`, `&#x…;`).
+fn unescape_references(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+    let text = std::str::from_utf8(raw).map_err(|_| "template is not valid UTF-8")?;
+    dst.clear();
+    let mut rest = text;
+    while let Some(amp) = rest.find('&') {
+        dst.push_str(rest.get(..amp).unwrap_or_default());
+        let after = rest.get(amp + 1..).unwrap_or_default();
+        let semi = after.find(';').ok_or(BAD_REFERENCE)?;
+        let name = after.get(..semi).unwrap_or_default();
+        let c = match name {
+            "lt" => '<',
+            "gt" => '>',
+            "amp" => '&',
+            "quot" => '"',
+            "apos" => '\'',
+            _ => {
+                let code = if let Some(hex) = name.strip_prefix("#x") {
+                    u32::from_str_radix(hex, 16).ok()
+                } else if let Some(dec) = name.strip_prefix('#') {
+                    dec.parse().ok()
+                } else {
+                    None
+                };
+                code.and_then(char::from_u32).ok_or(BAD_REFERENCE)?
+            }
+        };
+        dst.push(c);
+        rest = after.get(semi + 1..).unwrap_or_default();
+    }
+    dst.push_str(rest);
+    Ok(())
+}
+
+/// Why a value cannot go in an XML document at all.
+fn refuse_characters(value: &[u8]) -> Option<&'static str> {
+    value
+        .iter()
+        .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+        .then_some("the value holds a character that XML does not allow")
+}
+
+/// Writes `value` escaped for element text, or for an attribute value (`attribute`).
+fn escape(out: &mut Vec<u8>, value: &[u8], attribute: bool) {
+    for &b in value {
+        match b {
+            b'&' => out.extend_from_slice(b"&amp;"),
+            b'<' => out.extend_from_slice(b"&lt;"),
+            b'>' => out.extend_from_slice(b"&gt;"),
+            b'\r' => out.extend_from_slice(b"&#13;"),
+            b'"' if attribute => out.extend_from_slice(b"&quot;"),
+            b'\'' if attribute => out.extend_from_slice(b"&apos;"),
+            b'\t' if attribute => out.extend_from_slice(b"&#9;"),
+            b'\n' if attribute => out.extend_from_slice(b"&#10;"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// Element text.
+pub(super) struct XmlText;
+/// An attribute value.
+pub(super) struct XmlAttr;
+/// A CDATA section.
+pub(super) struct XmlCdata;
+
+impl Encoding for XmlText {
+    fn parsed() -> &'static ParsedCache {
+        static PARSED: ParsedCache = ParsedCache::new();
+        &PARSED
+    }
+
+    #[inline]
+    fn has_escapes(raw: &[u8]) -> bool {
+        raw.contains(&b'&')
+    }
+
+    fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+        unescape_references(raw, dst)
+    }
+
+    fn escape_into(out: &mut Vec<u8>, value: &[u8]) {
+        escape(out, value, false);
+    }
+
+    fn refuse(value: &[u8]) -> Option<&'static str> {
+        refuse_characters(value)
+    }
+}
+
+impl Encoding for XmlAttr {
+    fn parsed() -> &'static ParsedCache {
+        // Decoded exactly as text is.
+        XmlText::parsed()
+    }
+
+    #[inline]
+    fn has_escapes(raw: &[u8]) -> bool {
+        XmlText::has_escapes(raw)
+    }
+
+    fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+        unescape_references(raw, dst)
+    }
+
+    fn escape_into(out: &mut Vec<u8>, value: &[u8]) {
+        escape(out, value, true);
+    }
+
+    fn refuse(value: &[u8]) -> Option<&'static str> {
+        refuse_characters(value)
+    }
+}
+
+/// What a value that could close its CDATA section answers.
+pub(super) const CDATA_CLOSE: &str = "the value could close its CDATA section (it holds `]]>`, \
+     begins with `]` or `>` or ends with `]`)";
+
+impl Encoding for XmlCdata {
+    fn parsed() -> &'static ParsedCache {
+        static PARSED: ParsedCache = ParsedCache::new();
+        &PARSED
+    }
+
+    #[inline]
+    fn has_escapes(_raw: &[u8]) -> bool {
+        false
+    }
+
+    fn unescape(raw: &[u8], dst: &mut String) -> Result<(), &'static str> {
+        let text = std::str::from_utf8(raw).map_err(|_| "template is not valid UTF-8")?;
+        dst.clear();
+        dst.push_str(text);
+        Ok(())
+    }
+
+    fn escape_into(out: &mut Vec<u8>, value: &[u8]) {
+        out.extend_from_slice(value);
+    }
+
+    fn refuse(value: &[u8]) -> Option<&'static str> {
+        let closes = value.windows(3).any(|w| w == b"]]>")
+            || matches!(value.first(), Some(b']' | b'>'))
+            || value.last() == Some(&b']');
+        if closes {
+            Some(CDATA_CLOSE)
+        } else {
+            refuse_characters(value)
+        }
+    }
+}
+
+/// What a DOCTYPE or another declaration answers.
+pub(super) const XML_DECLARATION: &str = "a DOCTYPE or other `<!` declaration is refused in an \
+     XML body: no DTD or entity is ever read";
+/// What a `{{` in markup answers.
+pub(super) const XML_IN_MARKUP: &str =
+    "a template cannot be in an element or attribute name or an end tag";
+/// What a `{{` in a comment or a processing instruction answers.
+pub(super) const XML_IN_COMMENT: &str =
+    "templates are never substituted in XML comments or processing instructions";
+/// What a `{{` outside the root element answers.
+pub(super) const XML_OUTSIDE: &str =
+    "a template must be in an element's text or an attribute value";
+/// What a brace written as a character reference answers.
+pub(super) const XML_BRACE_REFERENCE: &str =
+    "a brace written as a character reference (`&#123;`) could hide a template";
+/// What a NUL byte answers.
+pub(super) const XML_NUL: &str = "an XML body must be UTF-8 (it holds a NUL byte)";
+/// What a body that ends inside its document after a substitution answers.
+pub(super) const XML_ENDS_EARLY: &str =
+    "the body ends before its XML document does, after a template was substituted";
+
+/// The bytes that end a run in each state of markup ([`XmlScanner::plain_run`]).
+const NAME_STOP: [bool; 256] =
+    byte_class!(|b| matches!(b, b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0));
+const TAG_STOP: [bool; 256] = byte_class!(|b| matches!(
+    b,
+    b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0 | b'"' | b'\'' | b'='
+));
+const END_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'>' | b'{' | 0));
+const COMMENT_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'-' | b'>' | b'{' | 0));
+const PI_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'?' | b'>' | b'{' | 0));
+const CDATA_STOP: [bool; 256] = byte_class!(|b| matches!(b, b']' | b'>' | b'{'));
+
+/// Where in the document the scanner is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Element text, or the prolog and epilogue at depth 0.
+    Text,
+    /// After `<`.
+    Open,
+    /// In a start tag's element name.
+    Name,
+    /// In an end tag.
+    End,
+    /// In a start tag, between attributes; `slash` when the last byte was `/`.
+    Tag { slash: bool },
+    /// In an attribute value quoted by `quote`.
+    Value { quote: u8 },
+    /// After `<!`: `n` bytes of `[CDATA[` (`cdata`) or `--` matched.
+    Bang { cdata: bool, n: u8 },
+    /// In a comment; `dashes` trailing `-` (at most 2).
+    Comment { dashes: u8 },
+    /// In a processing instruction; `question` when the last byte was `?`.
+    Pi { question: bool },
+    /// In a CDATA section; `brackets` trailing `]` (at most 2).
+    Cdata { brackets: u8 },
+}
+
+/// A character reference being read in text or an attribute value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reference {
+    None,
+    /// After `&`.
+    Amp,
+    /// After `&#`.
+    Hash,
+    /// After `&#` and digits: their value, saturated.
+    Dec(u32),
+    /// After `&#x` and hex digits: their value, saturated.
+    Hex(u32),
+}
+
+/// The element path for errors, bounded.
+#[derive(Debug, Clone, Default)]
+struct Path {
+    /// `/a/b/c`, the first [`MAX_PATH_DEPTH`] levels.
+    text: Vec<u8>,
+    /// Where each kept level starts in `text`.
+    starts: Vec<usize>,
+    /// Open elements, kept or not.
+    depth: usize,
+}
+
+impl Path {
+    fn push(&mut self, name: &[u8], cut: bool) {
+        self.depth += 1;
+        if self.starts.len() < MAX_PATH_DEPTH {
+            self.starts.push(self.text.len());
+            let local = match name.iter().rposition(|&b| b == b':') {
+                Some(colon) => name.get(colon + 1..).unwrap_or_default(),
+                None => name,
+            };
+            self.text.push(b'/');
+            self.text.extend_from_slice(local);
+            if cut {
+                self.text.extend_from_slice("…".as_bytes());
+            }
+        }
+    }
+
+    fn pop(&mut self) {
+        if self.depth == 0 {
+            return;
+        }
+        if self.depth <= self.starts.len() {
+            if let Some(start) = self.starts.pop() {
+                self.text.truncate(start);
+            }
+        }
+        self.depth -= 1;
+    }
+
+    fn clear(&mut self) {
+        self.text.clear();
+        self.starts.clear();
+        self.depth = 0;
+    }
+}
+
+/// Incremental template scanner for one XML body at a time; [`XmlScanner::finish`], when it
+/// succeeds, readies it for the next. After an error, every further call returns it.
+#[derive(Debug, Clone)]
+pub struct XmlScanner {
+    state: State,
+    reference: Reference,
+    path: Path,
+    /// The element or attribute name being read, at most [`MAX_KEY_LEN`] bytes.
+    name: Vec<u8>,
+    name_cut: bool,
+    /// The attribute whose value is being read (or was last).
+    attr: Vec<u8>,
+    attr_cut: bool,
+    /// The next name byte in a tag starts a new attribute name.
+    attr_done: bool,
+    /// A `{` in text, a value or a section, not yet written: with the next, it opens a template.
+    brace: bool,
+    /// The last byte of markup was `{` (a second one is refused).
+    markup_brace: bool,
+    /// In a template (held in `held`).
+    in_template: bool,
+    /// In a template, the last byte read was a `}`.
+    close: bool,
+    /// In a template that holds only its `{{` (a third brace makes the first text).
+    opened: bool,
+    held: Held,
+    /// A template was substituted in this body.
+    substituted: bool,
+    /// Templates substituted in the chunk being fed.
+    count: usize,
+    failed: Failed,
+}
+
+impl Default for XmlScanner {
+    fn default() -> Self {
+        XmlScanner::new()
+    }
+}
+
+impl XmlScanner {
+    pub fn new() -> Self {
+        XmlScanner {
+            state: State::Text,
+            reference: Reference::None,
+            path: Path::default(),
+            name: Vec::new(),
+            name_cut: false,
+            attr: Vec::new(),
+            attr_cut: false,
+            attr_done: false,
+            brace: false,
+            markup_brace: false,
+            in_template: false,
+            close: false,
+            opened: false,
+            held: Held::new(),
+            substituted: false,
+            count: 0,
+            failed: Failed::default(),
+        }
+    }
+
+    /// Back to the start of a body, allocations kept.
+    pub fn reset(&mut self) {
+        self.state = State::Text;
+        self.reference = Reference::None;
+        self.path.clear();
+        self.name.clear();
+        self.name_cut = false;
+        self.attr.clear();
+        self.attr_cut = false;
+        self.attr_done = false;
+        self.brace = false;
+        self.markup_brace = false;
+        self.in_template = false;
+        self.close = false;
+        self.opened = false;
+        self.held.clear();
+        self.substituted = false;
+        self.failed.clear();
+    }
+
+    /// Scans one chunk, appending output to `out`; returns how many templates it substituted.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<usize, TemplateError> {
+        self.failed.check()?;
+        self.count = 0;
+        let result = self.scan(chunk, out, r).map(|()| self.count);
+        self.failed.keep(result)
+    }
+
+    /// End of body: writes what is held back and resets the scanner. A template still open,
+    /// or a document cut short after a substitution, is an error.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
+        self.failed.check()?;
+        let message = if self.in_template {
+            Some("unterminated template")
+        } else if self.substituted && (self.path.depth > 0 || self.state != State::Text) {
+            Some(XML_ENDS_EARLY)
+        } else {
+            None
+        };
+        if let Some(message) = message {
+            let err = self.error(message);
+            return self.failed.keep(Err(err));
+        }
+        if self.brace {
+            out.push(b'{');
+        }
+        self.reset();
+        Ok(())
+    }
+
+    fn scan(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), TemplateError> {
+        out.reserve(chunk.len());
+        let mut i = 0;
+        while i < chunk.len() {
+            let rest = chunk.get(i..).unwrap_or_default();
+            // The common case: a run of bytes that change nothing but a name, copied whole.
+            if !self.in_template && !self.brace && self.reference == Reference::None {
+                let k = self.plain_run(rest);
+                if k > 0 {
+                    let run = rest.get(..k).unwrap_or_default();
+                    self.skip(run);
+                    out.extend_from_slice(run);
+                    i += k;
+                    continue;
+                }
+            }
+            let Some(&b) = rest.first() else { break };
+            self.byte(b, out, r)?;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// How many of the first bytes of `rest` change nothing in the current state but the
+    /// name being read ([`XmlScanner::skip`]).
+    fn plain_run(&self, rest: &[u8]) -> usize {
+        let stop = |table: &[bool; 256]| {
+            rest.iter()
+                .position(|&b| table.get(usize::from(b)).copied().unwrap_or(true))
+                .unwrap_or(rest.len())
+        };
+        match self.state {
+            State::Text => memchr3(b'<', b'&', b'{', rest).unwrap_or(rest.len()),
+            State::Value { quote } => memchr3(quote, b'&', b'{', rest).unwrap_or(rest.len()),
+            State::Name => stop(&NAME_STOP),
+            State::Tag { .. } => stop(&TAG_STOP),
+            State::End => stop(&END_STOP),
+            State::Comment { .. } => stop(&COMMENT_STOP),
+            State::Pi { .. } => stop(&PI_STOP),
+            State::Cdata { .. } => stop(&CDATA_STOP),
+            State::Open | State::Bang { .. } => 0,
+        }
+    }
+
+    /// Takes in a run that [`XmlScanner::plain_run`] found.
+    fn skip(&mut self, run: &[u8]) {
+        self.markup_brace = false;
+        self.state = match self.state {
+            State::Name => {
+                let room = MAX_KEY_LEN.saturating_sub(self.name.len());
+                self.name
+                    .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+                self.name_cut |= run.len() > room;
+                State::Name
+            }
+            State::Tag { .. } => {
+                if std::mem::take(&mut self.attr_done) {
+                    self.attr.clear();
+                    self.attr_cut = false;
+                }
+                let room = MAX_KEY_LEN.saturating_sub(self.attr.len());
+                self.attr
+                    .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+                self.attr_cut |= run.len() > room;
+                State::Tag { slash: false }
+            }
+            State::Comment { .. } => State::Comment { dashes: 0 },
+            State::Pi { .. } => State::Pi { question: false },
+            State::Cdata { .. } => State::Cdata { brackets: 0 },
+            other => other,
+        };
+    }
+
+    /// One byte.
+    fn byte(
+        &mut self,
+        b: u8,
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), TemplateError> {
+        match self.state {
+            State::Text | State::Value { .. } | State::Cdata { .. } => self.content(b, out, r),
+            _ => {
+                if b == 0 {
+                    return Err(self.error(XML_NUL));
+                }
+                if b == b'{' && std::mem::replace(&mut self.markup_brace, true) {
+                    let message = match self.state {
+                        State::Comment { .. } | State::Pi { .. } => XML_IN_COMMENT,
+                        _ => XML_IN_MARKUP,
+                    };
+                    return Err(self.error(message));
+                }
+                if b != b'{' {
+                    self.markup_brace = false;
+                }
+                out.push(b);
+                self.markup(b)
+            }
+        }
+    }
+
+    /// A byte of markup: tags, declarations, comments, processing instructions.
+    fn markup(&mut self, b: u8) -> Result<(), TemplateError> {
+        self.state = match self.state {
+            State::Open => match b {
+                b'/' => State::End,
+                b'!' => State::Bang { cdata: false, n: 0 },
+                b'?' => State::Pi { question: false },
+                _ => {
+                    self.name.clear();
+                    self.name_cut = false;
+                    self.name_byte(b);
+                    State::Name
+                }
+            },
+            State::Name => match b {
+                b'>' => {
+                    self.path.push(&self.name, self.name_cut);
+                    State::Text
+                }
+                b'/' => {
+                    self.path.push(&self.name, self.name_cut);
+                    State::Tag { slash: true }
+                }
+                b' ' | b'\t' | b'\n' | b'\r' => {
+                    self.path.push(&self.name, self.name_cut);
+                    self.attr_done = true;
+                    State::Tag { slash: false }
+                }
+                _ => {
+                    self.name_byte(b);
+                    State::Name
+                }
+            },
+            State::End => {
+                if b == b'>' {
+                    self.path.pop();
+                    State::Text
+                } else {
+                    State::End
+                }
+            }
+            State::Tag { slash } => match b {
+                b'>' => {
+                    if slash {
+                        self.path.pop();
+                    }
+                    State::Text
+                }
+                b'"' | b'\'' => {
+                    self.attr_done = true;
+                    State::Value { quote: b }
+                }
+                b'/' => State::Tag { slash: true },
+                b' ' | b'\t' | b'\n' | b'\r' | b'=' => State::Tag { slash: false },
+                _ => {
+                    if std::mem::take(&mut self.attr_done) {
+                        self.attr.clear();
+                        self.attr_cut = false;
+                    }
+                    if self.attr.len() < MAX_KEY_LEN {
+                        self.attr.push(b);
+                    } else {
+                        self.attr_cut = true;
+                    }
+                    State::Tag { slash: false }
+                }
+            },
+            State::Bang { cdata, n } => {
+                let (cdata, want): (bool, &[u8]) = match (n, b) {
+                    (0, b'[') => (true, b"[CDATA["),
+                    (0, _) => (false, b"--"),
+                    _ if cdata => (true, b"[CDATA["),
+                    _ => (false, b"--"),
+                };
+                let n = usize::from(n);
+                if want.get(n) != Some(&b) {
+                    return Err(self.error(XML_DECLARATION));
+                }
+                if n + 1 == want.len() {
+                    if cdata {
+                        State::Cdata { brackets: 0 }
+                    } else {
+                        State::Comment { dashes: 0 }
+                    }
+                } else {
+                    State::Bang {
+                        cdata,
+                        n: u8::try_from(n + 1).unwrap_or(u8::MAX),
+                    }
+                }
+            }
+            State::Comment { dashes } => match b {
+                b'>' if dashes >= 2 => State::Text,
+                b'-' => State::Comment {
+                    dashes: (dashes + 1).min(2),
+                },
+                _ => State::Comment { dashes: 0 },
+            },
+            State::Pi { question } => match b {
+                b'>' if question => State::Text,
+                _ => State::Pi {
+                    question: b == b'?',
+                },
+            },
+            other => other,
+        };
+        Ok(())
+    }
+
+    fn name_byte(&mut self, b: u8) {
+        if self.name.len() < MAX_KEY_LEN {
+            self.name.push(b);
+        } else {
+            self.name_cut = true;
+        }
+    }
+
+    /// A byte of text, an attribute value or a CDATA section: where templates go.
+    fn content(
+        &mut self,
+        b: u8,
+        out: &mut Vec<u8>,
+        r: &mut dyn Resolver,
+    ) -> Result<(), TemplateError> {
+        if let State::Cdata { brackets } = self.state {
+            if b == b'>' && brackets >= 2 && !self.in_template && !self.brace {
+                out.push(b);
+                self.state = State::Text;
+                return Ok(());
+            }
+            let brackets = if b == b']' { (brackets + 1).min(2) } else { 0 };
+            self.state = State::Cdata { brackets };
+        }
+        if self.in_template {
+            let ends = match self.state {
+                State::Text => b == b'<',
+                State::Value { quote } => b == quote || b == b'<',
+                State::Cdata { brackets } => b == b'>' && brackets >= 2,
+                _ => false,
+            };
+            if ends {
+                return Err(self.error("unterminated template"));
+            }
+            if self.opened && b == b'{' {
+                // A third brace: the first is text, the template starts at the second.
+                out.push(b'{');
+                return Ok(());
+            }
+            self.opened = false;
+            if self.held.room() == 0 {
+                return Err(self.error("template too long"));
+            }
+            self.held.push(b);
+            if b != b'}' {
+                self.close = false;
+            } else if std::mem::take(&mut self.close) {
+                let result = match self.state {
+                    State::Value { .. } => self.held.substitute::<XmlAttr>(out, r),
+                    State::Cdata { .. } => self.held.substitute::<XmlCdata>(out, r),
+                    _ => self.held.substitute::<XmlText>(out, r),
+                };
+                if let Err(message) = result {
+                    return Err(self.error(&message));
+                }
+                if let State::Cdata { .. } = self.state {
+                    self.state = State::Cdata { brackets: 0 };
+                }
+                self.in_template = false;
+                self.substituted = true;
+                self.count += 1;
+            } else {
+                self.close = true;
+            }
+            return Ok(());
+        }
+        if self.brace {
+            if b == b'{' {
+                if self.path.depth == 0 && !matches!(self.state, State::Value { .. }) {
+                    return Err(self.error(XML_OUTSIDE));
+                }
+                self.brace = false;
+                self.held.open();
+                self.in_template = true;
+                self.opened = true;
+                self.close = false;
+                return Ok(());
+            }
+            out.push(b'{');
+            self.brace = false;
+        }
+        if !matches!(self.state, State::Cdata { .. }) {
+            self.reference(b)?;
+        }
+        if b == b'{' {
+            self.brace = true;
+            return Ok(());
+        }
+        out.push(b);
+        match self.state {
+            State::Text if b == b'<' => {
+                self.markup_brace = false;
+                self.state = State::Open;
+            }
+            State::Value { quote } if b == quote => self.state = State::Tag { slash: false },
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Follows a character reference in text or a value, refusing one that stands for `{`.
+    fn reference(&mut self, b: u8) -> Result<(), TemplateError> {
+        let add = |v: u32, radix: u32| {
+            let d = char::from(b).to_digit(radix).unwrap_or(0);
+            v.saturating_mul(radix).saturating_add(d)
+        };
+        self.reference = match (self.reference, b) {
+            (_, b'&') => Reference::Amp,
+            (Reference::Amp, b'#') => Reference::Hash,
+            (Reference::Hash, b'x') => Reference::Hex(0),
+            (Reference::Hash, b'0'..=b'9') => Reference::Dec(add(0, 10)),
+            (Reference::Dec(v), b'0'..=b'9') => Reference::Dec(add(v, 10)),
+            (Reference::Hex(v), _) if b.is_ascii_hexdigit() => Reference::Hex(add(v, 16)),
+            (Reference::Dec(123) | Reference::Hex(0x7b), b';') => {
+                return Err(self.error(XML_BRACE_REFERENCE));
+            }
+            _ => Reference::None,
+        };
+        Ok(())
+    }
+
+    fn error(&self, message: &str) -> TemplateError {
+        let mut field = String::from_utf8_lossy(&self.path.text).into_owned();
+        if self.path.depth > self.path.starts.len() {
+            field.push_str("/…");
+        }
+        if let State::Value { .. } = self.state {
+            field.push_str("/@");
+            field.push_str(&String::from_utf8_lossy(&self.attr));
+            if self.attr_cut {
+                field.push('…');
+            }
+        }
+        if field.is_empty() {
+            field.push('/');
+        }
+        TemplateError::at(field, self.held.bytes(), message)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::secret::Revealed;
+    use crate::template::format::{run_every_cut, Format};
+    use crate::template::{ResolveError, TemplateRef};
+
+    /// Resolves `pm_x`'s number to `4<2&"'>`, a value that needs escaping; `pm_c` to `a]]>b`;
+    /// `pm_<n>` to `n`; `nope` is unknown.
+    fn resolver(t: &TemplateRef) -> Result<Revealed, ResolveError> {
+        match t.payment_method.as_str() {
+            "pm_x" => Ok(Revealed::Number("4<2&\"'>\t".into())),
+            "pm_c" => Ok(Revealed::Number("a]]>b".into())),
+            "pm_z" => Ok(Revealed::Number("a\u{1}".into())),
+            "nope" => Err(ResolveError::new("unknown payment method")),
+            other => Ok(Revealed::Number(other.trim_start_matches("pm_").into())),
+        }
+    }
+
+    fn run(body: &str) -> Result<String, TemplateError> {
+        run_every_cut(Format::Xml, body, &mut resolver)
+    }
+
+    fn t(pm: &str) -> String {
+        format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")
+    }
+
+    #[test]
+    fn substitutes_in_text_attributes_and_cdata() {
+        let quoted =
+            "{{ paymentMethod: pm_4 | type: &apos;pan&apos; | json: &quot;$.number&quot; }}";
+        for (body, want) in [
+            (
+                format!(
+                    "<?xml version=\"1.0\"?><s:E xmlns:s=\"u\"><n>{}</n></s:E>",
+                    t("pm_7")
+                ),
+                "<?xml version=\"1.0\"?><s:E xmlns:s=\"u\"><n>7</n></s:E>".to_string(),
+            ),
+            (
+                format!("<a><n>x{}y</n><m k=\"{}\"/></a>", t("pm_x"), t("pm_x")),
+                "<a><n>x4&lt;2&amp;\"'&gt;\ty</n><m k=\"4&lt;2&amp;&quot;&apos;&gt;&#9;\"/></a>"
+                    .to_string(),
+            ),
+            (
+                format!("<a b='{quoted}'>{quoted}</a>"),
+                "<a b='4'>4</a>".into(),
+            ),
+            (
+                format!("<a><![CDATA[<{}>]]></a>", t("pm_5")),
+                "<a><![CDATA[<5>]]></a>".into(),
+            ),
+            (format!("<a>{{{}}}</a>", t("pm_3")), "<a>{3}</a>".into()),
+            // Braces that open no template, references, comments and markup without any.
+            (
+                "<!-- { } --><?pi { ?><a x=\"{a}\">{ } }} &amp;&#125;&#x7d;<![CDATA[{]]]]></a>"
+                    .into(),
+                "<!-- { } --><?pi { ?><a x=\"{a}\">{ } }} &amp;&#125;&#x7d;<![CDATA[{]]]]></a>"
+                    .into(),
+            ),
+        ] {
+            assert_eq!(run(&body), Ok(want), "{body}");
+        }
+    }
+
+    #[test]
+    fn refuses_and_names_the_element() {
+        let envelope = |inner: &str| {
+            format!(
+                "<soap:Envelope xmlns:soap=\"s\"><soap:Body><req><card>{inner}</card></req>\
+                 </soap:Body></soap:Envelope>"
+            )
+        };
+        let card = "/Envelope/Body/req/card";
+        for (body, field, message) in [
+            (
+                envelope(&format!("<accountNumber>{}</accountNumber>", t("nope"))),
+                format!("{card}/accountNumber"),
+                "unknown payment method",
+            ),
+            (
+                envelope(&format!("<n type=\"{}\"/>", t("nope"))),
+                format!("{card}/n/@type"),
+                "unknown payment method",
+            ),
+            (
+                envelope(&format!("<![CDATA[{}]]>", t("pm_c"))),
+                card.to_string(),
+                CDATA_CLOSE,
+            ),
+            (
+                envelope(&format!("<n>{}</n>", t("pm_z"))),
+                format!("{card}/n"),
+                "the value holds a character that XML does not allow",
+            ),
+            (
+                envelope("<n>{{ paymentMethod: pm_1 </n>"),
+                format!("{card}/n"),
+                "unterminated template",
+            ),
+            (
+                envelope("<n a=\"{{ paymentMethod: pm_1\"/>"),
+                format!("{card}/n/@a"),
+                "unterminated template",
+            ),
+            (
+                envelope("<![CDATA[{{ x ]]>"),
+                card.to_string(),
+                "unterminated template",
+            ),
+            (
+                envelope(&format!("<n>{{{{{}}}}}</n>", " ".repeat(600))),
+                format!("{card}/n"),
+                "template too long",
+            ),
+            (envelope("<n{{ x }}/>"), card.to_string(), XML_IN_MARKUP),
+            (
+                envelope("<n {{x}}=\"1\"/>"),
+                format!("{card}/n"),
+                XML_IN_MARKUP,
+            ),
+            (envelope("<n></n{{>"), format!("{card}/n"), XML_IN_MARKUP),
+            (
+                envelope("<!-- {{ x }} -->"),
+                card.to_string(),
+                XML_IN_COMMENT,
+            ),
+            (
+                envelope("<?pi {{ x }} ?>"),
+                card.to_string(),
+                XML_IN_COMMENT,
+            ),
+            (format!("{}<a/>", t("pm_1")), "/".to_string(), XML_OUTSIDE),
+            (
+                format!("<a/><![CDATA[{}]]>", t("pm_1")),
+                "/".to_string(),
+                XML_OUTSIDE,
+            ),
+            (
+                "<!DOCTYPE a [<!ENTITY e SYSTEM \"file:///etc/passwd\">]><a>&e;</a>".into(),
+                "/".into(),
+                XML_DECLARATION,
+            ),
+            (envelope("<!DOCTYPE x>"), card.to_string(), XML_DECLARATION),
+            (envelope("<!-x>"), card.to_string(), XML_DECLARATION),
+            (
+                envelope("<n>&#123;&#0123;</n>"),
+                format!("{card}/n"),
+                XML_BRACE_REFERENCE,
+            ),
+            (
+                envelope("<n a='&#x7b;'/>"),
+                format!("{card}/n/@a"),
+                XML_BRACE_REFERENCE,
+            ),
+            ("<\0a\0>\0".into(), "/".into(), XML_NUL),
+            (
+                format!("<a><b>{}</b>", t("pm_1")),
+                "/a".to_string(),
+                XML_ENDS_EARLY,
+            ),
+            (
+                format!("<a><b>{}</b></a><c", t("pm_1")),
+                "/".to_string(),
+                XML_ENDS_EARLY,
+            ),
+        ] {
+            let err = run(&body).unwrap_err();
+            assert_eq!(
+                (err.field.as_str(), err.message.as_str()),
+                (field.as_str(), message),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_path_is_bounded() {
+        let deep = "<a>".repeat(MAX_PATH_DEPTH + 5);
+        let err = run(&format!("{deep}{}", t("nope"))).unwrap_err();
+        assert!(err.field.ends_with("/a/…"), "{}", err.field);
+        assert_eq!(err.field.len(), MAX_PATH_DEPTH * 2 + "/…".len());
+        let long = "n".repeat(MAX_KEY_LEN + 10);
+        let err = run(&format!("<{long}>{}", t("nope"))).unwrap_err();
+        assert_eq!(err.field, format!("/{}…", &long[..MAX_KEY_LEN]));
+    }
+}
