@@ -129,6 +129,22 @@ pub struct ProxyConfig {
     pub allow_private_networks: bool,
     pub ca_file: Option<PathBuf>,
     pub timeout: Duration,
+    pub response_guard: ResponseGuardMode,
+    /// Also look for any Luhn-valid 13-19 digit run in answers.
+    pub response_guard_any_card: bool,
+}
+
+/// What the proxy does with card numbers in a target's answer (`proxy.response_guard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseGuardMode {
+    /// Relayed as the target sent it.
+    Off,
+    /// Each number replaced by its masked form, of the same length.
+    #[default]
+    Mask,
+    /// The answer is not relayed: 502 `badGateway`.
+    Refuse,
 }
 
 /// The YAML text as the file's shape (no checks yet). An error names the key
@@ -445,6 +461,8 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
             allow_private_networks: p.proxy.allow_private_networks,
             ca_file: p.proxy.ca_file,
             timeout,
+            response_guard: p.proxy.response_guard,
+            response_guard_any_card: p.proxy.response_guard_any_card,
         },
     })
 }

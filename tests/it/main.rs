@@ -29,6 +29,7 @@ mod operations;
 mod payment_methods;
 mod proxy;
 mod proxy_formats;
+mod proxy_guard;
 mod purchase_intents;
 mod ratelimit;
 mod restart;
