@@ -231,7 +231,12 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
+        let unanswered = session.response_written().is_none();
         ctx.status = failure::answer(session, e).await;
+        if let (true, Some(p)) = (unanswered, ctx.proxy.as_deref_mut()) {
+            // pingora had not sent the target's head yet: the guard's cut became a 502.
+            p.guard.answered_instead();
+        }
         FailToProxy {
             error_code: if ctx.status == 499 { 0 } else { ctx.status },
             can_reuse_downstream: false,

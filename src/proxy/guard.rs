@@ -221,6 +221,14 @@ impl ResponseGuard {
     pub fn buffering(&mut self) {
         self.streaming = false;
     }
+
+    /// The refusal was answered with a 502 after all (pingora had not yet sent the head
+    /// when the body filter found the number).
+    pub fn answered_instead(&mut self) {
+        if self.action == Some(Action::Cut) {
+            self.action = Some(Action::Refuse);
+        }
+    }
 }
 
 /// pingora's `response_body_filter` for a proxied request: `body` replaced by what the
