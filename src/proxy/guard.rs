@@ -143,25 +143,45 @@ impl ResponseGuard {
                  numbers; it was not relayed.",
             ));
         }
-        let mut masked: Vec<(header::HeaderName, http::HeaderValue)> = Vec::new();
-        for (name, value) in &head.headers {
-            let mut bytes = Zeroizing::new(value.as_bytes().to_vec());
-            let (n, _) = scan(&mut bytes, &self.numbers, self.any_card, true);
-            if n == 0 {
-                continue;
+        // Each header with a number in any of its values, with all its values, masked.
+        let mut masked: Vec<(header::HeaderName, Vec<http::HeaderValue>)> = Vec::new();
+        for name in head.headers.keys() {
+            let mut values = Vec::new();
+            let mut found = 0;
+            for value in head.headers.get_all(name) {
+                if find(
+                    value.as_bytes(),
+                    &self.numbers,
+                    self.any_card,
+                    true,
+                    &mut Vec::new(),
+                )
+                .0 == 0
+                {
+                    values.push(value.clone());
+                    continue;
+                }
+                let mut bytes = Zeroizing::new(value.as_bytes().to_vec());
+                let (n, _) = scan(&mut bytes, &self.numbers, self.any_card, true);
+                found += n;
+                // Masking keeps the bytes a header value may hold (digits become `*`).
+                values
+                    .push(http::HeaderValue::from_bytes(&bytes).map_err(|_| ApiError::internal())?);
             }
-            self.found += n;
-            if self.mode == ResponseGuardMode::Refuse {
-                return Err(self.refused());
-            }
-            // Masking keeps the bytes a header value may hold (digits become `*`).
-            if let Ok(v) = http::HeaderValue::from_bytes(&bytes) {
-                masked.push((name.clone(), v));
+            if found > 0 {
+                self.found += found;
+                masked.push((name.clone(), values));
             }
         }
-        for (name, value) in masked {
-            head.insert_header(name, value)
-                .map_err(|_| ApiError::internal())?;
+        if !masked.is_empty() && self.mode == ResponseGuardMode::Refuse {
+            return Err(self.refused());
+        }
+        for (name, values) in masked {
+            head.remove_header(&name);
+            for value in values {
+                head.append_header(name.clone(), value)
+                    .map_err(|_| ApiError::internal())?;
+            }
             self.action = Some(Action::Mask);
         }
         self.streaming = true;
