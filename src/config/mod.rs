@@ -569,6 +569,26 @@ mod tests {
     }
 
     #[test]
+    fn the_response_guard_masks_unless_told_otherwise() {
+        let guard = |proxy: &str| {
+            let yaml = format!("projects:\n  - id: p\n    jwt: {{keys: []}}\n    proxy: {proxy}");
+            let file = parse(&yaml).unwrap_or_else(|e| unreachable!("{e}"));
+            file.projects
+                .first()
+                .map(|p| (p.proxy.response_guard, p.proxy.response_guard_any_card))
+        };
+        assert_eq!(guard("{}"), Some((ResponseGuardMode::Mask, false)));
+        assert_eq!(
+            guard("{response_guard: off}"),
+            Some((ResponseGuardMode::Off, false))
+        );
+        assert_eq!(
+            guard("{response_guard: refuse, response_guard_any_card: true}"),
+            Some((ResponseGuardMode::Refuse, true))
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             ("listen: nope", "listen"),
@@ -592,6 +612,7 @@ mod tests {
             ("\"unclosed", "config: "),
             ("listen: a\nlisten: b", "listen"),
             ("projects:\n  - id: p\n    jwt: {keys: []}\n    proxy: {timeout: [1]}", "projects[0].proxy.timeout"),
+            ("projects:\n  - id: p\n    jwt: {keys: []}\n    proxy: {response_guard: maybe}", "projects[0].proxy.response_guard"),
             (
                 "projects: [{id: p, jwt: {keys: []}, cors: {allowed_origin: []}}]",
                 "allowed_origin",
