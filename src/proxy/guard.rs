@@ -275,6 +275,34 @@ fn is_digit(b: u8) -> bool {
     b.is_ascii_digit()
 }
 
+/// Position of the first digit at or after `from`: 8 bytes at a time as a word (SWAR), then
+/// byte by byte for the last few.
+fn next_digit(buf: &[u8], mut from: usize) -> Option<usize> {
+    while let Some(word) = buf.get(from..).and_then(|rest| rest.first_chunk::<8>()) {
+        let hits = digit_bytes(u64::from_le_bytes(*word));
+        if hits != 0 {
+            // Little-endian: the lowest set bit is the first digit.
+            return Some(from + hits.trailing_zeros() as usize / 8);
+        }
+        from += 8;
+    }
+    let rest = buf.get(from..)?;
+    rest.iter().position(|b| is_digit(*b)).map(|k| from + k)
+}
+
+/// Bit 7 of each byte of `word` that is an ASCII digit, and no other bit: the exact
+/// "byte between m and n" test (m = `/`, n = `:`), for bytes below 128 (bytes from 128 up
+/// are no digits and are masked out by `!word`).
+fn digit_bytes(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const LOW7: u64 = ONES * 127;
+    let low = word & LOW7;
+    (ONES * (127 + u64::from(b':')) - low)
+        & !word
+        & (low + ONES * (127 - u64::from(b'/')))
+        & (ONES * 128)
+}
+
 fn is_separator(b: u8) -> bool {
     b == b' ' || b == b'-'
 }
@@ -308,10 +336,9 @@ fn find(
     let mut i = 0;
     while i < len {
         // The next digit: a run starts there.
-        let Some(off) = buf[i..].iter().position(|b| is_digit(*b)) else {
+        let Some(start) = next_digit(buf, i) else {
             break;
         };
-        let start = i + off;
         digits.clear();
         i = start;
         loop {
@@ -447,6 +474,28 @@ mod tests {
                 assert_eq!(masked(&mut g, body, &[i, j]), want, "cut at {i}, {j}");
                 assert_eq!(g.found, 3);
                 assert_eq!(g.action, Some(Action::Mask));
+            }
+        }
+    }
+
+    #[test]
+    fn the_word_test_finds_exactly_the_digits() {
+        for b in 0..=255u8 {
+            for at in 0..8 {
+                let mut bytes = [b'a'; 8];
+                bytes[at] = b;
+                bytes[(at + 3) % 8] = 0xff - b;
+                let hits = digit_bytes(u64::from_le_bytes(bytes));
+                for (k, byte) in bytes.iter().enumerate() {
+                    let hit = hits & (0x80 << (8 * k)) != 0;
+                    assert_eq!(hit, is_digit(*byte), "byte {byte:#x} at {k}");
+                }
+                let hay = [&[b'x'; 5][..], &bytes, b"zz"].concat();
+                assert_eq!(
+                    next_digit(&hay, 0),
+                    hay.iter().position(|c| is_digit(*c)),
+                    "{hay:?}"
+                );
             }
         }
     }
