@@ -101,6 +101,8 @@ fn limited_project() -> BTreeMap<String, Arc<ProjectConfig>> {
             allow_private_networks: false,
             ca_file: None,
             timeout: Duration::from_secs(30),
+            response_guard: Default::default(),
+            response_guard_any_card: false,
         },
         rate_limits: RateLimits {
             project: Some(wide),

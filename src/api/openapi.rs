@@ -90,7 +90,8 @@ pub fn document() -> utoipa::openapi::OpenApi {
 /// Any method; the body's format follows its Content-Type: templates are substituted in JSON
 /// (`application/json`, `application/*+json`) and form-encoded
 /// (`application/x-www-form-urlencoded`) bodies; any other body passes as it is, unless it
-/// holds `{{` (400 invalidTemplate).
+/// holds `{{` (400 invalidTemplate). Card numbers in the target's answer are masked, or the
+/// answer refused, as the project's `proxy.response_guard` says (docs/proxy.md).
 #[utoipa::path(post, path = "/projects/{projectId}/proxy", operation_id = "proxy",
     params(("Svc-Target-URL" = String, Header, format = "uri",
         description = "The target: an https URL whose host the project allows.")),
@@ -103,11 +104,15 @@ pub fn document() -> utoipa::openapi::OpenApi {
             request.", body = crate::error::Envelope),
         (status = 408, description = "requestTimeout: the body stopped arriving for longer \
             than the server's body_read_timeout", body = crate::error::Envelope),
-        (status = 502, description = "badGateway: the target could not be reached",
-            body = crate::error::Envelope),
+        (status = 502, description = "badGateway: the target could not be reached; or the \
+            response guard refused its answer: a card number in it (`proxy.response_guard: \
+            refuse`; an answer whose body streams is cut at the number instead), or a \
+            compressed answer, which cannot be scanned", body = crate::error::Envelope),
         (status = 504, description = "gatewayTimeout: the target did not answer in time",
             body = crate::error::Envelope),
-        (status = "default", description = "The target's answer, passed through"),
+        (status = "default", description = "The target's answer, passed through; card \
+            numbers in its headers and body masked (`424242******4242`, the same length) \
+            under `proxy.response_guard: mask`, the default"),
     ))]
 #[allow(
     dead_code,

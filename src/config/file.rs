@@ -229,6 +229,12 @@ pub struct ProxyFile {
     /// Longest wait for a target, e.g. `30s`.
     #[serde(default = "default_proxy_timeout")]
     pub timeout: String,
+    /// What to do with card numbers in a target's answer: `off`, `mask` or `refuse`.
+    #[serde(default)]
+    pub response_guard: super::ResponseGuardMode,
+    /// Also look for any Luhn-valid 13-19 digit run, not only this request's numbers.
+    #[serde(default)]
+    pub response_guard_any_card: bool,
 }
 
 impl Default for ProxyFile {
@@ -239,6 +245,8 @@ impl Default for ProxyFile {
             allow_private_networks: false,
             ca_file: None,
             timeout: default_proxy_timeout(),
+            response_guard: super::ResponseGuardMode::default(),
+            response_guard_any_card: false,
         }
     }
 }

@@ -132,6 +132,22 @@ pub struct ProxyConfig {
     pub allow_private_networks: bool,
     pub ca_file: Option<PathBuf>,
     pub timeout: Duration,
+    pub response_guard: ResponseGuardMode,
+    /// Also look for any Luhn-valid 13-19 digit run in answers.
+    pub response_guard_any_card: bool,
+}
+
+/// What the proxy does with card numbers in a target's answer (`proxy.response_guard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseGuardMode {
+    /// Relayed as the target sent it.
+    Off,
+    /// Each number replaced by its masked form, of the same length.
+    #[default]
+    Mask,
+    /// The answer is not relayed: 502 `badGateway`.
+    Refuse,
 }
 
 /// The YAML text as the file's shape (no checks yet). An error names the key
@@ -456,6 +472,8 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
             allow_private_networks: p.proxy.allow_private_networks,
             ca_file: p.proxy.ca_file,
             timeout,
+            response_guard: p.proxy.response_guard,
+            response_guard_any_card: p.proxy.response_guard_any_card,
         },
     })
 }
@@ -562,6 +580,26 @@ mod tests {
     }
 
     #[test]
+    fn the_response_guard_masks_unless_told_otherwise() {
+        let guard = |proxy: &str| {
+            let yaml = format!("projects:\n  - id: p\n    jwt: {{keys: []}}\n    proxy: {proxy}");
+            let file = parse(&yaml).unwrap_or_else(|e| unreachable!("{e}"));
+            file.projects
+                .first()
+                .map(|p| (p.proxy.response_guard, p.proxy.response_guard_any_card))
+        };
+        assert_eq!(guard("{}"), Some((ResponseGuardMode::Mask, false)));
+        assert_eq!(
+            guard("{response_guard: off}"),
+            Some((ResponseGuardMode::Off, false))
+        );
+        assert_eq!(
+            guard("{response_guard: refuse, response_guard_any_card: true}"),
+            Some((ResponseGuardMode::Refuse, true))
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             ("listen: nope", "listen"),
@@ -585,6 +623,7 @@ mod tests {
             ("\"unclosed", "config: "),
             ("listen: a\nlisten: b", "listen"),
             ("projects:\n  - id: p\n    jwt: {keys: []}\n    proxy: {timeout: [1]}", "projects[0].proxy.timeout"),
+            ("projects:\n  - id: p\n    jwt: {keys: []}\n    proxy: {response_guard: maybe}", "projects[0].proxy.response_guard"),
             (
                 "projects: [{id: p, jwt: {keys: []}, cors: {allowed_origin: []}}]",
                 "allowed_origin",

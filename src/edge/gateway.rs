@@ -17,7 +17,8 @@
 //!                                           whole
 //!                                           (400 before any connection)
 //!                                        ─▶ prepared body: proxy::direct sends head and body
-//!                                           in one write and relays the answer  (Ok(true))
+//!                                           in one write and relays the answer through
+//!                                           proxy::guard  (Ok(true))
 //!                                        ─▶ any other body: pingora proxies it  (Ok(false))
 //!  upstream_peer ──▶ the checked address, SNI + verification for the host, project timeout
 //!  upstream_request_filter ──▶ proxy::forward: URI and Host of the target, the caller's
@@ -26,7 +27,10 @@
 //!  [request header sent to the target]
 //!  request_body_filter ──▶ proxy::body: streaming substitution chunk by chunk
 //!                          (an error aborts the upstream request before its end)
-//!  [target response passed back unchanged]
+//!  response_filter ──▶ proxy::guard: a compressed answer or a card number in a header
+//!                      refused (502), or the header masked
+//!  response_body_filter ──▶ proxy::guard: card numbers masked as the body streams, or
+//!                           the answer cut at the first one (`refuse`)
 //!  fail_to_proxy ──▶ proxy::failure: ApiError carried in the pingora error → envelope;
 //!                    connect errors 502, timeouts 504
 //!  logging ──▶ metrics (route shape, status, latency), the proxy's audit entry, and one
@@ -190,6 +194,33 @@ impl ProxyHttp for Gateway {
         }
     }
 
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut pingora::http::ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some(p) = ctx.proxy.as_deref_mut() else {
+            return Ok(());
+        };
+        // The request body has been substituted by now: the numbers it revealed are known.
+        p.guard.arm(p.substitution.card_numbers());
+        p.guard.head(upstream_response).map_err(failure::carry)
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        if let Some(p) = ctx.proxy.as_deref_mut() {
+            proxy::guard::filter(&mut p.guard, body, end_of_stream).map_err(failure::carry)?;
+        }
+        Ok(None)
+    }
+
     fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
         failure::carried(error).is_some_and(|e| e.status() < 500)
     }
@@ -200,7 +231,12 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
+        let unanswered = session.response_written().is_none();
         ctx.status = failure::answer(session, e).await;
+        if let (true, Some(p)) = (unanswered, ctx.proxy.as_deref_mut()) {
+            // pingora had not sent the target's head yet: the guard's cut became a 502.
+            p.guard.answered_instead();
+        }
         FailToProxy {
             error_code: if ctx.status == 499 { 0 } else { ctx.status },
             can_reuse_downstream: false,
@@ -229,6 +265,11 @@ impl ProxyHttp for Gateway {
             );
             // One entry per request, including every credential it revealed.
             app.store.append_audit_nowait(p.audit_event(ctx.status));
+            if let Some(event) = p.guard_event() {
+                app.metrics
+                    .record_guard(p.guard.action.map_or("", |a| a.as_str()));
+                app.store.append_audit_nowait(event);
+            }
         }
         let target = ctx
             .proxy
@@ -375,8 +416,16 @@ impl Gateway {
                 .saturating_mul(server.threads.max(1));
             Exchanger::new(pool_size)
         });
+        p.guard.arm(p.substitution.card_numbers());
         let e = match exchanger
-            .relay(session, &peer, request, replayable, &mut p.upstream_started)
+            .relay(
+                session,
+                &peer,
+                request,
+                replayable,
+                &mut p.upstream_started,
+                &mut p.guard,
+            )
             .await
         {
             Ok(status) => return Ok(status),
@@ -386,7 +435,8 @@ impl Gateway {
             // Cut short: `fail_to_proxy` records it, and the caller's connection is closed.
             return Err(e);
         }
-        p.failed = true;
+        // The guard's refusal is an answer, not a target failure.
+        p.failed = failure::carried(&e).is_none();
         session.set_keepalive(None);
         Ok(failure::answer(session, &e).await)
     }

@@ -53,6 +53,13 @@ pub struct Metrics {
     target_responses: Family<ClassLabel, Counter>,
     target_errors: Family<KindLabel, Counter>,
     templates: Counter,
+    guarded: Family<ActionLabel, Counter>,
+}
+
+/// What the response guard did to an answer (`mask`, `refuse`, `cut`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabel {
+    action: &'static str,
 }
 
 fn status_class(status: u16) -> &'static str {
@@ -83,6 +90,7 @@ impl Default for Metrics {
             target_responses: Family::default(),
             target_errors: Family::default(),
             templates: Counter::default(),
+            guarded: Family::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -115,6 +123,14 @@ impl Default for Metrics {
             "Proxy: templates replaced by credential values",
             m.templates.clone(),
         );
+        registry.register(
+            "paycred_response_guard",
+            "Proxy: target answers the response guard masked, refused (502) or cut, by action",
+            m.guarded.clone(),
+        );
+        for action in ["mask", "refuse", "cut"] {
+            let _ = m.guarded.get_or_create(&ActionLabel { action });
+        }
         // Both kinds are shown from the start, at 0.
         for kind in ["unreachable", "timeout"] {
             let _ = m.target_errors.get_or_create(&KindLabel { kind });
@@ -164,6 +180,11 @@ impl Metrics {
         }
     }
 
+    /// Records one answer the response guard acted on (`mask`, `refuse` or `cut`).
+    pub fn record_guard(&self, action: &'static str) {
+        self.guarded.get_or_create(&ActionLabel { action }).inc();
+    }
+
     /// The exposition text; `extra` adds counters owned elsewhere, as (exposed name, help,
     /// value).
     pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
@@ -194,6 +215,7 @@ mod tests {
         m.record("health", 200, Duration::from_millis(30));
         m.record_proxy(200, Some(Duration::from_millis(2)), false, 2);
         m.record_proxy(502, Some(Duration::from_millis(2)), true, 0);
+        m.record_guard("mask");
         let text = m.render(&[("paycred_store_flushes_total", "Flushes.", 7)]);
         for line in [
             "# HELP paycred_requests_total Requests answered, by route and status.",
@@ -209,6 +231,8 @@ mod tests {
             "paycred_target_errors_total{kind=\"unreachable\"} 1",
             "paycred_target_errors_total{kind=\"timeout\"} 0",
             "paycred_templates_substituted_total 2",
+            "paycred_response_guard_total{action=\"mask\"} 1",
+            "paycred_response_guard_total{action=\"cut\"} 0",
             "# HELP paycred_store_flushes_total Flushes.",
             "# TYPE paycred_store_flushes_total counter",
             "paycred_store_flushes_total 7",

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::domain::issuer::{Credential, CredentialType};
 use crate::error::ApiError;
-use crate::secret::Revealed;
+use crate::secret::{CardNumber, Revealed};
 use crate::service::intents;
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
 use jsonpath_rust::parser::parse_json_path;
@@ -36,6 +36,11 @@ impl CredentialValues {
             revealed,
             intent_id,
         }
+    }
+
+    /// The credential's card number (a stored card's, a virtual card's or a network token's).
+    pub fn number(&self) -> &CardNumber {
+        &self.credential.number
     }
 
     /// The value the template's JSONPath selects, or why there is none (a message without

@@ -61,6 +61,9 @@ pub struct Forwarding {
     pub drop_authorization: bool,
     /// Headers the caller's `Connection` names (lowercase), framing headers excepted.
     nominated: Vec<String>,
+    /// The caller's `Accept-Encoding` is replaced by `identity`: the response guard scans
+    /// the answer, and cannot scan a compressed one.
+    pub identity_encoding: bool,
 }
 
 impl Forwarding {
@@ -100,6 +103,7 @@ impl Forwarding {
         Ok(Forwarding {
             drop_authorization,
             nominated,
+            identity_encoding: false,
         })
     }
 
@@ -110,6 +114,7 @@ impl Forwarding {
         !(n.starts_with("svc-")
             || HOP_BY_HOP.contains(&n)
             || (self.drop_authorization && name == header::AUTHORIZATION)
+            || (self.identity_encoding && name == header::ACCEPT_ENCODING)
             || self.nominated.iter().any(|nominated| nominated == n))
     }
 }
@@ -164,6 +169,11 @@ pub fn upstream_request(
     upstream
         .insert_header(header::HOST, host_header(target))
         .map_err(|_| ApiError::internal())?;
+    if forwarding.identity_encoding {
+        upstream
+            .insert_header(header::ACCEPT_ENCODING, "identity")
+            .map_err(|_| ApiError::internal())?;
+    }
     if body_changes {
         upstream.remove_header(&header::CONTENT_LENGTH);
     }

@@ -10,6 +10,7 @@
 //! - [`direct`]: a prepared body sent to the target in one write and the answer relayed,
 //!   outside pingora's proxy pipeline, over paycred's own idle pool.
 //! - [`body`]: streaming substitution of larger or chunked bodies as pingora forwards them.
+//! - [`guard`]: card numbers kept out of the target's answer, on both paths.
 //! - [`substitute`] and [`credentials`]: the substitution over body chunks and the values a
 //!   template names. [`peer`]: the pingora peer. [`failure`]: what a failure answers.
 //!
@@ -26,6 +27,7 @@ pub mod credentials;
 pub mod direct;
 pub mod failure;
 pub mod forward;
+pub mod guard;
 pub mod peer;
 pub mod start;
 pub mod substitute;
@@ -69,9 +71,29 @@ pub struct ProxyCtx {
     pub upstream_started: Option<Instant>,
     /// The direct exchange failed (pingora's own failures reach `logging` as its error).
     pub failed: bool,
+    /// Card numbers kept out of the target's answer ([`guard`]).
+    pub guard: guard::ResponseGuard,
 }
 
 impl ProxyCtx {
+    /// The response guard's audit entry (`proxy.guard`), when it acted: the target host,
+    /// what it did (`mask`, `refuse`, `cut`) and how many numbers it found, never a value.
+    pub fn guard_event(&self) -> Option<AuditEvent> {
+        let action = self.guard.action?;
+        let resource = format!(
+            "host={} action={} found={}",
+            self.target.url.host,
+            action.as_str(),
+            self.guard.found
+        );
+        Some(crate::audit::event(
+            &self.principal.project,
+            &self.principal.entity,
+            "proxy.guard",
+            resource,
+        ))
+    }
+
     /// The request's audit entry (`proxy.use`), written when it ends whatever its outcome:
     /// the target host, the status, how many templates, and every credential it revealed
     /// (payment methods for `pan`, purchase intents otherwise), never a value.

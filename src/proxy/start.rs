@@ -6,6 +6,7 @@
 
 use super::direct::{self, RequestBuf};
 use super::forward::{target_uri, Forwarding};
+use super::guard::ResponseGuard;
 use super::substitute::Substitution;
 use super::{body, target, ProxyCtx, PREFLIGHT_LIMIT, SVC_TARGET_URL};
 use crate::app::App;
@@ -56,7 +57,10 @@ pub async fn start(
             "A HEAD, CONNECT or upgrade request cannot carry a body through the proxy.",
         ));
     }
-    let forwarding = Forwarding::new(req, drop_authorization)?;
+    let mut forwarding = Forwarding::new(req, drop_authorization)?;
+    let guard = ResponseGuard::new(&project.proxy);
+    // An answer the guard scans must come uncompressed.
+    forwarding.identity_encoding = guard.is_on();
     let target = target::resolve(url, &project.proxy).await?;
     let mut ctx = ProxyCtx {
         principal,
@@ -69,6 +73,7 @@ pub async fn start(
         substitution: Substitution::new(format),
         upstream_started: None,
         failed: false,
+        guard,
     };
     if !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
         let pieces = read_body_pieces(session, PREFLIGHT_LIMIT).await?;

@@ -10,7 +10,7 @@ use super::credentials::{self, Lookup};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::secret::Revealed;
+use crate::secret::{CardNumber, Revealed};
 use crate::template::{
     BodyScanner, CredentialKind, Format, ResolveError, TemplateError, TemplateRef,
 };
@@ -358,6 +358,14 @@ impl Substitution {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+
+    /// The card numbers of the credentials this request fetched, for the response guard.
+    pub fn card_numbers(&self) -> Vec<CardNumber> {
+        self.cache
+            .values()
+            .filter_map(|l| l.as_ref().ok().map(|v| v.number().clone()))
+            .collect()
     }
 
     /// The purchase intents whose credentials this request used.

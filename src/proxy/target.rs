@@ -278,6 +278,8 @@ mod tests {
             allow_private_networks: false,
             ca_file: None,
             timeout: Duration::from_secs(30),
+            response_guard: Default::default(),
+            response_guard_any_card: false,
         }
     }
 

@@ -30,6 +30,7 @@ mod payment_methods;
 mod postgres;
 mod proxy;
 mod proxy_formats;
+mod proxy_guard;
 mod purchase_intents;
 mod ratelimit;
 mod restart;

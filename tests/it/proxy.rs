@@ -917,14 +917,7 @@ fn https_targets_are_verified_against_the_ca_file() {
     });
     let target = format!("https://localhost:{}/", target_server.port);
     let call = |project: &str| {
-        let t = token_for(
-            &KEYS.ed.private_pem,
-            "k-ed",
-            project,
-            "user_1",
-            "private",
-            300,
-        );
+        let t = ed_token(project, "user_1", "private");
         server.raw(
             "GET",
             &format!("/projects/{project}/proxy"),

@@ -23,7 +23,9 @@
 
 pub mod pool;
 
+use super::failure::carry;
 use super::forward::{host_header, is_framing, Forwarding};
+use super::guard::ResponseGuard;
 use super::target::Target;
 use bytes::Bytes;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
@@ -94,6 +96,9 @@ impl RequestBuf {
             head.extend_from_slice(b": ");
             head.extend_from_slice(value.as_bytes());
             head.extend_from_slice(b"\r\n");
+        }
+        if forwarding.identity_encoding {
+            head.extend_from_slice(b"Accept-Encoding: identity\r\n");
         }
         let body_start = head.len() + LENGTH_LINE_MAX;
         let mut buf = Vec::with_capacity(body_start + body_len_hint);
@@ -197,7 +202,8 @@ impl Exchanger {
         }
     }
 
-    /// Sends `request` ([`RequestBuf`]) to `peer` and relays the response to the caller.
+    /// Sends `request` ([`RequestBuf`]) to `peer` and relays the response to the caller
+    /// through `guard` (which may read a small answer whole first, mask it, or refuse it).
     /// Returns the response's status. `sent_at` is set when the request is about to leave
     /// (after it has waited for the runtime's next turn, unless it was alone, below): the
     /// target's time starts there.
@@ -213,6 +219,7 @@ impl Exchanger {
         request: &WireRequest,
         replayable: bool,
         sent_at: &mut Option<Instant>,
+        guard: &mut ResponseGuard,
     ) -> Result<u16> {
         // Yield once before writing: the runtime runs every other request ready in this
         // round up to here, polls its sockets (unless another worker thread is polling them
@@ -238,28 +245,71 @@ impl Exchanger {
                 .or_err(ErrorType::InternalError, "target is not an IP address")?,
         };
         let mut upstream = self.send(key, peer, request, replayable).await?;
-        let header = upstream
+        let mut header = upstream
             .resp_header()
             .cloned()
             .or_err(ErrorType::InternalError, "no response header")
             .map_err(|e| e.into_up())?;
         let status = header.status.as_u16();
-        let done = upstream.is_body_done();
-        session
-            .write_response_header(Box::new(header), done)
-            .await
-            .map_err(|e| e.into_down())?;
-        while !upstream.is_body_done() {
-            let chunk = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
-            let done = upstream.is_body_done();
-            if chunk.is_none() && !done {
-                return Error::e_explain(ErrorType::ConnectionClosed, "target response cut short")
-                    .map_err(|e| e.into_up());
+        guard.head(&mut header).map_err(carry)?;
+        if guard.buffers(&header) {
+            // Read whole and scanned before anything is sent: a number answers 502.
+            guard.buffering();
+            let mut body = Vec::new();
+            while !upstream.is_body_done() {
+                match upstream.read_body_bytes().await.map_err(|e| e.into_up())? {
+                    Some(chunk) => body.extend_from_slice(&chunk),
+                    None if upstream.is_body_done() => break,
+                    None => {
+                        return Error::e_explain(
+                            ErrorType::ConnectionClosed,
+                            "target response cut short",
+                        )
+                        .map_err(|e| e.into_up())
+                    }
+                }
             }
+            let body = guard
+                .body(Some(Bytes::from(body)), true)
+                .map_err(carry)?
+                .filter(|b| !b.is_empty());
             session
-                .write_response_body(chunk, done)
+                .write_response_header(Box::new(header), body.is_none())
                 .await
                 .map_err(|e| e.into_down())?;
+            if body.is_some() {
+                session
+                    .write_response_body(body, true)
+                    .await
+                    .map_err(|e| e.into_down())?;
+            }
+        } else {
+            guard.started_streaming();
+            let done = upstream.is_body_done();
+            session
+                .write_response_header(Box::new(header), done)
+                .await
+                .map_err(|e| e.into_down())?;
+            while !upstream.is_body_done() {
+                let chunk = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
+                let done = upstream.is_body_done();
+                if chunk.is_none() && !done {
+                    return Error::e_explain(
+                        ErrorType::ConnectionClosed,
+                        "target response cut short",
+                    )
+                    .map_err(|e| e.into_up());
+                }
+                // A number in a streamed answer under `refuse` cuts it here.
+                let out = guard.body(chunk, done).map_err(carry)?;
+                if out.is_none() && !done {
+                    continue;
+                }
+                session
+                    .write_response_body(out, done)
+                    .await
+                    .map_err(|e| e.into_down())?;
+            }
         }
         upstream.respect_keepalive();
         if let Some(stream) = upstream.reuse().await {

@@ -96,7 +96,8 @@ pub fn now() -> u64 {
         .as_secs()
 }
 
-/// Project A (`proj_a`): RSA, P-256 and Ed25519 keys, pan enabled, own vault key.
+/// Project A (`proj_a`): RSA, P-256 and Ed25519 keys, pan enabled, own vault key, the response
+/// guard off (its targets echo the card numbers they received, as tests check them).
 /// Project B (`proj_b`): one Ed25519 key, pan disabled.
 pub const PROJECT: &str = "proj_a";
 pub const OTHER_PROJECT: &str = "proj_b";
@@ -277,6 +278,7 @@ impl Server {
              \x20     allow_http: true\n\
              \x20     allow_private_networks: true\n\
              \x20     timeout: {proxy_timeout}\n\
+             \x20     response_guard: 'off'\n\
              \x20 - id: {GUARD_PROJECT}\n\
              \x20   jwt:\n\
              \x20     keys: [{{kid: k-ed, public_key_file: {d}/ed.pem}}]\n\
@@ -597,6 +599,12 @@ pub fn token_for(
         now(),
     )
     .unwrap()
+}
+
+/// A token of `project` for `sub` with `role`, signed with the Ed25519 key (`k-ed`), valid
+/// for 300 s.
+pub fn ed_token(project: &str, sub: &str, role: &str) -> String {
+    token_for(&KEYS.ed.private_pem, "k-ed", project, sub, role, 300)
 }
 
 /// A create-payment-method body.

@@ -174,7 +174,24 @@ fn serve(conn: TcpStream, s: &Shared) {
     }
 }
 
-fn read_chunked(reader: &mut BufReader<TcpStream>, body: &mut Vec<u8>) -> bool {
+/// Reads a request's head up to its blank line (which is left out); `None` when the
+/// connection ends first.
+pub fn read_head(reader: &mut impl BufRead) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            return Some(head);
+        }
+        head.push_str(&line);
+    }
+}
+
+/// Reads a chunked body to its terminator into `body`; whether it was complete.
+pub fn read_chunked(reader: &mut BufReader<TcpStream>, body: &mut Vec<u8>) -> bool {
     loop {
         let mut size_line = String::new();
         if reader.read_line(&mut size_line).unwrap_or(0) == 0 {
@@ -338,17 +355,9 @@ impl KeepAliveTls {
             };
             let mut reader = BufReader::new(tls);
             loop {
-                let mut head = String::new();
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                    head.push_str(&line);
-                }
+                let Some(head) = read_head(&mut reader) else {
+                    return;
+                };
                 s.requests.lock().unwrap().push(Recorded {
                     method: head.split(' ').next().unwrap_or("").to_string(),
                     path: head.split(' ').nth(1).unwrap_or("").to_string(),

@@ -1,0 +1,99 @@
+//! The response guard's cost over a target's answer: the order-like JSON bodies of the
+//! scanner bench (`benches/common/bodies.rs`: ids, quantities, prices) at 1 KiB and 64 KiB,
+//! fed in 16 KiB chunks as the relay reads them, through
+//! [`paycred::proxy::guard::ResponseGuard::body`]:
+//!
+//! - `copy`: the baseline of the same run, each chunk copied once (the least a relay does
+//!   with an answer's bytes);
+//! - `off`: the guard off (the answer handed on as it came);
+//! - `mask`: the request's one card number looked for, not in the answer;
+//! - `mask_any_card`: the same, and any Luhn-valid 13-19 digit run;
+//! - `mask_found`: the number is in the answer once and is masked.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use paycred::config::{ProxyConfig, ResponseGuardMode};
+use paycred::proxy::guard::ResponseGuard;
+use paycred::secret::CardNumber;
+use std::hint::black_box;
+use std::time::Duration;
+
+#[path = "common/bodies.rs"]
+#[allow(dead_code)] // The load bench's body is not used here.
+mod bodies;
+use bodies::{body, TEMPLATE};
+
+const CHUNK: usize = 16 * 1024;
+const NUMBER: &str = "4242424242424242";
+
+fn guard(mode: ResponseGuardMode, any_card: bool) -> ResponseGuard {
+    let mut g = ResponseGuard::new(&ProxyConfig {
+        allowed_hosts: Vec::new(),
+        allow_http: false,
+        allow_private_networks: false,
+        ca_file: None,
+        timeout: Duration::from_secs(30),
+        response_guard: mode,
+        response_guard_any_card: any_card,
+    });
+    g.arm(vec![CardNumber::new(NUMBER)]);
+    g
+}
+
+/// The answer in the chunks the relay would read.
+fn chunks(answer: &[u8]) -> Vec<Bytes> {
+    answer.chunks(CHUNK).map(Bytes::copy_from_slice).collect()
+}
+
+fn through(g: &mut ResponseGuard, chunks: &[Bytes]) -> usize {
+    g.arm(vec![CardNumber::new(NUMBER)]);
+    let mut sent = 0;
+    for (i, chunk) in chunks.iter().enumerate() {
+        let out = g.body(Some(chunk.clone()), i + 1 == chunks.len()).unwrap();
+        sent += out.map_or(0, |b| b.len());
+    }
+    sent
+}
+
+fn response_guard(c: &mut Criterion) {
+    let mut group = c.benchmark_group("response_guard");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (name, size) in [("1KiB", 1024), ("64KiB", 64 * 1024)] {
+        let clean = chunks(&body(size, 0));
+        let with_number = chunks(
+            &String::from_utf8(body(size, 1))
+                .unwrap()
+                .replace(TEMPLATE, NUMBER)
+                .into_bytes(),
+        );
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_function(BenchmarkId::new("copy", name), |b| {
+            b.iter(|| {
+                let copied: Vec<Bytes> = black_box(&clean)
+                    .iter()
+                    .map(|c| Bytes::copy_from_slice(c))
+                    .collect();
+                copied.len()
+            })
+        });
+        for (case, mode, any_card, answer) in [
+            ("off", ResponseGuardMode::Off, false, &clean),
+            ("mask", ResponseGuardMode::Mask, false, &clean),
+            ("mask_any_card", ResponseGuardMode::Mask, true, &clean),
+            ("mask_found", ResponseGuardMode::Mask, false, &with_number),
+        ] {
+            let mut g = guard(mode, any_card);
+            group.bench_function(BenchmarkId::new(case, name), |b| {
+                b.iter(|| through(&mut g, black_box(answer)))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, response_guard);
+criterion_main!(benches);
