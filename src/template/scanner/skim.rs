@@ -162,7 +162,8 @@ fn escaped(backslash: u64, carry: u64) -> (u64, u64) {
 /// by byte, which the masks match exactly otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Balance {
-    /// Open containers; below zero after stray closers.
+    /// Open containers; a stray closer at the top is ignored (never below zero), as the lexer
+    /// ignores it.
     depth: i64,
     in_string: bool,
     /// In a string, the next byte is escaped.
@@ -210,14 +211,14 @@ impl Balance {
             match b {
                 b'"' => self.in_string = true,
                 b'{' | b'[' => self.depth += 1,
-                b'}' | b']' => self.depth -= 1,
+                b'}' | b']' => self.depth = (self.depth - 1).max(0),
                 _ => {}
             }
         }
     }
 
     /// Follows a block by its masks; false (and nothing changed) when it has a backslash
-    /// between tokens.
+    /// between tokens, or more closers than open containers.
     #[inline]
     fn block(&mut self, bytes: &[u8; BLOCK]) -> bool {
         let [quote, backslash, open, close] = nesting_masks(bytes);
@@ -232,6 +233,10 @@ impl Balance {
         let outside = !inside & !quote;
         let opens = (open & outside).count_ones();
         let closes = (close & outside).count_ones();
+        if i64::from(closes) > self.depth {
+            // A closer may meet depth zero: byte by byte, where it is ignored.
+            return false;
+        }
         self.depth += i64::from(opens) - i64::from(closes);
         self.in_string = inside >> 63 == 1;
         self.escape = self.in_string && escape_out == 1;
