@@ -78,13 +78,13 @@ pub struct MetricsConfig {
     pub bearer_token: Option<crate::secret::BearerToken>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsConfig {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
     pub threads: usize,
     pub grace_period: Duration,

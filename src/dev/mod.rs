@@ -4,12 +4,13 @@
 //! with `--allow-origin` (default [`DEFAULT_ORIGINS`]) allowed to call the public role's
 //! routes. A second run reuses the keys and the data.
 //!
-//! May import: `auth::mint`, `vault::master`, `config`, `http`, `error`. Only the edge (the
+//! May import: `auth::mint`, `vault::master`, `secret`, `config`, `http`, `error`. Only the edge (the
 //! `/demo` page) and the command line use it.
 
 pub mod demo;
 
 use crate::auth::mint::generate_ed25519;
+use crate::secret::KeyMaterial;
 use crate::vault::master::MasterKey;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -69,9 +70,8 @@ pub fn prepare(
     }
     let metrics_token = dir.join("metrics.token");
     if !metrics_token.exists() {
-        let mut token = [0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut token);
-        write_private(&metrics_token, hex::encode(token).as_bytes())?;
+        let token = zeroize::Zeroizing::new(hex::encode(KeyMaterial::random().expose()));
+        write_private(&metrics_token, token.as_bytes())?;
     }
     let origins: Vec<String> = match origins {
         [] => DEFAULT_ORIGINS.iter().map(|o| o.to_string()).collect(),

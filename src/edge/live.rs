@@ -8,7 +8,7 @@
 //! [`Reloader::reload`] (on SIGHUP, which `paycred reload` sends) reads the file again, checks
 //! it as `paycred check` and a start do, and swaps a new [`Live`] in whole; a file that fails
 //! keeps the running configuration, and the log says why. What a running process cannot change
-//! ([`RESTART_ONLY`]: listeners, TLS, the store, the master key, worker threads) keeps its
+//! (listeners, TLS, the store, the master key, worker threads) keeps its
 //! running value, and the log names each such key that differs in the file.
 
 use super::ratelimit::Limiter;
@@ -39,66 +39,55 @@ impl Live {
     }
 }
 
-/// The settings a reload cannot change, as config keys.
-pub const RESTART_ONLY: &[&str] = &[
-    "listen",
-    "tls",
-    "data_dir",
-    "master_key_file",
-    "cvc_retention",
-    "audit_hash",
-    "server",
-    "metrics.listen",
-    "store",
-];
-
-/// The keys of [`RESTART_ONLY`] whose value differs between `running` and `file`.
-fn restart_only_changes(running: &Config, file: &Config) -> Vec<&'static str> {
-    let tls = |c: &Config| {
-        c.tls
-            .as_ref()
-            .map(|t| (t.cert_file.clone(), t.key_file.clone()))
+/// `file` with the running values of the settings a reload cannot change (listeners, TLS,
+/// the store, the master key, worker threads, ...), and the config keys of those whose value
+/// in the file differs.
+fn keep_restart_only(running: &Config, mut file: Config) -> (Config, Vec<&'static str>) {
+    let mut changed = Vec::new();
+    let mut keep = |key: &'static str, differs: bool| {
+        if differs {
+            changed.push(key);
+        }
+        differs
     };
-    let server = |c: &Config| {
-        let s = &c.server;
-        (
-            s.threads,
-            s.grace_period,
-            s.graceful_shutdown_timeout,
-            s.upstream_keepalive_pool_size,
-        )
-    };
-    let differs = [
-        running.listen != file.listen,
-        tls(running) != tls(file),
-        running.data_dir != file.data_dir,
+    if keep("listen", running.listen != file.listen) {
+        file.listen = running.listen;
+    }
+    if keep("tls", running.tls != file.tls) {
+        file.tls = running.tls.clone();
+    }
+    if keep("data_dir", running.data_dir != file.data_dir) {
+        file.data_dir = running.data_dir.clone();
+    }
+    if keep(
+        "master_key_file",
         running.master_key_file != file.master_key_file,
-        running.cvc_retention != file.cvc_retention,
-        running.audit_hash != file.audit_hash,
-        server(running) != server(file),
+    ) {
+        file.master_key_file = running.master_key_file.clone();
+    }
+    if keep("cvc_retention", running.cvc_retention != file.cvc_retention) {
+        file.cvc_retention = running.cvc_retention;
+    }
+    if keep("audit_hash", running.audit_hash != file.audit_hash) {
+        file.audit_hash = running.audit_hash;
+    }
+    if keep("server", running.server != file.server) {
+        file.server = running.server.clone();
+    }
+    if keep(
+        "metrics.listen",
         running.metrics.listen != file.metrics.listen,
-        // Debug names the backend, host, database and pool, never the password.
+    ) {
+        file.metrics.listen = running.metrics.listen;
+    }
+    // Debug names the backend, host, database and pool, never the password; a changed
+    // password alone is not named, and the running store is kept all the same.
+    keep(
+        "store",
         format!("{:?}", running.store) != format!("{:?}", file.store),
-    ];
-    RESTART_ONLY
-        .iter()
-        .zip(differs)
-        .filter_map(|(key, differs)| differs.then_some(*key))
-        .collect()
-}
-
-/// `file` with the running values of the settings a reload cannot change.
-fn keep_restart_only(running: &Config, mut file: Config) -> Config {
-    file.listen = running.listen;
-    file.tls = running.tls.clone();
-    file.data_dir = running.data_dir.clone();
-    file.master_key_file = running.master_key_file.clone();
-    file.cvc_retention = running.cvc_retention;
-    file.audit_hash = running.audit_hash;
-    file.server = running.server.clone();
-    file.metrics.listen = running.metrics.listen;
+    );
     file.store = running.store.clone();
-    file
+    (file, changed)
 }
 
 /// What a reload changed.
@@ -138,8 +127,7 @@ impl Reloader {
         let live = self.live.upgrade().ok_or("the server is stopping")?;
         let current = live.load_full();
         let running = &current.app.config;
-        let need_restart = restart_only_changes(running, &file);
-        let config = keep_restart_only(running, file);
+        let (config, need_restart) = keep_restart_only(running, file);
         let added: Vec<String> = config
             .projects
             .keys()
@@ -222,14 +210,15 @@ mod tests {
     fn settings_a_reload_cannot_change_keep_their_running_values_and_are_named() {
         let running = config("server: {threads: 2}\n");
         let file = config("server: {threads: 4}\ncvc_retention: 5m\nrest_max_body: 4096\n");
-        assert_eq!(
-            restart_only_changes(&running, &file),
-            ["cvc_retention", "server"]
-        );
-        let kept = keep_restart_only(&running, file);
+        let (kept, changed) = keep_restart_only(&running, file);
+        assert_eq!(changed, ["cvc_retention", "server"]);
         assert_eq!(kept.server.threads, 2);
         assert_eq!(kept.cvc_retention, running.cvc_retention);
         assert_eq!(kept.rest_max_body, 4096);
-        assert!(restart_only_changes(&running, &config("server: {threads: 2}\n")).is_empty());
+        assert!(
+            keep_restart_only(&running, config("server: {threads: 2}\n"))
+                .1
+                .is_empty()
+        );
     }
 }

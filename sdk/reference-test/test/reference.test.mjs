@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join, resolve, dirname, extname, normalize } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { CHROMIUM_ARGS as SHARED_CHROMIUM_ARGS } from "../../js/test/chromium.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, "../../..");
@@ -21,14 +22,7 @@ const bin = process.env.PAYCRED_BIN || join(repo, "target/debug/paycred");
 const shots = join(repo, "target/browser");
 const PAYCRED = "http://localhost:3000";
 const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
+  ...SHARED_CHROMIUM_ARGS,
   // The page has no network beyond this machine: every other host fails to resolve.
   "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
 ];
