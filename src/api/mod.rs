@@ -8,6 +8,7 @@
 //! `config`, `clock`, `error`, `secret`.
 
 pub mod client_encryption;
+pub mod events;
 pub mod openapi;
 pub mod payment_methods;
 pub mod purchase_intents;

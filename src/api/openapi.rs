@@ -10,7 +10,9 @@
 //! document (no 5xx, every answer's status, headers and body as documented, nothing accepted
 //! without a token).
 
-use super::{client_encryption, payment_methods, purchase_intents, sandbox, tokens, verify};
+use super::{
+    client_encryption, events, payment_methods, purchase_intents, sandbox, tokens, verify,
+};
 use once_cell::sync::Lazy;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItem};
@@ -74,6 +76,7 @@ const ERRORS: [(u16, &str); 10] = [
         ready,
         metrics,
         openapi,
+        events::list,
     ),
     security(("bearer" = [])),
     modifiers(&Edge)
@@ -443,7 +446,7 @@ mod tests {
     fn every_route_form_is_described_and_refs_resolve() {
         let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 9 + 3 + 4);
+        assert_eq!(paths.len(), 2 * 10 + 3 + 4);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

@@ -146,7 +146,8 @@ fn view<D: Serialize>(
 }
 
 /// The list/get shape.
-fn listed_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<DisplayListed> {
+/// The list and get shape (also the `data` of payment-method events).
+pub fn listed_view(app: &App, rec: &PaymentMethodRecord) -> PaymentMethodView<DisplayListed> {
     let brand = Brand::from_str(&rec.card.brand).unwrap_or(Brand::Unknown);
     let funding = if rec.card.funding == "debit" {
         Funding::Debit

@@ -136,24 +136,40 @@ async fn respond(app: &App, status_code: u16, rec: &IntentRecord) -> ApiResult<R
         CredentialType::NetworkToken => token = credential,
         CredentialType::Pan => pan = credential,
     }
-    let mut response = Response::json(
-        status_code,
-        &IntentView {
+    let view = IntentView {
+        card,
+        token,
+        pan,
+        ..IntentView::without_credential(rec, status)
+    };
+    let mut response = Response::json(status_code, &view)?;
+    response.intent = Some(rec.id.clone());
+    Ok(response)
+}
+
+impl<'a> IntentView<'a> {
+    /// The intent with `status` and no credential object.
+    fn without_credential(rec: &'a IntentRecord, status: IntentStatus) -> Self {
+        IntentView {
             id: &rec.id,
             entity_id: &rec.entity,
             credential_type: rec.credential_type,
             payment_method_id: &rec.payment_method_id,
             status,
-            card,
-            token,
-            pan,
+            card: None,
+            token: None,
+            pan: None,
             mandates: &rec.mandates,
             created_at: iso8601(from_micros(rec.created_micros)),
             expires_at: iso8601(from_micros(rec.expires_micros)),
-        },
-    )?;
-    response.intent = Some(rec.id.clone());
-    Ok(response)
+        }
+    }
+
+    /// The intent as it was at `at_micros`, never with a credential (the `data` of
+    /// purchase-intent events).
+    pub fn at(rec: &'a IntentRecord, at_micros: i64) -> Self {
+        Self::without_credential(rec, rec.status_at(at_micros))
+    }
 }
 
 fn string_field<'a>(

@@ -67,7 +67,7 @@ pub struct ApiRequest<'a> {
 /// Runs the handler of an authenticated request.
 pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
     use crate::api::{
-        client_encryption, payment_methods as pm, purchase_intents, sandbox, tokens, verify,
+        client_encryption, events, payment_methods as pm, purchase_intents, sandbox, tokens, verify,
     };
     match (&req.route.resource, req.method) {
         (Resource::PaymentMethods, &Method::GET) => pm::list(app, req.principal, req.query).await,
@@ -96,6 +96,7 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
         (Resource::Tokens, &Method::POST) => {
             tokens::create(app, req.principal, req.body.as_deref().unwrap_or_default()).await
         }
+        (Resource::Events, &Method::GET) => events::list(app, req.principal, req.query).await,
         _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
     }
 }

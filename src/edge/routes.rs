@@ -29,6 +29,8 @@ pub enum Resource {
     ClientEncryptionKey,
     /// `POST /projects/:projectId/tokens` (the token vault)
     Tokens,
+    /// `GET /projects/:projectId/events`
+    Events,
 }
 
 /// A matched path.
@@ -47,7 +49,8 @@ impl Route {
             | Resource::Ready
             | Resource::Metrics
             | Resource::OpenApi
-            | Resource::ClientEncryptionKey => &[Method::GET],
+            | Resource::ClientEncryptionKey
+            | Resource::Events => &[Method::GET],
             Resource::Tokens => &[Method::POST],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
@@ -82,7 +85,8 @@ impl Route {
             | Resource::PurchaseIntents
             | Resource::PurchaseIntent(_)
             | Resource::SandboxAuthorizations
-            | Resource::Proxy => &[],
+            | Resource::Proxy
+            | Resource::Events => &[],
         }
     }
 
@@ -111,6 +115,7 @@ impl Route {
             Resource::Proxy => "proxy",
             Resource::ClientEncryptionKey => "client_encryption_key",
             Resource::Tokens => "tokens",
+            Resource::Events => "events",
         }
     }
 
@@ -154,6 +159,7 @@ pub fn route(path: &str) -> Option<Route> {
                 ["proxy"] => Resource::Proxy,
                 ["client-encryption-key"] => Resource::ClientEncryptionKey,
                 ["tokens"] => Resource::Tokens,
+                ["events"] => Resource::Events,
                 _ => return None,
             };
             Some(Route {

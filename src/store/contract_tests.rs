@@ -297,6 +297,116 @@ async fn keys_idempotency_tokens_and_audit(store: Arc<dyn Store>) {
     store.ready().await.unwrap();
 }
 
+/// The types of the project's events, newest first.
+async fn event_types(store: &Arc<dyn Store>, before: Option<u64>) -> Vec<String> {
+    let query = EventQuery {
+        project: SCOPE.project,
+        before,
+        kind: None,
+        limit: 100,
+    };
+    let events = store.list_events(query).await.unwrap();
+    events.into_iter().map(|e| e.event.kind).collect()
+}
+
+/// Each change writes its events in its transaction: the types, in order, and the records
+/// without secrets; a list pages by sequence number and filters by type.
+async fn changes_write_their_events(store: Arc<dyn Store>) {
+    use events::*;
+    let mut sealed = intent("pi_1", "pm_a", Some(1), IntentStatus::Active);
+    sealed.credential_sealed = Some(Sealed::from_stored("dk1.sealed-credential"));
+    store
+        .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+        .await
+        .unwrap();
+    store
+        .insert_payment_method(&pm("pm_x", "fp1", 2), ev("c"), &keep)
+        .await
+        .unwrap();
+    store.insert_intent(&sealed, ev("i")).await.unwrap();
+    let v = intent("pi_v", "pm_a", None, IntentStatus::Verify);
+    store.insert_intent(&v, ev("i")).await.unwrap();
+    let u = intent("pi_u", "pm_a", None, IntentStatus::Unavailable);
+    store.insert_intent(&u, ev("i")).await.unwrap();
+    store
+        .record_verification(SCOPE, "pi_v", VerificationAttempt::Failed, ev("v"))
+        .await
+        .unwrap();
+    store
+        .record_verification(SCOPE, "pi_v", VerificationAttempt::Passed, ev("v"))
+        .await
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    store.record_use(SCOPE, "pi_1", now).await.unwrap();
+    store.record_use(SCOPE, "pi_1", now).await.unwrap();
+    store
+        .delete_payment_method(SCOPE, "pm_a", ev("d"))
+        .await
+        .unwrap();
+    let mut types = event_types(&store, None).await;
+    types.reverse();
+    let (deleted, canceled) = types.split_at(types.len() - 3);
+    assert_eq!(
+        deleted,
+        [
+            PM_CREATED,
+            PI_CREATED,
+            PI_CREATED,
+            PI_VERIFICATION_REQUIRED,
+            PI_CREATED,
+            PI_UNAVAILABLE,
+            PI_ACTIVATED,
+            PI_USED,
+            PI_EXHAUSTED,
+            PM_DELETED,
+        ]
+    );
+    assert_eq!(canceled, [PI_CANCELED; 3], "one per intent");
+
+    let all = store
+        .list_events(EventQuery {
+            project: SCOPE.project,
+            before: None,
+            kind: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert!(all.windows(2).all(|w| w[0].seq > w[1].seq), "newest first");
+    let text: String = all
+        .iter()
+        .map(|e| serde_json::to_string(&e.event).unwrap())
+        .collect();
+    assert!(!text.contains("sealed-number") && !text.contains("sealed-credential"));
+    let exhausted = all.iter().find(|e| e.event.kind == PI_EXHAUSTED).unwrap();
+    match &exhausted.event.object {
+        EventObject::PurchaseIntent(pi) => assert_eq!((pi.id.as_str(), pi.uses), ("pi_1", 1)),
+        other => panic!("{other:?}"),
+    }
+    // Paging: older than the third newest; one type.
+    let older = event_types(&store, Some(all[2].seq)).await;
+    assert_eq!(older.len(), all.len() - 3);
+    assert_eq!(older[0], PM_DELETED);
+    let created = store
+        .list_events(EventQuery {
+            project: SCOPE.project,
+            before: None,
+            kind: Some(PI_CREATED),
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(created.len(), 2);
+    assert!(created.iter().all(|e| e.event.kind == PI_CREATED));
+    let elsewhere = EventQuery {
+        project: "p2",
+        before: None,
+        kind: None,
+        limit: 10,
+    };
+    assert!(store.list_events(elsewhere).await.unwrap().is_empty());
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -320,5 +430,6 @@ macro_rules! on_both {
 on_both!(
     payment_methods_dedup_list_and_delete,
     usage_is_counted_exactly,
-    keys_idempotency_tokens_and_audit
+    keys_idempotency_tokens_and_audit,
+    changes_write_their_events
 );

@@ -291,4 +291,12 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.swap_client_keys(project, expected, keyset)
     }
+
+    async fn list_events(
+        &self,
+        query: super::EventQuery<'_>,
+    ) -> StoreResult<Vec<super::EventRecord>> {
+        self.read()?;
+        self.inner.list_events(query).await
+    }
 }

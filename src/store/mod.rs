@@ -11,6 +11,7 @@
 #[cfg(test)]
 mod contract_tests;
 pub mod copy;
+pub mod events;
 #[cfg(any(test, feature = "test-support"))]
 pub mod faulty;
 pub mod pm_cache;
@@ -24,6 +25,7 @@ use crate::error::ApiError;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+pub use events::{EventQuery, EventRecord, NewEvent};
 pub use postgres::PgStore;
 pub use records::*;
 pub use sealed::Sealed;
@@ -304,4 +306,8 @@ pub trait Store: Send + Sync + 'static {
         expected: Option<&[u8]>,
         keyset: &[u8],
     ) -> StoreResult<bool>;
+
+    /// The events a query asks for, newest first ([`events`]; every change above writes its
+    /// own in its transaction).
+    async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>>;
 }

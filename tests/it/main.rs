@@ -20,6 +20,7 @@ mod client_encryption;
 mod cors;
 mod crash;
 mod errors;
+mod events;
 mod files;
 mod form_props;
 mod idempotency;

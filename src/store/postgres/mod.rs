@@ -35,6 +35,7 @@ use crate::audit::writer::AuditBatcher;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::config::store::PostgresConfig;
 use crate::domain::issuer::CredentialType;
+use crate::store::events::{self as event, EventQuery, EventRecord, NewEvent};
 use crate::store::{
     corrupt, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord, IntentStatus, Page,
     PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats, TokenTake,
@@ -335,6 +336,21 @@ fn intent_of(row: &tokio_postgres::Row) -> StoreResult<IntentRecord> {
 
 const OUTBOX: &str = "INSERT INTO audit_outbox (event) VALUES ($1)";
 
+/// Writes `events` in order, inside the transaction of the change they record.
+async fn write_events(
+    tx: &deadpool_postgres::Transaction<'_>,
+    events: &[NewEvent],
+) -> StoreResult<()> {
+    for e in events {
+        timed(tx.execute(
+            "INSERT INTO events (project, type, event) VALUES ($1, $2, $3)",
+            &[&e.project, &e.kind, &json(e)?],
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
 fn micros(t: time::OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
@@ -358,6 +374,7 @@ impl Store for PgStore {
         .await?;
         let outcome = if inserted == 1 {
             timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+            write_events(&tx, &[event::pm_created(pm)]).await?;
             Inserted::Created
         } else {
             let row = timed(tx.query_opt(
@@ -439,14 +456,17 @@ impl Store for PgStore {
     ) -> StoreResult<bool> {
         let mut c = self.client().await?;
         let tx = timed(c.transaction()).await?;
-        let deleted = timed(tx.execute(
-            "DELETE FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3",
+        let Some(deleted) = timed(tx.query_opt(
+            "DELETE FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3 \
+             RETURNING record",
             &[&scope.project, &scope.entity, &id],
         ))
-        .await?;
-        if deleted == 0 {
+        .await?
+        else {
             return Ok(false);
-        }
+        };
+        let deleted: PaymentMethodRecord = from_json(deleted.get(0))?;
+        let mut written = vec![event::pm_deleted(&deleted, audit.at_micros)];
         // The row lock of the delete makes an intent insert for it wait and then find it gone.
         let rows = timed(tx.query(
             "SELECT id, status, uses, record FROM intents WHERE project = $1 AND entity = $2 \
@@ -463,8 +483,10 @@ impl Store for PgStore {
                 &[&scope.project, &scope.entity, &rec.id, &json(&rec)?],
             ))
             .await?;
+            written.push(event::intent_canceled(&rec, audit.at_micros));
         }
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        write_events(&tx, &written).await?;
         timed(tx.commit()).await?;
         self.audited();
         Ok(true)
@@ -502,6 +524,7 @@ impl Store for PgStore {
         ))
         .await?;
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        write_events(&tx, &event::intent_created(intent)).await?;
         timed(tx.commit()).await?;
         self.audited();
         Ok(true)
@@ -577,6 +600,7 @@ impl Store for PgStore {
                 ))
                 .await?;
                 timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+                write_events(&tx, &[event::intent_activated(&rec, audit.at_micros)]).await?;
             }
             VerificationAttempt::Failed => {
                 rec.failed_verifications = rec.failed_verifications.saturating_add(1);
@@ -610,19 +634,24 @@ impl Store for PgStore {
         now: time::OffsetDateTime,
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
-        let c = self.client().await?;
+        let mut c = self.client().await?;
         let st = timed(c.prepare_cached(
             "UPDATE intents SET uses = uses + 1 WHERE project = $1 AND entity = $2 AND id = $3 \
              AND status = 'active' AND expires_micros > $4 \
-             AND (usage_limit IS NULL OR uses < usage_limit) RETURNING uses",
+             AND (usage_limit IS NULL OR uses < usage_limit) RETURNING status, uses, record",
         ))
         .await?;
+        let tx = timed(c.transaction()).await?;
         if let Some(row) =
-            timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id, &now])).await?
+            timed(tx.query_opt(&st, &[&scope.project, &scope.entity, &id, &now])).await?
         {
+            let rec = intent_of(&row)?;
+            write_events(&tx, &event::intent_used(&rec, now)).await?;
+            timed(tx.commit()).await?;
             self.writes.fetch_add(1, Ordering::Relaxed);
-            return Ok(UseOutcome::Recorded(u32_of(row.get(0))));
+            return Ok(UseOutcome::Recorded(rec.uses));
         }
+        drop(tx);
         // Not counted: why (read after the refused update; the refusal itself was atomic).
         let row = timed(c.query_opt(
             "SELECT status, expires_micros, usage_limit, uses FROM intents \
@@ -933,6 +962,28 @@ impl Store for PgStore {
         let swapped = self.swap_row("client_keys", "keyset", project, expected, keyset)?;
         self.client_keys.write().remove(project);
         Ok(swapped)
+    }
+
+    async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
+        let c = self.client().await?;
+        let before = query
+            .before
+            .map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let rows = timed(c.query(
+            "SELECT seq, event FROM events WHERE project = $1 AND seq < $2 \
+             AND ($3::text IS NULL OR type = $3) ORDER BY seq DESC LIMIT $4",
+            &[&query.project, &before, &query.kind, &limit],
+        ))
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(EventRecord {
+                    seq: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+                    event: from_json(r.get(1))?,
+                })
+            })
+            .collect()
     }
 }
 

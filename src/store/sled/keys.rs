@@ -14,6 +14,7 @@
 //! | `keyrings` | project                                     | wrapped keyring  |
 //! | `audit_outbox` | sled-generated id (BE)                  | audit event of a committed change (JSON), until it is in `audit.log` |
 //! | `meta`     | `audit_file_head`                           | the audit log's recorded head: seq, hash, file length (JSON) |
+//! | `events`   | project, sequence number (u64 BE)           | event of a committed change (JSON, `super::events`) |
 //!
 //! The audit log itself is the file `audit.log` beside the trees (`super::audit_file`).
 //! Data dirs from before it kept it in an `audit` tree (seq of a value's first entry →

@@ -4,6 +4,7 @@
 
 pub mod audit_outbox;
 pub mod card_tokens;
+pub mod events;
 pub mod group_commit;
 pub mod idempotency;
 pub mod keys;
@@ -12,6 +13,7 @@ use crate::audit::chain::HashFunction;
 use crate::audit::writer::AuditBatcher;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::domain::issuer::CredentialType;
+use crate::store::events::{self as event, EventQuery, EventRecord};
 use crate::store::pm_cache::RecordCache;
 use crate::store::{
     corrupt, unavailable, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Refresh,
@@ -50,6 +52,8 @@ pub struct SledStore {
     audit_writer: AuditBatcher,
     /// Decoded `pm` records (the proxy reads one per request).
     pm_cache: RecordCache,
+    /// Events of committed changes ([`events`]).
+    events: sled::Tree,
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
@@ -102,6 +106,7 @@ impl SledStore {
             audit_path: audit_log::path(dir),
             card_tokens: tree("card_tokens")?,
             client_keys: tree("client_keys")?,
+            events: tree(events::TREE)?,
             audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
             commit,
             db,
@@ -226,16 +231,18 @@ impl SledStore {
             .collect()
     }
 
-    /// Reads, changes and writes back one intent in a transaction; `None` when absent.
+    /// Reads, changes and writes back one intent in a transaction, with the events
+    /// `events_of` makes of a changed one; `None` when absent.
     fn update_intent<T>(
         &self,
         scope: Scope<'_>,
         id: &str,
         change: impl Fn(&mut IntentRecord) -> (bool, T),
+        events_of: impl Fn(&IntentRecord) -> Vec<crate::store::NewEvent>,
     ) -> StoreResult<Option<(IntentRecord, T, bool)>> {
         let key = keys::pi(scope, id);
-        self.pi
-            .transaction(|t_pi| {
+        (&self.pi, &self.events)
+            .transaction(|(t_pi, t_events)| {
                 let Some(bytes) = t_pi.get(&key)? else {
                     return Ok(None);
                 };
@@ -244,6 +251,7 @@ impl SledStore {
                 if changed {
                     let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                     t_pi.insert(key.as_slice(), value)?;
+                    events::write(t_events, &events_of(&rec))?;
                 }
                 Ok(Some((rec, out, changed)))
             })
@@ -284,8 +292,15 @@ impl Store for SledStore {
         let time_key = keys::pm_time(scope, pm.created_micros, &pm.id);
         let fp_key = keys::pm_fingerprint(scope, &pm.fingerprint);
         let value = serde_json::to_vec(pm).map_err(corrupt)?;
-        let outcome = (&self.pm, &self.pm_time, &self.pm_fp, &self.outbox)
-            .transaction(|(t_pm, t_time, t_fp, t_outbox)| {
+        let created = [event::pm_created(pm)];
+        let outcome = (
+            &self.pm,
+            &self.pm_time,
+            &self.pm_fp,
+            &self.outbox,
+            &self.events,
+        )
+            .transaction(|(t_pm, t_time, t_fp, t_outbox, t_events)| {
                 if let Some(existing_id) = t_fp.get(&fp_key)? {
                     let existing_id = std::str::from_utf8(&existing_id)
                         .map_err(|e| abort(corrupt(e)))?
@@ -305,6 +320,7 @@ impl Store for SledStore {
                 t_time.insert(time_key.as_slice(), &[] as &[u8])?;
                 t_fp.insert(fp_key.as_slice(), pm.id.as_bytes())?;
                 to_outbox(t_outbox, &audit)?;
+                events::write(t_events, &created)?;
                 Ok(Inserted::Created)
             })
             .map_err(tx_error)?;
@@ -380,15 +396,17 @@ impl Store for SledStore {
                 &self.pi,
                 &self.pi_pm_n,
                 &self.pm_verified,
+                &self.events,
             )
                 .transaction(
-                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified)| {
+                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified, t_events)| {
                         let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
                             return Ok(false);
                         };
                         if read_count(t_n.get(&ref_key)?) != intent_ids.len() as u64 {
                             return Err(abort(StoreError::Unavailable(RETRY_DELETE.into())));
                         }
+                        let mut written = Vec::new();
                         for intent_id in &intent_ids {
                             let key = keys::pi(scope, intent_id);
                             let Some(bytes) = t_pi.get(&key)? else {
@@ -400,6 +418,7 @@ impl Store for SledStore {
                                 let value =
                                     serde_json::to_vec(&intent).map_err(|e| abort(corrupt(e)))?;
                                 t_pi.insert(key.as_slice(), value)?;
+                                written.push(event::intent_canceled(&intent, audit.at_micros));
                             }
                         }
                         t_n.remove(ref_key.as_slice())?;
@@ -408,6 +427,8 @@ impl Store for SledStore {
                         t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
                         t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
                         to_outbox(t_outbox, &audit)?;
+                        written.insert(0, event::pm_deleted(&rec, audit.at_micros));
+                        events::write(t_events, &written)?;
                         Ok(true)
                     },
                 );
@@ -442,14 +463,16 @@ impl Store for SledStore {
             &intent.id,
         );
         let value = serde_json::to_vec(intent).map_err(corrupt)?;
+        let created = event::intent_created(intent);
         let inserted = (
             &self.pm,
             &self.pi,
             &self.pi_by_pm,
             &self.pi_pm_n,
             &self.outbox,
+            &self.events,
         )
-            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox)| {
+            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox, t_events)| {
                 if t_pm.get(&pm_key)?.is_none() {
                     return Ok(false);
                 }
@@ -458,6 +481,7 @@ impl Store for SledStore {
                 t_pi.insert(pi_key.as_slice(), value.as_slice())?;
                 t_index.insert(index_key.as_slice(), &[] as &[u8])?;
                 to_outbox(t_outbox, &audit)?;
+                events::write(t_events, &created)?;
                 Ok(true)
             })
             .map_err(tx_error)?;
@@ -488,11 +512,16 @@ impl Store for SledStore {
         id: &str,
         status: IntentStatus,
     ) -> StoreResult<Option<IntentRecord>> {
-        let updated = self.update_intent(scope, id, |rec| {
-            let changed = rec.status != status;
-            rec.status = status;
-            (changed, ())
-        })?;
+        let updated = self.update_intent(
+            scope,
+            id,
+            |rec| {
+                let changed = rec.status != status;
+                rec.status = status;
+                (changed, ())
+            },
+            |_| Vec::new(),
+        )?;
         if updated.as_ref().is_some_and(|(_, _, changed)| *changed) {
             self.durable().await?;
         }
@@ -507,8 +536,8 @@ impl Store for SledStore {
         audit: AuditEvent,
     ) -> StoreResult<Option<IntentRecord>> {
         let key = keys::pi(scope, id);
-        let updated = (&self.pi, &self.pm_verified, &self.outbox)
-            .transaction(|(t_pi, t_verified, t_outbox)| {
+        let updated = (&self.pi, &self.pm_verified, &self.outbox, &self.events)
+            .transaction(|(t_pi, t_verified, t_outbox, t_events)| {
                 let Some(bytes) = t_pi.get(&key)? else {
                     return Ok(None);
                 };
@@ -522,6 +551,7 @@ impl Store for SledStore {
                         t_verified
                             .insert(keys::pm_ref(scope, &rec.payment_method_id), &[] as &[u8])?;
                         to_outbox(t_outbox, &audit)?;
+                        events::write(t_events, &[event::intent_activated(&rec, audit.at_micros)])?;
                     }
                     VerificationAttempt::Failed => {
                         rec.failed_verifications = rec.failed_verifications.saturating_add(1);
@@ -552,19 +582,24 @@ impl Store for SledStore {
         now: time::OffsetDateTime,
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
-        let updated = self.update_intent(scope, id, |rec| {
-            if rec.status != IntentStatus::Active {
-                return (false, UseOutcome::NotActive);
-            }
-            if now >= rec.expires_micros {
-                return (false, UseOutcome::Expired);
-            }
-            if rec.mandates.usage_limit.is_some_and(|l| rec.uses >= l) {
-                return (false, UseOutcome::UsageLimitReached);
-            }
-            rec.uses = rec.uses.saturating_add(1);
-            (true, UseOutcome::Recorded(rec.uses))
-        })?;
+        let updated = self.update_intent(
+            scope,
+            id,
+            |rec| {
+                if rec.status != IntentStatus::Active {
+                    return (false, UseOutcome::NotActive);
+                }
+                if now >= rec.expires_micros {
+                    return (false, UseOutcome::Expired);
+                }
+                if rec.mandates.usage_limit.is_some_and(|l| rec.uses >= l) {
+                    return (false, UseOutcome::UsageLimitReached);
+                }
+                rec.uses = rec.uses.saturating_add(1);
+                (true, UseOutcome::Recorded(rec.uses))
+            },
+            |rec| event::intent_used(rec, now),
+        )?;
         match updated {
             None => Ok(UseOutcome::NotFound),
             Some((_, outcome, changed)) => {
@@ -723,6 +758,10 @@ impl Store for SledStore {
         // Durable now: the keys encrypt what browsers send from here on.
         self.db.flush().map_err(unavailable)?;
         Ok(swapped)
+    }
+
+    async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
+        events::list(&self.events, query)
     }
 }
 

@@ -1,0 +1,57 @@
+//! The `events` tree ([`crate::store::events`]): key `project \0` and the event's sequence
+//! number (u64 BE, from sled's id generator, which only grows, across restarts too), so one
+//! project's events are one range, oldest first; value the event (JSON).
+
+use crate::store::events::{EventQuery, EventRecord, NewEvent};
+use crate::store::{corrupt, unavailable, StoreError, StoreResult};
+use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+
+/// Name of the tree.
+pub const TREE: &str = "events";
+
+fn prefix(project: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(project.len() + 9);
+    k.extend_from_slice(project.as_bytes());
+    k.push(0);
+    k
+}
+
+/// Writes `events` in order, inside the transaction of the change they record.
+pub fn write(
+    tree: &TransactionalTree,
+    events: &[NewEvent],
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    for event in events {
+        let seq = tree.generate_id()?;
+        let mut key = prefix(&event.project);
+        key.extend_from_slice(&seq.to_be_bytes());
+        let value = serde_json::to_vec(event)
+            .map_err(|e| ConflictableTransactionError::Abort(corrupt(e)))?;
+        tree.insert(key, value)?;
+    }
+    Ok(())
+}
+
+/// The events `query` asks for, newest first.
+pub fn list(tree: &sled::Tree, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
+    let start = prefix(query.project);
+    let mut end = start.clone();
+    end.extend_from_slice(&query.before.unwrap_or(u64::MAX).to_be_bytes());
+    let mut found = Vec::new();
+    for item in tree.range(start.clone()..end).rev() {
+        if found.len() >= query.limit {
+            break;
+        }
+        let (k, v) = item.map_err(unavailable)?;
+        let seq = k
+            .get(start.len()..)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| corrupt("bad events key"))?;
+        let event: NewEvent = serde_json::from_slice(&v).map_err(corrupt)?;
+        if query.matches(seq, &event) {
+            found.push(EventRecord { seq, event });
+        }
+    }
+    Ok(found)
+}
