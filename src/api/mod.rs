@@ -15,6 +15,7 @@ pub mod purchase_intents;
 pub mod sandbox;
 pub mod tokens;
 pub mod verify;
+pub mod webhook_endpoints;
 
 #[cfg(test)]
 mod intents_tests;

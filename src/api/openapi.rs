@@ -12,6 +12,7 @@
 
 use super::{
     client_encryption, events, payment_methods, purchase_intents, sandbox, tokens, verify,
+    webhook_endpoints,
 };
 use once_cell::sync::Lazy;
 use utoipa::openapi::header::HeaderBuilder;
@@ -77,6 +78,11 @@ const ERRORS: [(u16, &str); 10] = [
         metrics,
         openapi,
         events::list,
+        webhook_endpoints::create,
+        webhook_endpoints::list,
+        webhook_endpoints::get,
+        webhook_endpoints::delete,
+        webhook_endpoints::rotate_secret,
     ),
     security(("bearer" = [])),
     modifiers(&Edge)
@@ -446,7 +452,7 @@ mod tests {
     fn every_route_form_is_described_and_refs_resolve() {
         let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 10 + 3 + 4);
+        assert_eq!(paths.len(), 2 * 13 + 3 + 4);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

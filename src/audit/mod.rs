@@ -10,7 +10,9 @@
 //! `proxy.use` (one per proxied request, resource `host=<target host> status=<status>
 //! templates=<n>[ revealed=<id>,…]`: the payment methods whose stored card and the purchase
 //! intents whose credential the request's templates revealed; written when the request ends,
-//! whatever its outcome) and
+//! whatever its outcome),
+//! `webhookEndpoint.create`, `webhookEndpoint.rotateSecret`, `webhookEndpoint.delete`
+//! (resource: the endpoint's id), and
 //! `auth.failure` (resource `route=<route shape> status=<401|403>`; entity empty, since an
 //! unverified token names nobody). Anyone can fail authentication as fast as they can send,
 //! so failures are counted, not each written: the first of a quiet spell is an entry, and

@@ -67,7 +67,8 @@ pub struct ApiRequest<'a> {
 /// Runs the handler of an authenticated request.
 pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
     use crate::api::{
-        client_encryption, events, payment_methods as pm, purchase_intents, sandbox, tokens, verify,
+        client_encryption, events, payment_methods as pm, purchase_intents, sandbox, tokens,
+        verify, webhook_endpoints as hooks,
     };
     match (&req.route.resource, req.method) {
         (Resource::PaymentMethods, &Method::GET) => pm::list(app, req.principal, req.query).await,
@@ -97,6 +98,17 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
             tokens::create(app, req.principal, req.body.as_deref().unwrap_or_default()).await
         }
         (Resource::Events, &Method::GET) => events::list(app, req.principal, req.query).await,
+        (Resource::WebhookEndpoints, &Method::GET) => hooks::list(app, req.principal).await,
+        (Resource::WebhookEndpoints, &Method::POST) => {
+            hooks::create(app, req.principal, req.body.as_deref().unwrap_or_default()).await
+        }
+        (Resource::WebhookEndpoint(id), &Method::GET) => hooks::get(app, req.principal, id).await,
+        (Resource::WebhookEndpoint(id), &Method::DELETE) => {
+            hooks::delete(app, req.principal, id).await
+        }
+        (Resource::WebhookEndpointRotate(id), &Method::POST) => {
+            hooks::rotate_secret(app, req.principal, id).await
+        }
         _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
     }
 }

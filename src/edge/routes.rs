@@ -31,6 +31,11 @@ pub enum Resource {
     Tokens,
     /// `GET /projects/:projectId/events`
     Events,
+    /// `/projects/:projectId/webhook-endpoints`
+    WebhookEndpoints,
+    WebhookEndpoint(String),
+    /// `POST .../webhook-endpoints/:id/rotate-secret`
+    WebhookEndpointRotate(String),
 }
 
 /// A matched path.
@@ -51,6 +56,9 @@ impl Route {
             | Resource::OpenApi
             | Resource::ClientEncryptionKey
             | Resource::Events => &[Method::GET],
+            Resource::WebhookEndpoints => &[Method::GET, Method::POST],
+            Resource::WebhookEndpoint(_) => &[Method::GET, Method::DELETE],
+            Resource::WebhookEndpointRotate(_) => &[Method::POST],
             Resource::Tokens => &[Method::POST],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
@@ -86,7 +94,10 @@ impl Route {
             | Resource::PurchaseIntent(_)
             | Resource::SandboxAuthorizations
             | Resource::Proxy
-            | Resource::Events => &[],
+            | Resource::Events
+            | Resource::WebhookEndpoints
+            | Resource::WebhookEndpoint(_)
+            | Resource::WebhookEndpointRotate(_) => &[],
         }
     }
 
@@ -116,6 +127,9 @@ impl Route {
             Resource::ClientEncryptionKey => "client_encryption_key",
             Resource::Tokens => "tokens",
             Resource::Events => "events",
+            Resource::WebhookEndpoints => "webhook_endpoints",
+            Resource::WebhookEndpoint(_) => "webhook_endpoint",
+            Resource::WebhookEndpointRotate(_) => "webhook_endpoint_rotate",
         }
     }
 
@@ -160,6 +174,13 @@ pub fn route(path: &str) -> Option<Route> {
                 ["client-encryption-key"] => Resource::ClientEncryptionKey,
                 ["tokens"] => Resource::Tokens,
                 ["events"] => Resource::Events,
+                ["webhook-endpoints"] => Resource::WebhookEndpoints,
+                ["webhook-endpoints", id] if valid_id(id) => {
+                    Resource::WebhookEndpoint(id.to_string())
+                }
+                ["webhook-endpoints", id, "rotate-secret"] if valid_id(id) => {
+                    Resource::WebhookEndpointRotate(id.to_string())
+                }
                 _ => return None,
             };
             Some(Route {

@@ -31,7 +31,7 @@ pub mod guard;
 pub mod peer;
 pub mod start;
 pub mod substitute;
-pub mod target;
+pub use crate::service::target;
 
 use crate::audit::AuditEvent;
 use crate::auth::Principal;

@@ -26,6 +26,11 @@ pub fn intent_credential(project: &str, intent_id: &str) -> String {
     ["pi/", project, "/", intent_id, "/credential"].concat()
 }
 
+/// A webhook endpoint's signing secret (`n`: which of its secrets).
+pub fn webhook_secret(project: &str, endpoint_id: &str, n: u32) -> String {
+    format!("we/{project}/{endpoint_id}/secret/{n}")
+}
+
 /// The stored answer of an `Idempotency-Key`.
 pub fn idempotent_answer(project: &str, entity: &str, key: &str) -> String {
     ["idem/", project, "/", entity, "/", key].concat()

@@ -1,6 +1,7 @@
 //! What the handlers and the proxy share: taking a card in from a request ([`intake`]),
 //! revealing and using purchase intents' credentials ([`intents`]), where sealed values are
-//! bound ([`aad`]), and audit events of a caller's actions.
+//! bound ([`aad`]), audit events of a caller's actions, and the target guard ([`target`]) every
+//! URL paycred sends to passes (the proxy's targets, webhook endpoints).
 //!
 //! May import: `app`, `auth`, `domain`, `store`, `vault`, `audit`, `config`, `clock`,
 //! `error`, `secret`. Never `api`, `proxy` or `edge`.
@@ -8,6 +9,7 @@
 pub mod aad;
 pub mod intake;
 pub mod intents;
+pub mod target;
 
 use crate::app::App;
 use crate::audit::AuditEvent;

@@ -407,6 +407,79 @@ async fn changes_write_their_events(store: Arc<dyn Store>) {
     assert!(store.list_events(elsewhere).await.unwrap().is_empty());
 }
 
+/// Webhook endpoints: stored once per id, replaced only while stored, listed newest first,
+/// per project.
+async fn webhook_endpoints_are_kept_per_project(store: Arc<dyn Store>) {
+    let endpoint = |id: &str, created: i64| WebhookEndpointRecord {
+        id: id.into(),
+        project: SCOPE.project.into(),
+        url: "https://hooks.example/in".into(),
+        enabled_events: vec!["*".into()],
+        enabled: true,
+        created_micros: created,
+        secrets: vec![WebhookSecret {
+            n: 1,
+            sealed: Sealed::from_stored("dk1.sealed-secret"),
+            expires_micros: None,
+        }],
+    };
+    let a = endpoint("we_a", 1);
+    assert!(store
+        .put_webhook_endpoint(&a, false, ev("w"))
+        .await
+        .unwrap());
+    assert!(!store
+        .put_webhook_endpoint(&a, false, ev("w"))
+        .await
+        .unwrap());
+    assert!(!store
+        .put_webhook_endpoint(&endpoint("we_none", 1), true, ev("w"))
+        .await
+        .unwrap());
+    let b = endpoint("we_b", 2);
+    assert!(store
+        .put_webhook_endpoint(&b, false, ev("w"))
+        .await
+        .unwrap());
+    let mut rotated = a.clone();
+    rotated.secrets[0].expires_micros = Some(9);
+    assert!(store
+        .put_webhook_endpoint(&rotated, true, ev("w"))
+        .await
+        .unwrap());
+    let got = store.get_webhook_endpoint("p1", "we_a").await.unwrap();
+    assert_eq!(got, Some(rotated));
+    assert!(store
+        .get_webhook_endpoint("p2", "we_a")
+        .await
+        .unwrap()
+        .is_none());
+    let ids: Vec<String> = store
+        .list_webhook_endpoints("p1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(ids, ["we_b", "we_a"]);
+    assert!(store.list_webhook_endpoints("p2").await.unwrap().is_empty());
+    assert!(store
+        .delete_webhook_endpoint("p1", "we_a", ev("wd"))
+        .await
+        .unwrap());
+    assert!(!store
+        .delete_webhook_endpoint("p1", "we_a", ev("wd"))
+        .await
+        .unwrap());
+    let actions: Vec<String> = store
+        .audit_log()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event.action)
+        .collect();
+    assert_eq!(actions, ["w", "w", "w", "wd"]);
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -431,5 +504,6 @@ on_both!(
     payment_methods_dedup_list_and_delete,
     usage_is_counted_exactly,
     keys_idempotency_tokens_and_audit,
-    changes_write_their_events
+    changes_write_their_events,
+    webhook_endpoints_are_kept_per_project
 );

@@ -299,4 +299,43 @@ impl Store for FaultyStore {
         self.read()?;
         self.inner.list_events(query).await
     }
+
+    async fn put_webhook_endpoint(
+        &self,
+        endpoint: &super::WebhookEndpointRecord,
+        replace: bool,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner
+            .put_webhook_endpoint(endpoint, replace, audit)
+            .await
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> StoreResult<Option<super::WebhookEndpointRecord>> {
+        self.read()?;
+        self.inner.get_webhook_endpoint(project, id).await
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        project: &str,
+    ) -> StoreResult<Vec<super::WebhookEndpointRecord>> {
+        self.read()?;
+        self.inner.list_webhook_endpoints(project).await
+    }
+
+    async fn delete_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.delete_webhook_endpoint(project, id, audit).await
+    }
 }

@@ -310,4 +310,36 @@ pub trait Store: Send + Sync + 'static {
     /// The events a query asks for, newest first ([`events`]; every change above writes its
     /// own in its transaction).
     async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>>;
+
+    /// Stores a webhook endpoint and its audit entry in one transaction: a new one, or (with
+    /// `replace`) in place of the stored one, only while that exists (`false` otherwise).
+    /// Durable when it returns.
+    async fn put_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        replace: bool,
+        audit: AuditEvent,
+    ) -> StoreResult<bool>;
+
+    /// One webhook endpoint of the project.
+    async fn get_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> StoreResult<Option<WebhookEndpointRecord>>;
+
+    /// The project's webhook endpoints, newest first.
+    async fn list_webhook_endpoints(
+        &self,
+        project: &str,
+    ) -> StoreResult<Vec<WebhookEndpointRecord>>;
+
+    /// Removes a webhook endpoint and writes the audit entry in the same transaction; `false`
+    /// when the project has no such id. Durable when it returns.
+    async fn delete_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool>;
 }

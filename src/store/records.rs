@@ -236,3 +236,29 @@ pub struct IdempotentRecord {
     pub created_micros: i64,
     pub expires_micros: i64,
 }
+
+/// A webhook endpoint: where the project's events are sent (`api::webhook_endpoints`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebhookEndpointRecord {
+    pub id: String,
+    pub project: String,
+    pub url: String,
+    /// The event types sent to it; `*` alone: every type.
+    pub enabled_events: Vec<String>,
+    pub enabled: bool,
+    pub created_micros: i64,
+    /// Its signing secrets, newest first, sealed by the vault. The newest signs always; an
+    /// older one until its `expires_micros` (the overlap after a rotation).
+    pub secrets: Vec<WebhookSecret>,
+}
+
+/// One signing secret of a webhook endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebhookSecret {
+    /// Which secret of the endpoint (1, 2, …; part of where it is sealed).
+    pub n: u32,
+    /// The secret's bytes, sealed under the project's data key.
+    pub sealed: crate::store::Sealed,
+    /// When an older secret stops signing; `None` for the newest.
+    pub expires_micros: Option<i64>,
+}

@@ -39,4 +39,5 @@ mod slow_bodies;
 mod storage_faults;
 mod template_props;
 mod verify_dialects;
+mod webhooks;
 mod xml_props;

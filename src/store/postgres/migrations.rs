@@ -15,7 +15,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency claims",
         include_str!("migrations/0002_idempotency_claims.sql"),
     ),
-    (5, "events", include_str!("migrations/0005_events.sql")),
+    (
+        5,
+        "events and webhook endpoints",
+        include_str!("migrations/0005_events.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).

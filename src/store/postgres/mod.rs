@@ -39,7 +39,7 @@ use crate::store::events::{self as event, EventQuery, EventRecord, NewEvent};
 use crate::store::{
     corrupt, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord, IntentStatus, Page,
     PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats, TokenTake,
-    UseOutcome, VerificationAttempt,
+    UseOutcome, VerificationAttempt, WebhookEndpointRecord,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -984,6 +984,95 @@ impl Store for PgStore {
                 })
             })
             .collect()
+    }
+
+    async fn put_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        replace: bool,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let record = json(endpoint)?;
+        let args: [&(dyn ToSql + Sync); 4] = [
+            &endpoint.project,
+            &endpoint.id,
+            &endpoint.created_micros,
+            &record,
+        ];
+        let stored = if replace {
+            timed(tx.execute(
+                "UPDATE webhook_endpoints SET created_micros = $3, record = $4 \
+                 WHERE project = $1 AND id = $2",
+                &args,
+            ))
+            .await?
+        } else {
+            timed(tx.execute(
+                "INSERT INTO webhook_endpoints (project, id, created_micros, record) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                &args,
+            ))
+            .await?
+        };
+        if stored == 0 {
+            return Ok(false);
+        }
+        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(true)
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "SELECT record FROM webhook_endpoints WHERE project = $1 AND id = $2",
+            &[&project, &id],
+        ))
+        .await?;
+        row.map(|r| from_json(r.get(0))).transpose()
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        project: &str,
+    ) -> StoreResult<Vec<WebhookEndpointRecord>> {
+        let c = self.client().await?;
+        let rows = timed(c.query(
+            "SELECT record FROM webhook_endpoints WHERE project = $1 \
+             ORDER BY created_micros DESC, id DESC",
+            &[&project],
+        ))
+        .await?;
+        rows.iter().map(|r| from_json(r.get(0))).collect()
+    }
+
+    async fn delete_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let deleted = timed(tx.execute(
+            "DELETE FROM webhook_endpoints WHERE project = $1 AND id = $2",
+            &[&project, &id],
+        ))
+        .await?;
+        if deleted == 0 {
+            return Ok(false);
+        }
+        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(true)
     }
 }
 

@@ -15,6 +15,7 @@
 //! | `audit_outbox` | sled-generated id (BE)                  | audit event of a committed change (JSON), until it is in `audit.log` |
 //! | `meta`     | `audit_file_head`                           | the audit log's recorded head: seq, hash, file length (JSON) |
 //! | `events`   | project, sequence number (u64 BE)           | event of a committed change (JSON, `super::events`) |
+//! | `webhooks` | project, id                                 | webhook endpoint (JSON) |
 //!
 //! The audit log itself is the file `audit.log` beside the trees (`super::audit_file`).
 //! Data dirs from before it kept it in an `audit` tree (seq of a value's first entry →
@@ -83,6 +84,15 @@ pub fn pi_by_pm(scope: Scope<'_>, pm_id: &str, created_micros: i64, id: &str) ->
     let mut k = pi_by_pm_prefix(scope, pm_id);
     let inverted = u64::MAX - u64::try_from(created_micros).unwrap_or(0);
     k.extend_from_slice(&inverted.to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// Key in `webhooks`: `project \0 id` (`id` empty: the project's prefix).
+pub fn webhook(project: &str, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(project.len() + id.len() + 1);
+    k.extend_from_slice(project.as_bytes());
+    k.push(0);
     k.extend_from_slice(id.as_bytes());
     k
 }

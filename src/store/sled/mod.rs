@@ -54,6 +54,8 @@ pub struct SledStore {
     pm_cache: RecordCache,
     /// Events of committed changes ([`events`]).
     events: sled::Tree,
+    /// Webhook endpoints: `project \0 id` → record (JSON).
+    webhooks: sled::Tree,
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
@@ -107,6 +109,7 @@ impl SledStore {
             card_tokens: tree("card_tokens")?,
             client_keys: tree("client_keys")?,
             events: tree(events::TREE)?,
+            webhooks: tree("webhooks")?,
             audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
             commit,
             db,
@@ -762,6 +765,78 @@ impl Store for SledStore {
 
     async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
         events::list(&self.events, query)
+    }
+
+    async fn put_webhook_endpoint(
+        &self,
+        endpoint: &crate::store::WebhookEndpointRecord,
+        replace: bool,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let key = keys::webhook(&endpoint.project, &endpoint.id);
+        let value = serde_json::to_vec(endpoint).map_err(corrupt)?;
+        let stored = (&self.webhooks, &self.outbox)
+            .transaction(|(t_hooks, t_outbox)| {
+                if t_hooks.get(&key)?.is_some() != replace {
+                    return Ok(false);
+                }
+                t_hooks.insert(key.as_slice(), value.as_slice())?;
+                to_outbox(t_outbox, &audit)?;
+                Ok(true)
+            })
+            .map_err(tx_error)?;
+        if stored {
+            self.durable_audited().await?;
+        }
+        Ok(stored)
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> StoreResult<Option<crate::store::WebhookEndpointRecord>> {
+        self.webhooks
+            .get(keys::webhook(project, id))
+            .map_err(unavailable)?
+            .map(|v| serde_json::from_slice(&v).map_err(corrupt))
+            .transpose()
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        project: &str,
+    ) -> StoreResult<Vec<crate::store::WebhookEndpointRecord>> {
+        let mut all = self
+            .webhooks
+            .scan_prefix(keys::webhook(project, ""))
+            .values()
+            .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
+            .collect::<StoreResult<Vec<crate::store::WebhookEndpointRecord>>>()?;
+        all.sort_by(|a, b| (b.created_micros, &b.id).cmp(&(a.created_micros, &a.id)));
+        Ok(all)
+    }
+
+    async fn delete_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let key = keys::webhook(project, id);
+        let deleted = (&self.webhooks, &self.outbox)
+            .transaction(|(t_hooks, t_outbox)| {
+                if t_hooks.remove(key.as_slice())?.is_none() {
+                    return Ok(false);
+                }
+                to_outbox(t_outbox, &audit)?;
+                Ok(true)
+            })
+            .map_err(tx_error)?;
+        if deleted {
+            self.durable_audited().await?;
+        }
+        Ok(deleted)
     }
 }
 

@@ -10,3 +10,13 @@ CREATE TABLE events (
 );
 CREATE INDEX events_newest ON events (project, seq DESC);
 CREATE INDEX events_newest_of_type ON events (project, type, seq DESC);
+
+-- Webhook endpoints of a project (`store::records::WebhookEndpointRecord`; its signing
+-- secrets sealed inside the record).
+CREATE TABLE webhook_endpoints (
+    project text NOT NULL,
+    id text NOT NULL,
+    created_micros bigint NOT NULL,
+    record jsonb NOT NULL,
+    PRIMARY KEY (project, id)
+);

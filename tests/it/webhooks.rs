@@ -1,0 +1,204 @@
+//! Webhook endpoints over HTTP: create (the secret shown once), list, get, delete, rotate
+//! the secret; the URL through the proxy's target guard; private role only.
+
+use crate::common::*;
+use base64::Engine;
+use serde_json::{json, Value};
+
+fn endpoints(project: &str) -> String {
+    format!("/projects/{project}/webhook-endpoints")
+}
+
+/// The bytes of a `whsec_` secret (checked to be 32 random bytes in base64).
+fn secret_bytes(v: &Value) -> Vec<u8> {
+    let s = v.as_str().unwrap_or_default();
+    let b64 = s.strip_prefix("whsec_").unwrap_or_else(|| panic!("{s}"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    assert_eq!(bytes.len(), 32, "{s}");
+    bytes
+}
+
+#[test]
+fn create_list_get_rotate_delete() {
+    let mut server = Server::start();
+    let t = server.token("user_1", "private");
+    let path = endpoints(PROJECT);
+    let made = server.call(
+        "POST",
+        &path,
+        Some(&t),
+        Some(&json!({"url": "https://localhost:9/hooks",
+            "enabledEvents": ["purchase_intent.activated", "payment_method.deleted"]})),
+    );
+    assert_eq!(made.status, 201, "{}", made.text);
+    let id = made.json["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("we_"), "{id}");
+    assert_eq!(made.json["enabled"], true);
+    let first = secret_bytes(&made.json["secret"]);
+    let all = server.call(
+        "POST",
+        &path,
+        Some(&t),
+        Some(&json!({"url": "https://127.0.0.1:9/all", "enabled": false})),
+    );
+    assert_eq!(all.status, 201, "{}", all.text);
+    assert_eq!(all.json["enabledEvents"], json!(["*"]));
+    assert_eq!(all.json["enabled"], false);
+
+    // Shown once: neither get nor list carries a secret.
+    let got = server.call("GET", &format!("{path}/{id}"), Some(&t), None);
+    assert_eq!(got.status, 200, "{}", got.text);
+    assert!(got.json.get("secret").is_none(), "{}", got.text);
+    assert_eq!(got.json["url"], "https://localhost:9/hooks");
+    let list = server.call("GET", &path, Some(&t), None);
+    let ids: Vec<&str> = list
+        .json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [all.json["id"].as_str().unwrap(), id.as_str()]);
+    assert!(!list.text.contains("whsec_"));
+
+    let rotated = server.call(
+        "POST",
+        &format!("{path}/{id}/rotate-secret"),
+        Some(&t),
+        Some(&json!({})),
+    );
+    assert_eq!(rotated.status, 200, "{}", rotated.text);
+    assert_ne!(secret_bytes(&rotated.json["secret"]), first);
+    assert_eq!(rotated.json["id"], id.as_str());
+
+    assert_eq!(
+        server
+            .call("DELETE", &format!("{path}/{id}"), Some(&t), None)
+            .status,
+        204
+    );
+    server
+        .call("GET", &format!("{path}/{id}"), Some(&t), None)
+        .assert_error(404, "notFound");
+    server
+        .call(
+            "POST",
+            &format!("{path}/{id}/rotate-secret"),
+            Some(&t),
+            Some(&json!({})),
+        )
+        .assert_error(404, "notFound");
+
+    let log = server.log();
+    for secret in [&made.json["secret"], &rotated.json["secret"]] {
+        assert!(!log.contains(secret.as_str().unwrap()));
+    }
+    server.stop(false);
+    let audit = audit_cli(&server, false).1;
+    for action in [
+        "webhookEndpoint.create",
+        "webhookEndpoint.rotateSecret",
+        "webhookEndpoint.delete",
+    ] {
+        assert!(audit.contains(action), "{action}");
+    }
+}
+
+#[test]
+fn the_url_passes_the_target_guard_and_bad_bodies_are_named() {
+    let server = Server::start();
+    let t = server.token("user_1", "private");
+    let create = |project: &str, token: &str, body: Value| {
+        server.call("POST", &endpoints(project), Some(token), Some(&body))
+    };
+    let field_error = |r: Reply, field: &str| {
+        r.assert_error(400, "invalidRequest");
+        assert!(
+            r.json["error"]["details"]["fields"][field].is_string(),
+            "{}",
+            r.text
+        );
+    };
+    // A host the project does not allow.
+    field_error(
+        create(PROJECT, &t, json!({"url": "https://example.com/hooks"})),
+        "url",
+    );
+    // A project without private networks: its allow-listed loopback is still refused.
+    let guard = token_for(
+        &KEYS.ed.private_pem,
+        "k-ed",
+        GUARD_PROJECT,
+        "user_1",
+        "private",
+        300,
+    );
+    field_error(
+        create(
+            GUARD_PROJECT,
+            &guard,
+            json!({"url": "https://127.0.0.1/hooks"}),
+        ),
+        "url",
+    );
+    field_error(
+        create(
+            GUARD_PROJECT,
+            &guard,
+            json!({"url": "https://169.254.169.254/"}),
+        ),
+        "url",
+    );
+    // https only where the project does not allow http.
+    let other = other_project_token("user_1", "private");
+    field_error(
+        create(
+            OTHER_PROJECT,
+            &other,
+            json!({"url": "http://localhost/hooks"}),
+        ),
+        "url",
+    );
+    field_error(create(PROJECT, &t, json!({})), "url");
+    for events in [
+        json!(["nope"]),
+        json!([]),
+        json!(["*", "payment_method.created"]),
+        json!("*"),
+    ] {
+        field_error(
+            create(
+                PROJECT,
+                &t,
+                json!({"url": "https://localhost/h", "enabledEvents": events}),
+            ),
+            "enabledEvents",
+        );
+    }
+    field_error(
+        create(
+            PROJECT,
+            &t,
+            json!({"url": "https://localhost/h", "enabled": "yes"}),
+        ),
+        "enabled",
+    );
+    field_error(
+        create(
+            PROJECT,
+            &t,
+            json!({"url": "https://localhost/h", "secret": "x"}),
+        ),
+        "secret",
+    );
+    let public = server.token("user_1", "public");
+    create(PROJECT, &public, json!({"url": "https://localhost/h"})).assert_error(403, "forbidden");
+    server
+        .call("GET", &endpoints(PROJECT), Some(&public), None)
+        .assert_error(403, "forbidden");
+    // Nothing was stored.
+    let list = server.call("GET", &endpoints(PROJECT), Some(&t), None);
+    assert_eq!(list.json, json!([]));
+}
