@@ -21,7 +21,6 @@ use crate::http::Response;
 use crate::service::{aad, audit_event, target};
 use crate::store::events::TYPES;
 use crate::store::{WebhookEndpointRecord, WebhookSecret};
-use base64::Engine;
 use rand::RngCore;
 use serde::Serialize;
 use serde_json::Value;
@@ -91,10 +90,7 @@ fn new_secret(
         &aad::webhook_secret(project, id, n),
         bytes.as_ref(),
     )?;
-    let shown = Zeroizing::new(format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes.as_ref())
-    ));
+    let shown = Zeroizing::new(crate::domain::webhook::shown_secret(bytes.as_ref()));
     Ok((
         shown,
         WebhookSecret {

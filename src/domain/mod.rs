@@ -6,3 +6,4 @@
 pub mod card;
 pub mod issuer;
 pub mod mandate;
+pub mod webhook;

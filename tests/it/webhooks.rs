@@ -202,3 +202,74 @@ fn the_url_passes_the_target_guard_and_bad_bodies_are_named() {
     let list = server.call("GET", &endpoints(PROJECT), Some(&t), None);
     assert_eq!(list.json, json!([]));
 }
+
+/// paycred's signatures verify with an independent implementation: Python's
+/// `standardwebhooks` (PyPI, pinned in `scripts/webhooks-venv`), with either secret of a
+/// rotation's overlap; a changed body, id or timestamp, or another secret, does not.
+#[test]
+fn signatures_verify_with_the_standardwebhooks_library() {
+    use paycred::domain::webhook::{shown_secret, signature_header};
+    let venv = std::process::Command::new("./scripts/webhooks-venv")
+        .output()
+        .unwrap();
+    assert!(
+        venv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let (old, new, other) = ([7u8; 32], [42u8; 32], [9u8; 32]);
+    let body =
+        r#"{"id":"evt_000000000000002a","type":"payment_method.created","data":{"id":"pm_1"}}"#;
+    let timestamp = i64::try_from(now()).unwrap();
+    let header = signature_header(
+        &[&new, &old],
+        "evt_000000000000002a",
+        timestamp,
+        body.as_bytes(),
+    );
+    let script = r#"
+import json, sys
+from standardwebhooks import Webhook
+secret, msg_id, ts, sig, body = sys.argv[1:]
+try:
+    Webhook(secret).verify(body, {"webhook-id": msg_id, "webhook-timestamp": ts, "webhook-signature": sig})
+    print("valid")
+except Exception as e:
+    print("invalid", type(e).__name__)
+"#;
+    let verify = |secret: &[u8], id: &str, ts: i64, body: &str| {
+        let out = std::process::Command::new(&python)
+            .args([
+                "-c",
+                script,
+                &shown_secret(secret),
+                id,
+                &ts.to_string(),
+                &header,
+                body,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let id = "evt_000000000000002a";
+    assert_eq!(verify(&new, id, timestamp, body), "valid");
+    assert_eq!(verify(&old, id, timestamp, body), "valid");
+    for (secret, id, ts, body) in [
+        (&other, id, timestamp, body),
+        (&new, "evt_000000000000002b", timestamp, body),
+        (&new, id, timestamp + 1, body),
+        (&new, id, timestamp, r#"{"id":"evt_000000000000002a"}"#),
+    ] {
+        assert!(
+            verify(secret, id, ts, body).starts_with("invalid"),
+            "{id} {ts} {body}"
+        );
+    }
+}
