@@ -15,6 +15,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency claims",
         include_str!("migrations/0002_idempotency_claims.sql"),
     ),
+    (
+        3,
+        "intent ends",
+        include_str!("migrations/0003_intent_ends.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).

@@ -26,6 +26,7 @@
 //! [`StoreError::Unavailable`] (`503 storeUnavailable`) when the database does not answer.
 
 pub mod audit;
+mod intent_end;
 pub mod migrations;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_cluster;
@@ -36,9 +37,9 @@ use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::config::store::PostgresConfig;
 use crate::domain::issuer::CredentialType;
 use crate::store::{
-    corrupt, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord, IntentStatus, Page,
-    PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats, TokenTake,
-    UseOutcome, VerificationAttempt,
+    corrupt, CardTokenRecord, DueEnd, IdempotentRecord, Inserted, IntentEnd, IntentRecord,
+    IntentStatus, Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult,
+    StoreStats, TokenTake, UseOutcome, VerificationAttempt,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -456,13 +457,7 @@ impl Store for PgStore {
         .await?;
         for row in rows {
             let mut rec = intent_of(&row)?;
-            rec.status = IntentStatus::Canceled;
-            timed(tx.execute(
-                "UPDATE intents SET status = 'canceled', record = $4 \
-                 WHERE project = $1 AND entity = $2 AND id = $3",
-                &[&scope.project, &scope.entity, &rec.id, &json(&rec)?],
-            ))
-            .await?;
+            intent_end::end_row(&tx, scope, &mut rec, IntentEnd::Canceled).await?;
         }
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
         timed(tx.commit()).await?;
@@ -614,14 +609,24 @@ impl Store for PgStore {
         let st = timed(c.prepare_cached(
             "UPDATE intents SET uses = uses + 1 WHERE project = $1 AND entity = $2 AND id = $3 \
              AND status = 'active' AND expires_micros > $4 \
-             AND (usage_limit IS NULL OR uses < usage_limit) RETURNING uses",
+             AND (usage_limit IS NULL OR uses < usage_limit) RETURNING uses, usage_limit",
         ))
         .await?;
         if let Some(row) =
             timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id, &now])).await?
         {
             self.writes.fetch_add(1, Ordering::Relaxed);
-            return Ok(UseOutcome::Recorded(u32_of(row.get(0))));
+            let uses: i64 = row.get(0);
+            if row
+                .get::<_, Option<i64>>(1)
+                .is_some_and(|limit| uses >= limit)
+            {
+                // The use that reaches the limit ends the intent (the finalizer ends it if
+                // this instance stops in between).
+                drop(c);
+                self.end_intent(scope, id, IntentEnd::UsedUp, now).await?;
+            }
+            return Ok(UseOutcome::Recorded(u32_of(uses)));
         }
         // Not counted: why (read after the refused update; the refusal itself was atomic).
         let row = timed(c.query_opt(
@@ -633,13 +638,14 @@ impl Store for PgStore {
         let Some(row) = row else {
             return Ok(UseOutcome::NotFound);
         };
-        if status_of(row.get::<_, &str>(0))? != IntentStatus::Active {
-            return Ok(UseOutcome::NotActive);
-        }
-        if now >= row.get::<_, i64>(1) {
-            return Ok(UseOutcome::Expired);
-        }
-        Ok(UseOutcome::UsageLimitReached)
+        let status = status_of(row.get::<_, &str>(0))?;
+        let limit = row.get::<_, Option<i64>>(2).map(u32_of);
+        let uses = u32_of(row.get::<_, i64>(3));
+        // Refused by the update: a use counted meanwhile reads as the limit reached.
+        Ok(
+            crate::store::use_refused(status, row.get(1), limit, uses, now)
+                .unwrap_or(UseOutcome::UsageLimitReached),
+        )
     }
 
     async fn newest_active_intent(
@@ -933,6 +939,51 @@ impl Store for PgStore {
         let swapped = self.swap_row("client_keys", "keyset", project, expected, keyset)?;
         self.client_keys.write().remove(project);
         Ok(swapped)
+    }
+
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let row = timed(tx.query_opt(
+            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 AND id = $3 \
+             FOR UPDATE",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let mut rec = intent_of(&row)?;
+        if !rec.ends_with(end, now_micros) {
+            return Ok(None);
+        }
+        intent_end::end_row(&tx, scope, &mut rec, end).await?;
+        timed(tx.commit()).await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(rec))
+    }
+
+    async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
+        let c = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = timed(c.query(intent_end::DUE, &[&now_micros, &limit])).await?;
+        Ok(rows
+            .iter()
+            .map(|row| DueEnd {
+                project: row.get(0),
+                entity: row.get(1),
+                id: row.get(2),
+                end: if row.get::<_, &str>(3) == "expired" {
+                    IntentEnd::Expired
+                } else {
+                    IntentEnd::UsedUp
+                },
+            })
+            .collect())
     }
 }
 

@@ -6,6 +6,7 @@ pub mod audit_outbox;
 pub mod card_tokens;
 pub mod group_commit;
 pub mod idempotency;
+mod intent_end;
 pub mod keys;
 
 use crate::audit::chain::HashFunction;
@@ -14,8 +15,9 @@ use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::domain::issuer::CredentialType;
 use crate::store::pm_cache::RecordCache;
 use crate::store::{
-    corrupt, unavailable, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Refresh,
-    Scope, Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
+    corrupt, unavailable, use_refused, DueEnd, Inserted, IntentEnd, IntentRecord, IntentStatus,
+    Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats,
+    UseOutcome, VerificationAttempt,
 };
 use async_trait::async_trait;
 use audit_outbox::{self as audit_log, to_outbox, LogSink};
@@ -38,6 +40,8 @@ pub struct SledStore {
     pi: sled::Tree,
     pi_by_pm: sled::Tree,
     pi_pm_n: sled::Tree,
+    /// Live intents by when they end ([`intent_end`]).
+    pi_due: sled::Tree,
     keyrings: sled::Tree,
     /// Audit events of committed changes, on their way into the log ([`audit_log`]).
     outbox: sled::Tree,
@@ -87,7 +91,7 @@ impl SledStore {
             commit.clone(),
             audit_hash,
         )?;
-        Ok(Self {
+        let store = Self {
             pm: tree("pm")?,
             idem: tree("idem")?,
             pm_time: tree("pm_time")?,
@@ -96,6 +100,7 @@ impl SledStore {
             pi: tree("pi")?,
             pi_by_pm: tree("pi_by_pm")?,
             pi_pm_n: tree("pi_pm_n")?,
+            pi_due: tree("pi_due")?,
             keyrings: tree("keyrings")?,
             outbox,
             meta,
@@ -106,7 +111,9 @@ impl SledStore {
             commit,
             db,
             pm_cache: RecordCache::default(),
-        })
+        };
+        store.index_live_intents()?;
+        Ok(store)
     }
 
     async fn durable(&self) -> StoreResult<()> {
@@ -380,9 +387,10 @@ impl Store for SledStore {
                 &self.pi,
                 &self.pi_pm_n,
                 &self.pm_verified,
+                &self.pi_due,
             )
                 .transaction(
-                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified)| {
+                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified, t_due)| {
                         let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
                             return Ok(false);
                         };
@@ -395,11 +403,12 @@ impl Store for SledStore {
                                 continue;
                             };
                             let mut intent = Self::decode_pi(&bytes).map_err(abort)?;
-                            if intent.status != IntentStatus::Canceled {
-                                intent.status = IntentStatus::Canceled;
-                                let value =
-                                    serde_json::to_vec(&intent).map_err(|e| abort(corrupt(e)))?;
-                                t_pi.insert(key.as_slice(), value)?;
+                            if intent.ends_with(IntentEnd::Canceled, 0) {
+                                let t = intent_end::EndTrees {
+                                    pi: t_pi,
+                                    due: t_due,
+                                };
+                                intent_end::end_in(&t, &key, &mut intent, IntentEnd::Canceled)?;
                             }
                         }
                         t_n.remove(ref_key.as_slice())?;
@@ -442,14 +451,16 @@ impl Store for SledStore {
             &intent.id,
         );
         let value = serde_json::to_vec(intent).map_err(corrupt)?;
+        let due_key = keys::pi_due(intent.expires_micros, &pi_key);
         let inserted = (
             &self.pm,
             &self.pi,
             &self.pi_by_pm,
             &self.pi_pm_n,
             &self.outbox,
+            &self.pi_due,
         )
-            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox)| {
+            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox, t_due)| {
                 if t_pm.get(&pm_key)?.is_none() {
                     return Ok(false);
                 }
@@ -457,6 +468,9 @@ impl Store for SledStore {
                 t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
                 t_pi.insert(pi_key.as_slice(), value.as_slice())?;
                 t_index.insert(index_key.as_slice(), &[] as &[u8])?;
+                if intent.is_live_stored() {
+                    t_due.insert(due_key.as_slice(), &[] as &[u8])?;
+                }
                 to_outbox(t_outbox, &audit)?;
                 Ok(true)
             })
@@ -552,28 +566,38 @@ impl Store for SledStore {
         now: time::OffsetDateTime,
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
-        let updated = self.update_intent(scope, id, |rec| {
-            if rec.status != IntentStatus::Active {
-                return (false, UseOutcome::NotActive);
-            }
-            if now >= rec.expires_micros {
-                return (false, UseOutcome::Expired);
-            }
-            if rec.mandates.usage_limit.is_some_and(|l| rec.uses >= l) {
-                return (false, UseOutcome::UsageLimitReached);
-            }
-            rec.uses = rec.uses.saturating_add(1);
-            (true, UseOutcome::Recorded(rec.uses))
-        })?;
-        match updated {
-            None => Ok(UseOutcome::NotFound),
-            Some((_, outcome, changed)) => {
-                if changed {
-                    self.durable().await?;
+        let key = keys::pi(scope, id);
+        let (outcome, changed) = (&self.pi, &self.pi_due)
+            .transaction(|(t_pi, t_due)| {
+                let Some(bytes) = t_pi.get(&key)? else {
+                    return Ok((UseOutcome::NotFound, false));
+                };
+                let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                let limit = rec.mandates.usage_limit;
+                if let Some(refused) =
+                    use_refused(rec.status, rec.expires_micros, limit, rec.uses, now)
+                {
+                    return Ok((refused, false));
                 }
-                Ok(outcome)
-            }
+                rec.uses = rec.uses.saturating_add(1);
+                if rec.ends_with(IntentEnd::UsedUp, now) {
+                    // The use that reaches the limit ends the intent in its transaction.
+                    let t = intent_end::EndTrees {
+                        pi: t_pi,
+                        due: t_due,
+                    };
+                    intent_end::end_in(&t, &key, &mut rec, IntentEnd::UsedUp)?;
+                } else {
+                    let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                    t_pi.insert(key.as_slice(), value)?;
+                }
+                Ok((UseOutcome::Recorded(rec.uses), true))
+            })
+            .map_err(tx_error)?;
+        if changed {
+            self.durable().await?;
         }
+        Ok(outcome)
     }
 
     async fn newest_active_intent(
@@ -723,6 +747,24 @@ impl Store for SledStore {
         // Durable now: the keys encrypt what browsers send from here on.
         self.db.flush().map_err(unavailable)?;
         Ok(swapped)
+    }
+
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let ended = self.end_one(&keys::pi(scope, id), end, now_micros)?;
+        if ended.is_some() {
+            self.durable().await?;
+        }
+        Ok(ended)
+    }
+
+    async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
+        self.due_to_end(now_micros, limit)
     }
 }
 
