@@ -51,7 +51,9 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     crate::edge::idempotency::spawn_sweeper(Arc::downgrade(&store));
     let clock = Arc::new(crate::clock::SystemClock);
-    Ok(Arc::new(App::new(config, store, vault, clock)))
+    let app = Arc::new(App::new(config, store, vault, clock));
+    crate::service::intents::spawn_finalizer(Arc::downgrade(&app));
+    Ok(app)
 }
 
 /// How long an upgrading server waits for the server it replaces to let the store go (that

@@ -132,3 +132,59 @@ pub async fn record_proxy_use(
         format!("The purchase intent {why}."),
     ))
 }
+
+/// How often the finalizer looks for intents whose end is due.
+pub const FINALIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Most intents one finalizer pass ends (the next pass takes the rest).
+const FINALIZE_BATCH: usize = 500;
+
+/// Ends the intents whose end is due at the app's time (past `expiresAt`, or a used-up limit
+/// whose end did not follow its use) through [`Store::end_intent`](crate::store::Store::end_intent),
+/// which destroys their credential; how many this call ended. Instances sharing a store may
+/// run it together: each end is conditional, so an intent ends once.
+pub async fn end_due_intents(app: &App) -> ApiResult<usize> {
+    let now = app.now_micros();
+    let due = app.store.intents_due_to_end(now, FINALIZE_BATCH).await?;
+    let mut ended = 0;
+    for d in due {
+        let scope = Scope {
+            project: &d.project,
+            entity: &d.entity,
+        };
+        if app
+            .store
+            .end_intent(scope, &d.id, d.end, now)
+            .await?
+            .is_some()
+        {
+            ended += 1;
+        }
+    }
+    Ok(ended)
+}
+
+/// Runs [`end_due_intents`] every [`FINALIZE_EVERY`] on a thread of its own while `app` lives.
+pub fn spawn_finalizer(app: std::sync::Weak<App>) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        tracing::error!("the intent finalizer could not start its runtime");
+        return;
+    };
+    let started = std::thread::Builder::new()
+        .name("paycred-intent-ends".into())
+        .spawn(move || loop {
+            std::thread::sleep(FINALIZE_EVERY);
+            let Some(app) = app.upgrade() else { return };
+            match runtime.block_on(end_due_intents(&app)) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(ended = n, "intents ended by time"),
+                Err(e) => tracing::warn!(error = ?e, "ending due intents"),
+            }
+        });
+    if let Err(e) = started {
+        tracing::error!(error = %e, "the intent finalizer did not start");
+    }
+}

@@ -297,6 +297,95 @@ async fn keys_idempotency_tokens_and_audit(store: Arc<dyn Store>) {
     store.ready().await.unwrap();
 }
 
+async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
+    store
+        .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+        .await
+        .unwrap();
+    let sealed = Some(Sealed::from_stored("dk1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"));
+    let with = |id: &str, limit: Option<u32>, status: IntentStatus, expires: i64| IntentRecord {
+        expires_micros: expires,
+        credential_sealed: sealed.clone(),
+        ..intent(id, "pm_a", limit, status)
+    };
+    for rec in [
+        with("pi_time", None, IntentStatus::Active, 100),
+        with("pi_limit", Some(2), IntentStatus::Active, i64::MAX / 2),
+        with("pi_verify", None, IntentStatus::Verify, i64::MAX / 2),
+        with("pi_none", None, IntentStatus::Unavailable, 100),
+    ] {
+        assert!(store.insert_intent(&rec, ev("i")).await.unwrap());
+    }
+    assert!(store.intents_due_to_end(99, 10).await.unwrap().is_empty());
+    let due = store.intents_due_to_end(100, 10).await.unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|d| (d.id.as_str(), d.end))
+            .collect::<Vec<_>>(),
+        vec![("pi_time", IntentEnd::Expired)],
+        "unavailable is never due"
+    );
+    assert!(store
+        .end_intent(SCOPE, "pi_time", IntentEnd::Expired, 99)
+        .await
+        .unwrap()
+        .is_none());
+    let ended = store
+        .end_intent(SCOPE, "pi_time", IntentEnd::Expired, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (ended.status, ended.credential_sealed.is_none()),
+        (IntentStatus::Expired, true)
+    );
+    assert!(
+        store
+            .end_intent(SCOPE, "pi_time", IntentEnd::Expired, 100)
+            .await
+            .unwrap()
+            .is_none(),
+        "an intent ends once"
+    );
+    let stored = store.get_intent(SCOPE, "pi_time").await.unwrap().unwrap();
+    assert_eq!(stored, ended);
+    assert!(store.intents_due_to_end(100, 10).await.unwrap().is_empty());
+
+    // The use that reaches the limit ends the intent.
+    let now = time::OffsetDateTime::now_utc();
+    for n in 1..=2 {
+        assert_eq!(
+            store.record_use(SCOPE, "pi_limit", now).await.unwrap(),
+            UseOutcome::Recorded(n)
+        );
+    }
+    let used = store.get_intent(SCOPE, "pi_limit").await.unwrap().unwrap();
+    assert_eq!(
+        (used.status, used.uses, used.credential_sealed.is_none()),
+        (IntentStatus::Expired, 2, true)
+    );
+    assert_eq!(
+        store.record_use(SCOPE, "pi_limit", now).await.unwrap(),
+        UseOutcome::UsageLimitReached
+    );
+
+    // Deleting the payment method cancels the rest, credentials gone.
+    assert!(store
+        .delete_payment_method(SCOPE, "pm_a", ev("d"))
+        .await
+        .unwrap());
+    for id in ["pi_verify", "pi_none", "pi_time"] {
+        let rec = store.get_intent(SCOPE, id).await.unwrap().unwrap();
+        assert_eq!(rec.status, IntentStatus::Canceled, "{id}");
+        assert!(rec.credential_sealed.is_none(), "{id}");
+    }
+    assert!(store
+        .intents_due_to_end(i64::MAX, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// The types of the project's events, newest first.
 async fn event_types(store: &Arc<dyn Store>, before: Option<u64>) -> Vec<String> {
     let query = EventQuery {
@@ -504,6 +593,7 @@ on_both!(
     payment_methods_dedup_list_and_delete,
     usage_is_counted_exactly,
     keys_idempotency_tokens_and_audit,
+    intents_end_once_and_keep_no_credential,
     changes_write_their_events,
     webhook_endpoints_are_kept_per_project
 );

@@ -12,14 +12,17 @@
 //! | `purchase_intent.unavailable`       | a create whose issuer could not issue           |
 //! | `purchase_intent.activated`         | a verification that passed                      |
 //! | `purchase_intent.used`              | every counted use                               |
-//! | `purchase_intent.exhausted`         | the use that reaches the usage limit            |
-//! | `purchase_intent.canceled`          | the delete of the intent's payment method       |
-//! | `purchase_intent.expired`           | the end of an intent by time                    |
+//! | `purchase_intent.exhausted`         | the end at the use that reaches the usage limit |
+//! | `purchase_intent.canceled`          | the end by the delete of its payment method     |
+//! | `purchase_intent.expired`           | the end past `expiresAt` (the finalizer)        |
+//!
+//! The three ends are written where every end is stored (`IntentRecord::finish`, in each
+//! backend's `intent_end`), in the end's transaction.
 //!
 //! Event ids are `evt_` and the event's sequence number (16 hex digits): a later event of a
 //! store has a larger number, and lists go by it, newest first.
 
-use super::{IntentRecord, IntentStatus, PaymentMethodRecord, Sealed};
+use super::{IntentEnd, IntentRecord, IntentStatus, PaymentMethodRecord, Sealed};
 use serde::{Deserialize, Serialize};
 
 /// Every event type, in the order of the table above.
@@ -175,27 +178,19 @@ pub fn intent_activated(intent: &IntentRecord, at_micros: i64) -> NewEvent {
     intent_event(PI_ACTIVATED, intent, at_micros)
 }
 
-/// The events of a counted use: `used`, and `exhausted` when it reached the usage limit.
-pub fn intent_used(intent: &IntentRecord, at_micros: i64) -> Vec<NewEvent> {
-    let mut events = vec![intent_event(PI_USED, intent, at_micros)];
-    if intent
-        .mandates
-        .usage_limit
-        .is_some_and(|limit| intent.uses >= limit)
-    {
-        events.push(intent_event(PI_EXHAUSTED, intent, at_micros));
-    }
-    events
+/// `purchase_intent.used` (a counted use).
+pub fn intent_used(intent: &IntentRecord, at_micros: i64) -> NewEvent {
+    intent_event(PI_USED, intent, at_micros)
 }
 
-/// `purchase_intent.canceled` (its payment method was deleted).
-pub fn intent_canceled(intent: &IntentRecord, at_micros: i64) -> NewEvent {
-    intent_event(PI_CANCELED, intent, at_micros)
-}
-
-/// `purchase_intent.expired` (its time ran out).
-pub fn intent_expired(intent: &IntentRecord, at_micros: i64) -> NewEvent {
-    intent_event(PI_EXPIRED, intent, at_micros)
+/// The event of an intent's end: `expired`, `exhausted` or `canceled`.
+pub fn intent_ended(intent: &IntentRecord, end: IntentEnd, at_micros: i64) -> NewEvent {
+    let kind = match end {
+        IntentEnd::Expired => PI_EXPIRED,
+        IntentEnd::UsedUp => PI_EXHAUSTED,
+        IntentEnd::Canceled => PI_CANCELED,
+    };
+    intent_event(kind, intent, at_micros)
 }
 
 #[cfg(test)]

@@ -338,4 +338,24 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.delete_webhook_endpoint(project, id, audit).await
     }
+
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: crate::store::IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>> {
+        self.write()?;
+        self.inner.end_intent(scope, id, end, now_micros).await
+    }
+
+    async fn intents_due_to_end(
+        &self,
+        now_micros: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<crate::store::DueEnd>> {
+        self.read()?;
+        self.inner.intents_due_to_end(now_micros, limit).await
+    }
 }

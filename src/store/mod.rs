@@ -342,4 +342,22 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         audit: AuditEvent,
     ) -> StoreResult<bool>;
+    /// Ends an intent for good, in one transaction: its final status ([`IntentEnd::status`])
+    /// and its issued credential made impossible to open; its metadata stays. Only when
+    /// [`IntentRecord::ends_with`] holds at `now_micros`, checked inside the transaction, so
+    /// racing callers and instances end it once. The ended record; `None` when there is no
+    /// such intent or it does not end so (already ended, not due). Durable when it returns.
+    /// Everything written with an end (other rows of the same transaction) is written here.
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>>;
+
+    /// Up to `limit` intents still stored live whose end is due at `now_micros` (past
+    /// `expiresAt`, or a used-up limit whose end a crash interrupted): what the finalizer
+    /// ends.
+    async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>>;
 }

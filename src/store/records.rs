@@ -132,6 +132,111 @@ impl IntentRecord {
     }
 }
 
+impl IntentRecord {
+    /// Whether `end` ends this record at `now_micros` ([`Store::end_intent`](super::Store::end_intent)
+    /// applies it only then, so that racing callers and instances end an intent once):
+    /// expiry ends an `active` or `verify` intent past `expiresAt`; a used-up limit ends an
+    /// `active` one whose uses reached it; cancelation ends any intent not canceled yet.
+    pub fn ends_with(&self, end: IntentEnd, now_micros: i64) -> bool {
+        match end {
+            IntentEnd::Expired => self.is_live_stored() && now_micros >= self.expires_micros,
+            IntentEnd::UsedUp => {
+                self.status == IntentStatus::Active
+                    && self.mandates.usage_limit.is_some_and(|l| self.uses >= l)
+            }
+            IntentEnd::Canceled => self.status != IntentStatus::Canceled,
+        }
+    }
+
+    /// The end this intent, stored live, has come to at `now_micros` (what the finalizer
+    /// applies): expiry first, then a used-up limit.
+    pub fn due_end(&self, now_micros: i64) -> Option<IntentEnd> {
+        [IntentEnd::Expired, IntentEnd::UsedUp]
+            .into_iter()
+            .find(|end| self.ends_with(*end, now_micros))
+    }
+
+    /// Stored `active` or `verify`: the statuses whose credential can still be shown.
+    pub fn is_live_stored(&self) -> bool {
+        matches!(self.status, IntentStatus::Active | IntentStatus::Verify)
+    }
+
+    /// Applies `end`: the final status, and the issued credential dropped from the record.
+    /// The metadata (mandates, times, uses, type) stays.
+    pub fn finish(&mut self, end: IntentEnd) {
+        self.status = end.status();
+        self.credential_sealed = None;
+    }
+}
+
+/// How an intent ends for good ([`Store::end_intent`](super::Store::end_intent)).
+/// `unavailable` is final too, but it is stored so from the start, holds no credential and
+/// no end moves it (only the cancelation of its payment method does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntentEnd {
+    /// Past its `expiresAt` (the finalizer finds it): status `expired`.
+    Expired,
+    /// Its usage limit is used up, at the use that reached it: status `expired`.
+    #[serde(rename = "exhausted")]
+    UsedUp,
+    /// Its payment method was deleted: status `canceled`.
+    Canceled,
+}
+
+impl IntentEnd {
+    /// The status the intent is stored with from then on.
+    pub fn status(self) -> IntentStatus {
+        match self {
+            IntentEnd::Expired | IntentEnd::UsedUp => IntentStatus::Expired,
+            IntentEnd::Canceled => IntentStatus::Canceled,
+        }
+    }
+
+    /// Its name: `expired`, `exhausted` or `canceled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentEnd::Expired => "expired",
+            IntentEnd::UsedUp => "exhausted",
+            IntentEnd::Canceled => "canceled",
+        }
+    }
+}
+
+/// An intent whose end is due, as [`Store::intents_due_to_end`](super::Store::intents_due_to_end)
+/// finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueEnd {
+    pub project: String,
+    pub entity: String,
+    pub id: String,
+    pub end: IntentEnd,
+}
+
+/// Why a use of an intent is refused, from its stored status, `expiresAt`, usage limit and
+/// uses at `now_micros`; `None` when it may be counted. An intent ended by its usage limit
+/// refuses as [`UseOutcome::UsageLimitReached`], one ended by time as [`UseOutcome::Expired`].
+pub fn use_refused(
+    status: IntentStatus,
+    expires_micros: i64,
+    usage_limit: Option<u32>,
+    uses: u32,
+    now_micros: i64,
+) -> Option<UseOutcome> {
+    let used_up = usage_limit.is_some_and(|l| uses >= l);
+    match status {
+        IntentStatus::Active | IntentStatus::Expired => {}
+        _ => return Some(UseOutcome::NotActive),
+    }
+    if status == IntentStatus::Expired && used_up {
+        return Some(UseOutcome::UsageLimitReached);
+    }
+    if status == IntentStatus::Expired || now_micros >= expires_micros {
+        return Some(UseOutcome::Expired);
+    }
+    used_up.then_some(UseOutcome::UsageLimitReached)
+}
+
 /// What [`Store::record_use`](super::Store::record_use) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UseOutcome {

@@ -50,6 +50,35 @@ async fn virtual_card_is_active_then_expires_after_24_hours() {
 }
 
 #[tokio::test]
+async fn the_finalizer_stores_the_end_of_an_expired_intent_and_drops_its_credential() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("100")).await;
+    let id = v["id"].as_str().unwrap();
+    let stored = || async {
+        env.app
+            .store
+            .get_intent(scope(PAN_PROJECT, "user_1"), id)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 0);
+    assert!(stored().await.credential_sealed.is_some());
+    env.clock.advance(Duration::hours(24));
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 1);
+    let ended = stored().await;
+    assert_eq!(ended.status, IntentStatus::Expired);
+    assert!(ended.credential_sealed.is_none());
+    assert_eq!(ended.mandates, stored().await.mandates);
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 0, "ended once");
+    let (_, got) = get_intent(&env, &p, id).await;
+    assert_eq!(got["status"], "expired");
+    assert!(got.get("card").is_none(), "{got}");
+}
+
+#[tokio::test]
 async fn expiration_date_mandate_makes_expires_at_sooner() {
     let env = env();
     let p = private("user_1");
@@ -91,9 +120,9 @@ async fn deleting_the_payment_method_cancels_its_intents() {
         get_intent(&env, &p, c["id"].as_str().unwrap()).await.1["status"],
         "active"
     );
-    // A canceled credential no longer authorizes.
+    // A canceled credential is destroyed: the sandbox no longer knows it.
     let r = authorize(&env, &p, charge(&a["card"], "1", "USD", None)).await;
-    assert_eq!(declined(&r), "notActive");
+    assert_eq!(declined(&r), "invalidCard");
     // And the proxy finds nothing for the deleted method.
     let found = active_credential(
         &env.app,
@@ -411,4 +440,33 @@ async fn a_pan_intent_shows_no_card_once_its_project_disables_pan() {
             .unwrap()
             .is_none()
     );
+}
+
+/// `purchase_intent.expired`: written by the finalizer's end, once, with the intent as it
+/// ended (status `expired`, no credential).
+#[tokio::test]
+async fn purchase_intent_expired() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("100")).await;
+    let expired = || async {
+        let (status, list) = reply(
+            crate::api::events::list(&env.app, &p, Some("type=purchase_intent.expired")).await,
+        );
+        assert_eq!(status, 200, "{list}");
+        list.as_array().cloned().unwrap_or_default()
+    };
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 0);
+    assert!(expired().await.is_empty());
+    env.clock.advance(Duration::hours(24));
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 1);
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 0);
+    let events = expired().await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let data = &events[0]["data"];
+    assert_eq!(data["id"], v["id"]);
+    assert_eq!(data["status"], "expired");
+    assert!(data.get("card").is_none(), "{data}");
+    assert_eq!(events[0]["createdAt"], "2026-11-22T10:00:00.000Z");
 }

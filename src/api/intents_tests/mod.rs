@@ -12,9 +12,9 @@ use crate::domain::issuer::CredentialType;
 use crate::error::ApiResult;
 use crate::http::Response;
 use crate::service::intents::{
-    active_credential, record_proxy_use, reveal, stored_card_credential,
+    active_credential, end_due_intents, record_proxy_use, reveal, stored_card_credential,
 };
-use crate::store::{Scope, UseOutcome};
+use crate::store::{IntentStatus, Scope, UseOutcome};
 use time::Duration;
 
 fn scope<'a>(project: &'a str, entity: &'a str) -> Scope<'a> {

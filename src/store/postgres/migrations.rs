@@ -16,6 +16,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0002_idempotency_claims.sql"),
     ),
     (
+        3,
+        "intent ends",
+        include_str!("migrations/0003_intent_ends.sql"),
+    ),
+    (
         5,
         "events and webhook endpoints",
         include_str!("migrations/0005_events.sql"),

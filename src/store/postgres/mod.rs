@@ -26,6 +26,7 @@
 //! [`StoreError::Unavailable`] (`503 storeUnavailable`) when the database does not answer.
 
 pub mod audit;
+mod intent_end;
 pub mod migrations;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_cluster;
@@ -37,9 +38,9 @@ use crate::config::store::PostgresConfig;
 use crate::domain::issuer::CredentialType;
 use crate::store::events::{self as event, EventQuery, EventRecord, NewEvent};
 use crate::store::{
-    corrupt, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord, IntentStatus, Page,
-    PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats, TokenTake,
-    UseOutcome, VerificationAttempt, WebhookEndpointRecord,
+    corrupt, CardTokenRecord, DueEnd, IdempotentRecord, Inserted, IntentEnd, IntentRecord,
+    IntentStatus, Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult,
+    StoreStats, TokenTake, UseOutcome, VerificationAttempt, WebhookEndpointRecord,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -337,8 +338,8 @@ fn intent_of(row: &tokio_postgres::Row) -> StoreResult<IntentRecord> {
 const OUTBOX: &str = "INSERT INTO audit_outbox (event) VALUES ($1)";
 
 /// Writes `events` in order, inside the transaction of the change they record.
-async fn write_events(
-    tx: &deadpool_postgres::Transaction<'_>,
+pub(super) async fn write_events(
+    tx: &tokio_postgres::Transaction<'_>,
     events: &[NewEvent],
 ) -> StoreResult<()> {
     for e in events {
@@ -466,7 +467,7 @@ impl Store for PgStore {
             return Ok(false);
         };
         let deleted: PaymentMethodRecord = from_json(deleted.get(0))?;
-        let mut written = vec![event::pm_deleted(&deleted, audit.at_micros)];
+        write_events(&tx, &[event::pm_deleted(&deleted, audit.at_micros)]).await?;
         // The row lock of the delete makes an intent insert for it wait and then find it gone.
         let rows = timed(tx.query(
             "SELECT id, status, uses, record FROM intents WHERE project = $1 AND entity = $2 \
@@ -476,17 +477,10 @@ impl Store for PgStore {
         .await?;
         for row in rows {
             let mut rec = intent_of(&row)?;
-            rec.status = IntentStatus::Canceled;
-            timed(tx.execute(
-                "UPDATE intents SET status = 'canceled', record = $4 \
-                 WHERE project = $1 AND entity = $2 AND id = $3",
-                &[&scope.project, &scope.entity, &rec.id, &json(&rec)?],
-            ))
-            .await?;
-            written.push(event::intent_canceled(&rec, audit.at_micros));
+            let (end, at) = (IntentEnd::Canceled, audit.at_micros);
+            intent_end::end_row(&tx, scope, &mut rec, end, at).await?;
         }
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
-        write_events(&tx, &written).await?;
         timed(tx.commit()).await?;
         self.audited();
         Ok(true)
@@ -638,7 +632,8 @@ impl Store for PgStore {
         let st = timed(c.prepare_cached(
             "UPDATE intents SET uses = uses + 1 WHERE project = $1 AND entity = $2 AND id = $3 \
              AND status = 'active' AND expires_micros > $4 \
-             AND (usage_limit IS NULL OR uses < usage_limit) RETURNING status, uses, record",
+             AND (usage_limit IS NULL OR uses < usage_limit) \
+             RETURNING status, uses, usage_limit, record",
         ))
         .await?;
         let tx = timed(c.transaction()).await?;
@@ -646,10 +641,20 @@ impl Store for PgStore {
             timed(tx.query_opt(&st, &[&scope.project, &scope.entity, &id, &now])).await?
         {
             let rec = intent_of(&row)?;
-            write_events(&tx, &event::intent_used(&rec, now)).await?;
+            write_events(&tx, &[event::intent_used(&rec, now)]).await?;
             timed(tx.commit()).await?;
             self.writes.fetch_add(1, Ordering::Relaxed);
-            return Ok(UseOutcome::Recorded(rec.uses));
+            let uses: i64 = row.get("uses");
+            if row
+                .get::<_, Option<i64>>("usage_limit")
+                .is_some_and(|limit| uses >= limit)
+            {
+                // The use that reaches the limit ends the intent (the finalizer ends it if
+                // this instance stops in between).
+                drop(c);
+                self.end_intent(scope, id, IntentEnd::UsedUp, now).await?;
+            }
+            return Ok(UseOutcome::Recorded(u32_of(uses)));
         }
         drop(tx);
         // Not counted: why (read after the refused update; the refusal itself was atomic).
@@ -662,13 +667,14 @@ impl Store for PgStore {
         let Some(row) = row else {
             return Ok(UseOutcome::NotFound);
         };
-        if status_of(row.get::<_, &str>(0))? != IntentStatus::Active {
-            return Ok(UseOutcome::NotActive);
-        }
-        if now >= row.get::<_, i64>(1) {
-            return Ok(UseOutcome::Expired);
-        }
-        Ok(UseOutcome::UsageLimitReached)
+        let status = status_of(row.get::<_, &str>(0))?;
+        let limit = row.get::<_, Option<i64>>(2).map(u32_of);
+        let uses = u32_of(row.get::<_, i64>(3));
+        // Refused by the update: a use counted meanwhile reads as the limit reached.
+        Ok(
+            crate::store::use_refused(status, row.get(1), limit, uses, now)
+                .unwrap_or(UseOutcome::UsageLimitReached),
+        )
     }
 
     async fn newest_active_intent(
@@ -1073,6 +1079,51 @@ impl Store for PgStore {
         timed(tx.commit()).await?;
         self.audited();
         Ok(true)
+    }
+
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let row = timed(tx.query_opt(
+            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 AND id = $3 \
+             FOR UPDATE",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let mut rec = intent_of(&row)?;
+        if !rec.ends_with(end, now_micros) {
+            return Ok(None);
+        }
+        intent_end::end_row(&tx, scope, &mut rec, end, now_micros).await?;
+        timed(tx.commit()).await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(rec))
+    }
+
+    async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
+        let c = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = timed(c.query(intent_end::DUE, &[&now_micros, &limit])).await?;
+        Ok(rows
+            .iter()
+            .map(|row| DueEnd {
+                project: row.get(0),
+                entity: row.get(1),
+                id: row.get(2),
+                end: if row.get::<_, &str>(3) == "expired" {
+                    IntentEnd::Expired
+                } else {
+                    IntentEnd::UsedUp
+                },
+            })
+            .collect())
     }
 }
 

@@ -11,6 +11,7 @@
 //! | `pi`       | scope, id                                   | intent (JSON)    |
 //! | `pi_by_pm` | scope, pm id, `\0`, u64::MAX - created_micros (BE), id | empty |
 //! | `pi_pm_n`  | scope, pm id                                | intents ever created for the pm (u64 BE) |
+//! | `pi_due`   | due micros (BE), scope, id                  | empty (an intent stored live, by when it ends: its `expiresAt`, 0 for a used-up limit not ended yet) |
 //! | `keyrings` | project                                     | wrapped keyring  |
 //! | `audit_outbox` | sled-generated id (BE)                  | audit event of a committed change (JSON), until it is in `audit.log` |
 //! | `meta`     | `audit_file_head`                           | the audit log's recorded head: seq, hash, file length (JSON) |
@@ -95,6 +96,21 @@ pub fn webhook(project: &str, id: &str) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(id.as_bytes());
     k
+}
+
+/// Key in `pi_due`: the intent `pi_key` (a [`pi`] key), due at `due_micros`; the earliest sort
+/// first.
+pub fn pi_due(due_micros: i64, pi_key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + pi_key.len());
+    k.extend_from_slice(&u64::try_from(due_micros).unwrap_or(0).to_be_bytes());
+    k.extend_from_slice(pi_key);
+    k
+}
+
+/// The due time and the `pi` key of a `pi_due` key.
+pub fn from_pi_due(key: &[u8]) -> Option<(u64, &[u8])> {
+    let (due, pi_key) = key.split_at_checked(8)?;
+    Some((u64::from_be_bytes(due.try_into().ok()?), pi_key))
 }
 
 #[cfg(test)]

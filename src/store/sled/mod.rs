@@ -7,6 +7,7 @@ pub mod card_tokens;
 pub mod events;
 pub mod group_commit;
 pub mod idempotency;
+mod intent_end;
 pub mod keys;
 
 use crate::audit::chain::HashFunction;
@@ -16,8 +17,9 @@ use crate::domain::issuer::CredentialType;
 use crate::store::events::{self as event, EventQuery, EventRecord};
 use crate::store::pm_cache::RecordCache;
 use crate::store::{
-    corrupt, unavailable, Inserted, IntentRecord, IntentStatus, Page, PaymentMethodRecord, Refresh,
-    Scope, Store, StoreError, StoreResult, StoreStats, UseOutcome, VerificationAttempt,
+    corrupt, unavailable, use_refused, DueEnd, Inserted, IntentEnd, IntentRecord, IntentStatus,
+    Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult, StoreStats,
+    UseOutcome, VerificationAttempt,
 };
 use async_trait::async_trait;
 use audit_outbox::{self as audit_log, to_outbox, LogSink};
@@ -40,6 +42,8 @@ pub struct SledStore {
     pi: sled::Tree,
     pi_by_pm: sled::Tree,
     pi_pm_n: sled::Tree,
+    /// Live intents by when they end ([`intent_end`]).
+    pi_due: sled::Tree,
     keyrings: sled::Tree,
     /// Audit events of committed changes, on their way into the log ([`audit_log`]).
     outbox: sled::Tree,
@@ -93,7 +97,7 @@ impl SledStore {
             commit.clone(),
             audit_hash,
         )?;
-        Ok(Self {
+        let store = Self {
             pm: tree("pm")?,
             idem: tree("idem")?,
             pm_time: tree("pm_time")?,
@@ -102,6 +106,7 @@ impl SledStore {
             pi: tree("pi")?,
             pi_by_pm: tree("pi_by_pm")?,
             pi_pm_n: tree("pi_pm_n")?,
+            pi_due: tree("pi_due")?,
             keyrings: tree("keyrings")?,
             outbox,
             meta,
@@ -114,7 +119,9 @@ impl SledStore {
             commit,
             db,
             pm_cache: RecordCache::default(),
-        })
+        };
+        store.index_live_intents()?;
+        Ok(store)
     }
 
     async fn durable(&self) -> StoreResult<()> {
@@ -234,18 +241,16 @@ impl SledStore {
             .collect()
     }
 
-    /// Reads, changes and writes back one intent in a transaction, with the events
-    /// `events_of` makes of a changed one; `None` when absent.
+    /// Reads, changes and writes back one intent in a transaction; `None` when absent.
     fn update_intent<T>(
         &self,
         scope: Scope<'_>,
         id: &str,
         change: impl Fn(&mut IntentRecord) -> (bool, T),
-        events_of: impl Fn(&IntentRecord) -> Vec<crate::store::NewEvent>,
     ) -> StoreResult<Option<(IntentRecord, T, bool)>> {
         let key = keys::pi(scope, id);
-        (&self.pi, &self.events)
-            .transaction(|(t_pi, t_events)| {
+        self.pi
+            .transaction(|t_pi| {
                 let Some(bytes) = t_pi.get(&key)? else {
                     return Ok(None);
                 };
@@ -254,7 +259,6 @@ impl SledStore {
                 if changed {
                     let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                     t_pi.insert(key.as_slice(), value)?;
-                    events::write(t_events, &events_of(&rec))?;
                 }
                 Ok(Some((rec, out, changed)))
             })
@@ -399,39 +403,40 @@ impl Store for SledStore {
                 &self.pi,
                 &self.pi_pm_n,
                 &self.pm_verified,
+                &self.pi_due,
                 &self.events,
             )
                 .transaction(
-                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified, t_events)| {
+                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified, t_due, t_events)| {
                         let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
                             return Ok(false);
                         };
                         if read_count(t_n.get(&ref_key)?) != intent_ids.len() as u64 {
                             return Err(abort(StoreError::Unavailable(RETRY_DELETE.into())));
                         }
-                        let mut written = Vec::new();
+                        let rec = Self::decode_pm(&bytes).map_err(abort)?;
+                        events::write(t_events, &[event::pm_deleted(&rec, audit.at_micros)])?;
                         for intent_id in &intent_ids {
                             let key = keys::pi(scope, intent_id);
                             let Some(bytes) = t_pi.get(&key)? else {
                                 continue;
                             };
                             let mut intent = Self::decode_pi(&bytes).map_err(abort)?;
-                            if intent.status != IntentStatus::Canceled {
-                                intent.status = IntentStatus::Canceled;
-                                let value =
-                                    serde_json::to_vec(&intent).map_err(|e| abort(corrupt(e)))?;
-                                t_pi.insert(key.as_slice(), value)?;
-                                written.push(event::intent_canceled(&intent, audit.at_micros));
+                            if intent.ends_with(IntentEnd::Canceled, 0) {
+                                let t = intent_end::EndTrees {
+                                    pi: t_pi,
+                                    due: t_due,
+                                    events: t_events,
+                                    at_micros: audit.at_micros,
+                                };
+                                intent_end::end_in(&t, &key, &mut intent, IntentEnd::Canceled)?;
                             }
                         }
                         t_n.remove(ref_key.as_slice())?;
                         t_verified.remove(ref_key.as_slice())?;
-                        let rec = Self::decode_pm(&bytes).map_err(abort)?;
                         t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
                         t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
                         to_outbox(t_outbox, &audit)?;
-                        written.insert(0, event::pm_deleted(&rec, audit.at_micros));
-                        events::write(t_events, &written)?;
                         Ok(true)
                     },
                 );
@@ -467,15 +472,17 @@ impl Store for SledStore {
         );
         let value = serde_json::to_vec(intent).map_err(corrupt)?;
         let created = event::intent_created(intent);
+        let due_key = keys::pi_due(intent.expires_micros, &pi_key);
         let inserted = (
             &self.pm,
             &self.pi,
             &self.pi_by_pm,
             &self.pi_pm_n,
             &self.outbox,
+            &self.pi_due,
             &self.events,
         )
-            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox, t_events)| {
+            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox, t_due, t_events)| {
                 if t_pm.get(&pm_key)?.is_none() {
                     return Ok(false);
                 }
@@ -483,6 +490,9 @@ impl Store for SledStore {
                 t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
                 t_pi.insert(pi_key.as_slice(), value.as_slice())?;
                 t_index.insert(index_key.as_slice(), &[] as &[u8])?;
+                if intent.is_live_stored() {
+                    t_due.insert(due_key.as_slice(), &[] as &[u8])?;
+                }
                 to_outbox(t_outbox, &audit)?;
                 events::write(t_events, &created)?;
                 Ok(true)
@@ -515,16 +525,11 @@ impl Store for SledStore {
         id: &str,
         status: IntentStatus,
     ) -> StoreResult<Option<IntentRecord>> {
-        let updated = self.update_intent(
-            scope,
-            id,
-            |rec| {
-                let changed = rec.status != status;
-                rec.status = status;
-                (changed, ())
-            },
-            |_| Vec::new(),
-        )?;
+        let updated = self.update_intent(scope, id, |rec| {
+            let changed = rec.status != status;
+            rec.status = status;
+            (changed, ())
+        })?;
         if updated.as_ref().is_some_and(|(_, _, changed)| *changed) {
             self.durable().await?;
         }
@@ -585,33 +590,41 @@ impl Store for SledStore {
         now: time::OffsetDateTime,
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
-        let updated = self.update_intent(
-            scope,
-            id,
-            |rec| {
-                if rec.status != IntentStatus::Active {
-                    return (false, UseOutcome::NotActive);
-                }
-                if now >= rec.expires_micros {
-                    return (false, UseOutcome::Expired);
-                }
-                if rec.mandates.usage_limit.is_some_and(|l| rec.uses >= l) {
-                    return (false, UseOutcome::UsageLimitReached);
+        let key = keys::pi(scope, id);
+        let (outcome, changed) = (&self.pi, &self.pi_due, &self.events)
+            .transaction(|(t_pi, t_due, t_events)| {
+                let Some(bytes) = t_pi.get(&key)? else {
+                    return Ok((UseOutcome::NotFound, false));
+                };
+                let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                let limit = rec.mandates.usage_limit;
+                if let Some(refused) =
+                    use_refused(rec.status, rec.expires_micros, limit, rec.uses, now)
+                {
+                    return Ok((refused, false));
                 }
                 rec.uses = rec.uses.saturating_add(1);
-                (true, UseOutcome::Recorded(rec.uses))
-            },
-            |rec| event::intent_used(rec, now),
-        )?;
-        match updated {
-            None => Ok(UseOutcome::NotFound),
-            Some((_, outcome, changed)) => {
-                if changed {
-                    self.durable().await?;
+                events::write(t_events, &[event::intent_used(&rec, now)])?;
+                if rec.ends_with(IntentEnd::UsedUp, now) {
+                    // The use that reaches the limit ends the intent in its transaction.
+                    let t = intent_end::EndTrees {
+                        pi: t_pi,
+                        due: t_due,
+                        events: t_events,
+                        at_micros: now,
+                    };
+                    intent_end::end_in(&t, &key, &mut rec, IntentEnd::UsedUp)?;
+                } else {
+                    let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                    t_pi.insert(key.as_slice(), value)?;
                 }
-                Ok(outcome)
-            }
+                Ok((UseOutcome::Recorded(rec.uses), true))
+            })
+            .map_err(tx_error)?;
+        if changed {
+            self.durable().await?;
         }
+        Ok(outcome)
     }
 
     async fn newest_active_intent(
@@ -837,6 +850,24 @@ impl Store for SledStore {
             self.durable_audited().await?;
         }
         Ok(deleted)
+    }
+
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>> {
+        let ended = self.end_one(&keys::pi(scope, id), end, now_micros)?;
+        if ended.is_some() {
+            self.durable().await?;
+        }
+        Ok(ended)
+    }
+
+    async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
+        self.due_to_end(now_micros, limit)
     }
 }
 
