@@ -10,7 +10,7 @@
 
 use super::payment_methods::{listed_view, DEFAULT_LIMIT, MAX_LIMIT};
 use super::purchase_intents::IntentView;
-use super::query_pairs;
+use super::{list_limit, query_pairs};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::clock::{from_micros, iso8601};
@@ -78,12 +78,7 @@ pub async fn list(app: &App, principal: &Principal, query: Option<&str>) -> ApiR
     let mut errors = BTreeMap::new();
     for (name, value) in query_pairs(query) {
         match name.as_str() {
-            "limit" => match value.parse::<usize>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => limit = n,
-                _ => {
-                    errors.insert(name, format!("an integer from 1 to {MAX_LIMIT}"));
-                }
-            },
+            "limit" => limit = list_limit(&value, MAX_LIMIT, &mut errors).unwrap_or(limit),
             "startingAfter" => match seq_of(&value) {
                 Some(seq) => before = Some(seq),
                 None => {

@@ -71,6 +71,22 @@ pub fn check_entity(
     }
 }
 
+/// A list's `limit` query parameter: an integer from 1 to `max`; otherwise `None`, with the
+/// error recorded under `limit`.
+pub fn list_limit(
+    value: &str,
+    max: usize,
+    errors: &mut std::collections::BTreeMap<String, String>,
+) -> Option<usize> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Some(n),
+        _ => {
+            errors.insert("limit".into(), format!("an integer from 1 to {max}"));
+            None
+        }
+    }
+}
+
 fn hex_val(b: u8) -> Option<u8> {
     (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }

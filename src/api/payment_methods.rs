@@ -4,7 +4,7 @@
 //! The card number and cvc are sealed by the vault before anything is stored; responses
 //! carry only bin, last4, expiry, brand and display data.
 
-use super::query_pairs;
+use super::{list_limit, query_pairs};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::clock::iso8601;
@@ -316,15 +316,7 @@ pub async fn list(app: &App, principal: &Principal, query: Option<&str>) -> ApiR
     let mut errors = BTreeMap::new();
     for (name, value) in query_pairs(query) {
         match name.as_str() {
-            "limit" => match value.parse::<usize>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => limit = n,
-                _ => {
-                    errors.insert(
-                        "limit".to_string(),
-                        format!("an integer from 1 to {MAX_LIMIT}"),
-                    );
-                }
-            },
+            "limit" => limit = list_limit(&value, MAX_LIMIT, &mut errors).unwrap_or(limit),
             "offset" => match value.parse::<usize>() {
                 Ok(n) if n <= MAX_OFFSET => offset = n,
                 _ => {

@@ -112,14 +112,24 @@ fn purchase_intent_created() {
     assert_eq!(data["mandates"], pi["mandates"]);
 }
 
+/// A new intent of `kind` for card `number` is in `status`, and its one `event` says so.
+fn new_intent_writes(number: &str, kind: &str, status: &str, event: &str) {
+    let (server, t, pm) = setup(number);
+    let pi = intent(&server, &t, &pm, kind, max_amount());
+    assert_eq!(pi["status"], status);
+    let data = only(&server, &t, event);
+    assert_eq!(data["id"], pi["id"]);
+    assert_eq!(data["status"], status);
+}
+
 #[test]
 fn purchase_intent_verification_required() {
-    let (server, t, pm) = setup(VISA);
-    let pi = intent(&server, &t, &pm, "network-token", max_amount());
-    assert_eq!(pi["status"], "verify");
-    let data = only(&server, &t, "purchase_intent.verification_required");
-    assert_eq!(data["id"], pi["id"]);
-    assert_eq!(data["status"], "verify");
+    new_intent_writes(
+        VISA,
+        "network-token",
+        "verify",
+        "purchase_intent.verification_required",
+    );
 }
 
 #[test]
@@ -153,12 +163,12 @@ fn purchase_intent_activated() {
 
 #[test]
 fn purchase_intent_unavailable() {
-    let (server, t, pm) = setup("4000009900000020");
-    let pi = intent(&server, &t, &pm, "virtual-card", max_amount());
-    assert_eq!(pi["status"], "unavailable");
-    let data = only(&server, &t, "purchase_intent.unavailable");
-    assert_eq!(data["id"], pi["id"]);
-    assert_eq!(data["status"], "unavailable");
+    new_intent_writes(
+        "4000009900000020",
+        "virtual-card",
+        "unavailable",
+        "purchase_intent.unavailable",
+    );
 }
 
 #[test]
@@ -219,13 +229,7 @@ fn the_list_pages_newest_first() {
     let path = format!("/projects/{PROJECT}/events");
     let all = server.call("GET", &path, Some(&t), None);
     assert_eq!(all.status, 200, "{}", all.text);
-    let kinds: Vec<&str> = all
-        .json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
+    let kinds = strings(&all.json, "type");
     assert_eq!(
         kinds,
         [
@@ -234,13 +238,7 @@ fn the_list_pages_newest_first() {
             "payment_method.created"
         ]
     );
-    let ids: Vec<&str> = all
-        .json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
+    let ids = strings(&all.json, "id");
     let first = server.call("GET", &format!("{path}?limit=1"), Some(&t), None);
     assert_eq!(first.json.as_array().unwrap().len(), 1);
     assert_eq!(first.json[0]["id"], ids[0]);
@@ -250,13 +248,7 @@ fn the_list_pages_newest_first() {
         Some(&t),
         None,
     );
-    let rest: Vec<&str> = next
-        .json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
+    let rest = strings(&next.json, "id");
     assert_eq!(rest, ids[1..]);
 
     server

@@ -53,13 +53,7 @@ fn create_list_get_rotate_delete() {
     assert!(got.json.get("secret").is_none(), "{}", got.text);
     assert_eq!(got.json["url"], "https://localhost:9/hooks");
     let list = server.call("GET", &path, Some(&t), None);
-    let ids: Vec<&str> = list
-        .json
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
+    let ids = strings(&list.json, "id");
     assert_eq!(ids, [all.json["id"].as_str().unwrap(), id.as_str()]);
     assert!(!list.text.contains("whsec_"));
 

@@ -700,3 +700,12 @@ pub fn refused_start(config: &Path) -> String {
     assert!(exited && !out.status.success(), "it started: {said}");
     said
 }
+
+/// The string `field` of each object of a JSON array, in order.
+pub fn strings<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item[field].as_str())
+        .collect()
+}
