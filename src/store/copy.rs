@@ -6,7 +6,7 @@
 //! audit log starts with the copied one and verifies as one chain.
 
 use crate::audit::AuditEntry;
-use crate::store::{IntentRecord, PaymentMethodRecord};
+use crate::store::{EventRecord, IntentRecord, PaymentMethodRecord, WebhookEndpointRecord};
 
 /// A record of a scoped tree (card tokens, idempotent answers).
 #[derive(Debug, Clone)]
@@ -29,11 +29,14 @@ pub struct Export {
     pub keyrings: Vec<(String, Vec<u8>)>,
     pub client_keys: Vec<(String, Vec<u8>)>,
     pub audit: Vec<AuditEntry>,
+    pub webhook_endpoints: Vec<WebhookEndpointRecord>,
+    /// With their sequence numbers (their ids), oldest first.
+    pub events: Vec<EventRecord>,
 }
 
 impl Export {
     /// (what, its PostgreSQL table, how many), for the report and the check.
-    pub fn counts(&self) -> [(&'static str, &'static str, usize); 7] {
+    pub fn counts(&self) -> [(&'static str, &'static str, usize); 9] {
         [
             (
                 "payment methods",
@@ -46,6 +49,12 @@ impl Export {
             ("keyrings", "keyrings", self.keyrings.len()),
             ("client key sets", "client_keys", self.client_keys.len()),
             ("audit entries", "audit_log", self.audit.len()),
+            (
+                "webhook endpoints",
+                "webhook_endpoints",
+                self.webhook_endpoints.len(),
+            ),
+            ("events", "events", self.events.len()),
         ]
     }
 }

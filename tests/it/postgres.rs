@@ -356,6 +356,17 @@ fn store_copy_moves_a_sled_deployment_to_postgresql() {
     let t = old.token("user_1", "private");
     let pm = old.add_card(&t, "user_1", VISA);
     let pi = card_intent(&old, &t, &pm, 3);
+    let hooks = format!("/projects/{PROJECT}/webhook-endpoints");
+    let hook = old.call(
+        "POST",
+        &hooks,
+        Some(&t),
+        Some(&json!({"url": "https://localhost/h"})),
+    );
+    assert_eq!(hook.status, 201, "{}", hook.text);
+    let events_path = format!("/projects/{PROJECT}/events");
+    let events = old.call("GET", &events_path, Some(&t), None).json;
+    assert_eq!(strings(&events, "type").len(), 2, "{events}");
     old.stop(false);
     let url = paycred::store::postgres::test_cluster::fresh_database().unwrap();
     let text = std::fs::read_to_string(&old.config_path).unwrap();
@@ -386,6 +397,8 @@ fn store_copy_moves_a_sled_deployment_to_postgresql() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("payment methods: 1"), "{text}");
+        assert!(text.contains("webhook endpoints: 1"), "{text}");
+        assert!(text.contains("events: 2"), "{text}");
         assert!(text.contains("audit log verified"), "{text}");
     }
     let new = Server::start_with(Options {
@@ -395,6 +408,15 @@ fn store_copy_moves_a_sled_deployment_to_postgresql() {
     });
     let got = new.call("GET", &format!("{}/{pm}", pm_path()), Some(&t), None);
     assert_eq!(got.status, 200, "{}", got.text);
+    let listed = new.call("GET", &hooks, Some(&t), None).json;
+    assert_eq!(strings(&listed, "id"), [hook.json["id"].as_str().unwrap()]);
+    assert_eq!(new.call("GET", &events_path, Some(&t), None).json, events);
+    // Events written after the copy come after the copied ones.
+    new.add_card(&t, "user_1", MASTERCARD);
+    let after = new.call("GET", &events_path, Some(&t), None).json;
+    let ids = strings(&after, "id");
+    assert_eq!(ids.len(), 3);
+    assert!(ids[0] > ids[1], "{ids:?}");
     assert_eq!(intent_status(&new, &t, &pi), "active");
     let up = Upstream::start();
     let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}"),

@@ -1189,6 +1189,30 @@ impl PgStore {
                 ))
                 .await?;
             }
+            for e in &export.webhook_endpoints {
+                timed(tx.execute(
+                    "INSERT INTO webhook_endpoints (project, id, created_micros, record) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    &[&e.project, &e.id, &e.created_micros, &json(e)?],
+                ))
+                .await?;
+            }
+            for e in &export.events {
+                let seq = i64::try_from(e.seq).map_err(corrupt)?;
+                timed(tx.execute(
+                    "INSERT INTO events (seq, project, type, event) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT DO NOTHING",
+                    &[&seq, &e.event.project, &e.event.kind, &json(&e.event)?],
+                ))
+                .await?;
+            }
+            // Events written from now on number after the copied ones (their ids keep growing).
+            timed(tx.execute(
+                "SELECT setval(pg_get_serial_sequence('events', 'seq'), \
+                 GREATEST((SELECT max(seq) FROM events), 1))",
+                &[],
+            ))
+            .await?;
             let mut missing = 0usize;
             for (_, table, n) in export.counts() {
                 let have: i64 = timed(tx.query_one(&format!("SELECT count(*) FROM {table}"), &[]))

@@ -32,6 +32,27 @@ pub fn write(
     Ok(())
 }
 
+/// Every event of every project, oldest first of each project (`paycred store copy`).
+pub fn all(tree: &sled::Tree) -> StoreResult<Vec<EventRecord>> {
+    tree.iter()
+        .map(|item| {
+            let (k, v) = item.map_err(unavailable)?;
+            decode(&k, &v, |k| k.iter().position(|b| *b == 0).map(|i| i + 1))
+        })
+        .collect()
+}
+
+/// The event stored at `k` (its sequence number after `start(k)` bytes) with value `v`.
+fn decode(k: &[u8], v: &[u8], start: impl Fn(&[u8]) -> Option<usize>) -> StoreResult<EventRecord> {
+    let seq = start(k)
+        .and_then(|i| k.get(i..))
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| corrupt("bad events key"))?;
+    let event: NewEvent = serde_json::from_slice(v).map_err(corrupt)?;
+    Ok(EventRecord { seq, event })
+}
+
 /// The events `query` asks for, newest first.
 pub fn list(tree: &sled::Tree, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
     let start = prefix(query.project);
@@ -43,14 +64,9 @@ pub fn list(tree: &sled::Tree, query: EventQuery<'_>) -> StoreResult<Vec<EventRe
             break;
         }
         let (k, v) = item.map_err(unavailable)?;
-        let seq = k
-            .get(start.len()..)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(u64::from_be_bytes)
-            .ok_or_else(|| corrupt("bad events key"))?;
-        let event: NewEvent = serde_json::from_slice(&v).map_err(corrupt)?;
-        if query.matches(seq, &event) {
-            found.push(EventRecord { seq, event });
+        let record = decode(&k, &v, |_| Some(start.len()))?;
+        if query.matches(record.seq, &record.event) {
+            found.push(record);
         }
     }
     Ok(found)

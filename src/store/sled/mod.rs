@@ -206,7 +206,15 @@ impl SledStore {
             .map(|v| Self::decode_pi(&v.map_err(unavailable)?))
             .collect::<StoreResult<Vec<_>>>()?;
         let audit = Store::audit_log(self)?;
+        let webhook_endpoints = self
+            .webhooks
+            .iter()
+            .values()
+            .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
+            .collect::<StoreResult<Vec<_>>>()?;
         Ok(crate::store::copy::Export {
+            webhook_endpoints,
+            events: events::all(&self.events)?,
             payment_methods,
             intents,
             card_tokens: scoped(&self.card_tokens)?,
