@@ -26,6 +26,11 @@ pub fn intent_credential(project: &str, intent_id: &str) -> String {
     ["pi/", project, "/", intent_id, "/credential"].concat()
 }
 
+/// The key of its own that a purchase intent's credential is sealed under.
+pub fn intent_credential_key(project: &str, intent_id: &str) -> String {
+    ["pi/", project, "/", intent_id, "/credential-key"].concat()
+}
+
 /// The stored answer of an `Idempotency-Key`.
 pub fn idempotent_answer(project: &str, entity: &str, key: &str) -> String {
     ["idem/", project, "/", entity, "/", key].concat()

@@ -15,20 +15,23 @@ pub(super) struct EndTrees<'a> {
 }
 
 /// Ends `rec`, stored at `key` (a `pi` key), with `end` in the transaction of `t`: the ended
-/// record in place of the live one, and its `pi_due` entries gone. Whatever else is written
-/// with an end is written here, in the same transaction.
+/// record in place of the live one (no credential, no key slot), and its `pi_due` entries
+/// gone. Whatever else is written with an end is written here, in the same transaction.
+/// The key-file slot of its credential's key, which the caller erases
+/// ([`SledStore::erase_keys`]) once the transaction is durable.
 pub(super) fn end_in(
     t: &EndTrees<'_>,
     key: &[u8],
     rec: &mut IntentRecord,
     end: IntentEnd,
-) -> Result<(), ConflictableTransactionError<StoreError>> {
+) -> Result<Option<u32>, ConflictableTransactionError<StoreError>> {
+    let slot = rec.key_slot;
     rec.finish(end);
     let value = serde_json::to_vec(rec).map_err(|e| abort(corrupt(e)))?;
     t.pi.insert(key, value)?;
     t.due.remove(keys::pi_due(rec.expires_micros, key))?;
     t.due.remove(keys::pi_due(0, key))?;
-    Ok(())
+    Ok(slot)
 }
 
 /// Marks in `meta` that `pi_due` lists every live intent (built once, on the first start
@@ -66,13 +69,14 @@ impl SledStore {
         Ok(())
     }
 
-    /// Ends one intent in a transaction, when `end` ends it at `now_micros`.
+    /// Ends one intent in a transaction, when `end` ends it at `now_micros`; the ended record
+    /// and the key slot to erase.
     pub(super) fn end_one(
         &self,
         key: &[u8],
         end: IntentEnd,
         now_micros: i64,
-    ) -> StoreResult<Option<IntentRecord>> {
+    ) -> StoreResult<Option<(IntentRecord, Option<u32>)>> {
         use sled::Transactional;
         (&self.pi, &self.pi_due)
             .transaction(|(t_pi, t_due)| {
@@ -83,18 +87,53 @@ impl SledStore {
                 if !rec.ends_with(end, now_micros) {
                     return Ok(None);
                 }
-                end_in(
-                    &EndTrees {
-                        pi: t_pi,
-                        due: t_due,
-                    },
-                    key,
-                    &mut rec,
-                    end,
-                )?;
-                Ok(Some(rec))
+                let t = EndTrees {
+                    pi: t_pi,
+                    due: t_due,
+                };
+                let slot = end_in(&t, key, &mut rec, end)?;
+                Ok(Some((rec, slot)))
             })
             .map_err(super::tx_error)
+    }
+
+    /// Overwrites the key-file slots of ended intents (called once their end is durable). A
+    /// slot that cannot be overwritten now stays taken and is erased at the next start.
+    pub(super) fn erase_keys(&self, slots: impl IntoIterator<Item = u32>) {
+        for slot in slots {
+            if let Err(e) = self.key_file.erase(slot) {
+                tracing::error!(error = %e, slot, "erasing an ended intent's key");
+            }
+        }
+    }
+
+    /// Erases the key-file slots no live intent names (after a crash between an end and its
+    /// erasure, or between a key's write and its intent's create); at every start.
+    pub(super) fn erase_orphan_keys(&self) -> StoreResult<()> {
+        let mut live = std::collections::HashSet::new();
+        for item in self.pi.iter().values() {
+            let rec = Self::decode_pi(&item.map_err(unavailable)?)?;
+            if let Some(slot) = rec.key_slot.filter(|_| rec.is_live_stored()) {
+                live.insert(slot);
+            }
+        }
+        let erased = self.key_file.keep_only(&live)?;
+        if erased > 0 {
+            tracing::info!(erased, "erased the keys of intents that are no longer live");
+        }
+        Ok(())
+    }
+
+    /// `rec`, read from `pi` at `key`, with its credential's key from the key file.
+    pub(super) fn with_key(&self, key: &[u8], mut rec: IntentRecord) -> StoreResult<IntentRecord> {
+        if let Some(slot) = rec.key_slot {
+            rec.credential_key = self
+                .key_file
+                .read(slot, key)?
+                .and_then(|k| String::from_utf8(k).ok())
+                .map(|k| crate::store::Sealed::from_stored(&k));
+        }
+        Ok(rec)
     }
 
     /// Up to `limit` live intents whose end is due at `now_micros`, from `pi_due`.
