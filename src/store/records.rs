@@ -49,8 +49,10 @@ pub struct TokenRecord {
     pub masked_data: String,
 }
 
-/// The stored status of a purchase intent. `expired` is not stored: it is computed from the
-/// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
+/// The stored status of a purchase intent. `expired` and `canceled` are stored by the
+/// intent's end ([`Store::end_intent`](super::Store::end_intent)); between `expiresAt` and the
+/// finalizer's pass, `expired` is computed from the clock when the intent is read
+/// ([`IntentRecord::status_at`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 #[schema(
