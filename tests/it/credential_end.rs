@@ -168,63 +168,60 @@ fn usage_limit(n: u32) -> Value {
            {"type": "usageLimit", "value": n.to_string(), "details": {"count": n}}])
 }
 
-#[test]
-fn usage_limit_used_up_by_sandbox_authorizations_destroys_the_credential() {
+/// Creates a virtual card with usage limit `limit` on a new server, ends it with `end`
+/// (given the server, the token, the payment method and the intent), and checks that it is
+/// gone as `status`, before and after a restart.
+fn ends_and_stays_gone(limit: u32, status: &str, end: impl FnOnce(&Server, &str, &str, &Value)) {
     let mut server = Server::start();
     let t = server.token("user_1", "private");
     let pm = server.add_card(&t, "user_1", VISA);
-    let created = create(&server, &t, &pm, "virtual-card", usage_limit(1), "k-auth");
+    let created = create(
+        &server,
+        &t,
+        &pm,
+        "virtual-card",
+        usage_limit(limit),
+        "k-end",
+    );
     let before = before_the_end(&server, &created.1, "card");
-    let mut charge = created.1["card"].clone();
-    charge["amount"] = json!("1.00");
-    charge["currency"] = json!("USD");
-    charge["mcc"] = json!("5411");
-    let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
-    let ok = server.call("POST", &auth, Some(&t), Some(&charge));
-    assert_eq!(ok.json, json!({"approved": true}), "{}", ok.text);
-    assert_gone(&server, &t, &pm, &created, "k-auth", &before, "expired");
-    let again = server.call("POST", &auth, Some(&t), Some(&charge));
-    assert_eq!(again.json["approved"], false, "{}", again.text);
+    end(&server, &t, &pm, &created.1);
+    assert_gone(&server, &t, &pm, &created, "k-end", &before, status);
     server.restart();
-    assert_gone(&server, &t, &pm, &created, "k-auth", &before, "expired");
+    assert_gone(&server, &t, &pm, &created, "k-end", &before, status);
+}
+
+#[test]
+fn usage_limit_used_up_by_sandbox_authorizations_destroys_the_credential() {
+    ends_and_stays_gone(1, "expired", |server, t, _, intent| {
+        let mut charge = intent["card"].clone();
+        charge["amount"] = json!("1.00");
+        charge["currency"] = json!("USD");
+        charge["mcc"] = json!("5411");
+        let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
+        let ok = server.call("POST", &auth, Some(t), Some(&charge));
+        assert_eq!(ok.json, json!({"approved": true}), "{}", ok.text);
+        let again = server.call("POST", &auth, Some(t), Some(&charge));
+        assert_eq!(again.json["approved"], false, "{}", again.text);
+    });
 }
 
 #[test]
 fn usage_limit_used_up_through_the_proxy_destroys_the_credential() {
-    let mut server = Server::start();
-    let t = server.token("user_1", "private");
-    let pm = server.add_card(&t, "user_1", VISA);
-    let created = create(&server, &t, &pm, "virtual-card", usage_limit(1), "k-proxy");
-    let before = before_the_end(&server, &created.1, "card");
-    let up = Upstream::start();
-    let r = server.proxy_json(
-        &t,
-        &up.url("/pay"),
-        &json!({"n": tpl(&pm, "virtualCard", "$.number")}),
-    );
-    assert_eq!(r.status, 201, "{}", r.text);
-    assert_gone(&server, &t, &pm, &created, "k-proxy", &before, "expired");
-    server.restart();
-    assert_gone(&server, &t, &pm, &created, "k-proxy", &before, "expired");
+    ends_and_stays_gone(1, "expired", |server, t, pm, _| {
+        let up = Upstream::start();
+        let body = json!({"n": tpl(pm, "virtualCard", "$.number")});
+        let r = server.proxy_json(t, &up.url("/pay"), &body);
+        assert_eq!(r.status, 201, "{}", r.text);
+    });
 }
 
 #[test]
 fn deleting_the_payment_method_cancels_and_destroys_the_credential() {
-    let mut server = Server::start();
-    let t = server.token("user_1", "private");
-    let pm = server.add_card(&t, "user_1", VISA);
-    let created = create(&server, &t, &pm, "virtual-card", usage_limit(5), "k-del");
-    let before = before_the_end(&server, &created.1, "card");
-    let deleted = server.call(
-        "DELETE",
-        &format!("/projects/{PROJECT}/payment-methods/{pm}"),
-        Some(&t),
-        None,
-    );
-    assert_eq!(deleted.status, 204, "{}", deleted.text);
-    assert_gone(&server, &t, &pm, &created, "k-del", &before, "canceled");
-    server.restart();
-    assert_gone(&server, &t, &pm, &created, "k-del", &before, "canceled");
+    ends_and_stays_gone(5, "canceled", |server, t, pm, _| {
+        let path = format!("/projects/{PROJECT}/payment-methods/{pm}");
+        let deleted = server.call("DELETE", &path, Some(t), None);
+        assert_eq!(deleted.status, 204, "{}", deleted.text);
+    });
 }
 
 /// The time expiry, on the manual clock: an app in this process over a sled store, its
