@@ -162,3 +162,69 @@ impl SledStore {
         Ok(due)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::super::key_file::{NAME, SLOT};
+    use super::*;
+    use crate::store::{when_unlocked, Scope, Store};
+
+    /// The key file's taken slots.
+    fn taken(dir: &std::path::Path) -> usize {
+        let bytes = std::fs::read(dir.join(NAME)).unwrap();
+        bytes.chunks(SLOT).filter(|s| s[0] != 0).count()
+    }
+
+    #[tokio::test]
+    async fn a_start_erases_the_keys_no_live_intent_names_and_keeps_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
+        let store = open();
+        let scope = Scope {
+            project: "p1",
+            entity: "e1",
+        };
+        // A live intent's key (written as a create writes it), and a key whose create never
+        // committed (a crash between the two).
+        let live_key = keys::pi(scope, "pi_live");
+        let slot = store.key_file.write(&live_key, b"dk1.live-key").unwrap();
+        let mut rec: IntentRecord = serde_json::from_value(serde_json::json!({
+            "id": "pi_live", "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
+            "credential_type": "virtual-card", "status": "active", "created_micros": 0,
+            "expires_micros": i64::MAX, "mandates": {}, "credential_sealed": null,
+            "uses": 0, "failed_verifications": 0
+        }))
+        .unwrap();
+        rec.key_slot = Some(slot);
+        store
+            .pi
+            .insert(&live_key, serde_json::to_vec(&rec).unwrap())
+            .unwrap();
+        store
+            .key_file
+            .write(&keys::pi(scope, "pi_orphan"), b"dk1.orphan-key")
+            .unwrap();
+        assert_eq!(taken(dir.path()), 2);
+        drop(store);
+        let store = open();
+        assert_eq!(taken(dir.path()), 1, "the orphan's slot is zeroed");
+        let read = store.get_intent(scope, "pi_live").await.unwrap().unwrap();
+        assert_eq!(
+            read.credential_key.map(|k| k.to_stored()),
+            Some("dk1.live-key".to_string())
+        );
+        // Ended (the slot not erased yet, as after a crash right after the end): the next
+        // start erases it.
+        rec.status = crate::store::IntentStatus::Expired;
+        store
+            .pi
+            .insert(&live_key, serde_json::to_vec(&rec).unwrap())
+            .unwrap();
+        drop(store);
+        let _store = open();
+        assert_eq!(taken(dir.path()), 0);
+        let bytes = std::fs::read(dir.path().join(NAME)).unwrap();
+        assert!(!bytes.windows(8).any(|w| w == b"live-key"));
+    }
+}
