@@ -362,6 +362,23 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
     );
     let stored = store.get_intent(SCOPE, "pi_time").await.unwrap().unwrap();
     assert_eq!(stored, ended);
+    // Finalizers racing (instances on one database): one ends it.
+    let racer = with("pi_race", None, IntentStatus::Verify, 100);
+    assert!(store.insert_intent(&racer, ev("i")).await.unwrap());
+    let racing = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .end_intent(SCOPE, "pi_race", IntentEnd::Expired, 100)
+                .await
+                .unwrap()
+        })
+    });
+    let mut ends = 0;
+    for r in racing {
+        ends += usize::from(r.await.unwrap().is_some());
+    }
+    assert_eq!(ends, 1);
     assert!(store.intents_due_to_end(100, 10).await.unwrap().is_empty());
 
     // The use that reaches the limit ends the intent.
@@ -392,7 +409,7 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
         .delete_payment_method(SCOPE, "pm_a", ev("d"))
         .await
         .unwrap());
-    for id in ["pi_verify", "pi_none", "pi_time"] {
+    for id in ["pi_verify", "pi_none", "pi_time", "pi_race"] {
         let rec = store.get_intent(SCOPE, id).await.unwrap().unwrap();
         assert_eq!(rec.status, IntentStatus::Canceled, "{id}");
         assert!(rec.credential_sealed.is_none(), "{id}");
