@@ -20,15 +20,14 @@ use crate::domain::issuer::{
 use crate::domain::mandate::{parse_mandates, Mandates};
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
-use crate::service::intents::{open_number, reveal};
-use crate::service::{aad, audit_event};
+use crate::service::audit_event;
+use crate::service::intents::{open_number, reveal, seal_credential};
 use crate::store::{IntentRecord, IntentStatus, Scope};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use time::Duration;
 use utoipa::ToSchema;
-use zeroize::Zeroizing;
 
 /// Lifetime of a credential when no `expirationDate` mandate is sooner.
 pub const CREDENTIAL_LIFETIME: Duration = Duration::hours(24);
@@ -289,14 +288,11 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         Issued::Verify(_) => IntentStatus::Verify,
         Issued::Unavailable => IntentStatus::Unavailable,
     };
-    let credential_sealed = match (kind, issued.credential()) {
-        (CredentialType::Pan, _) | (_, None) => None,
+    let (credential_sealed, credential_key) = match (kind, issued.credential()) {
+        (CredentialType::Pan, _) | (_, None) => (None, None),
         (_, Some(c)) => {
-            let plain = Zeroizing::new(serde_json::to_vec(c).map_err(|_| ApiError::internal())?);
-            Some(
-                app.vault
-                    .seal(project, &aad::intent_credential(project, &id), &plain)?,
-            )
+            let (sealed, key) = seal_credential(app, project, &id, c)?;
+            (Some(sealed), Some(key))
         }
     };
     drop(issued);
@@ -314,6 +310,8 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         uses: 0,
         failed_verifications: 0,
         otp_method: None,
+        credential_key,
+        key_slot: None,
     };
     let event = audit_event(app, principal, "purchaseIntent.create", &id);
     if !app.store.insert_intent(&rec, event).await? {

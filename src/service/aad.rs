@@ -31,6 +31,11 @@ pub fn webhook_secret(project: &str, endpoint_id: &str, n: u32) -> String {
     format!("we/{project}/{endpoint_id}/secret/{n}")
 }
 
+/// The key of its own that a purchase intent's credential is sealed under.
+pub fn intent_credential_key(project: &str, intent_id: &str) -> String {
+    ["pi/", project, "/", intent_id, "/credential-key"].concat()
+}
+
 /// The stored answer of an `Idempotency-Key`.
 pub fn idempotent_answer(project: &str, entity: &str, key: &str) -> String {
     ["idem/", project, "/", entity, "/", key].concat()

@@ -18,11 +18,18 @@ pub async fn reveal(app: &App, rec: &IntentRecord) -> ApiResult<Option<Credentia
             stored_card_credential(app, &rec.project, &rec.entity, &rec.payment_method_id).await
         }
         (Some(sealed), _) => {
-            let plain = app.vault.open(
-                &rec.project,
-                &aad::intent_credential(&rec.project, &rec.id),
-                sealed,
-            )?;
+            let at = aad::intent_credential(&rec.project, &rec.id);
+            let plain = match &rec.credential_key {
+                Some(key) => app.vault.open_under_own_key(
+                    &rec.project,
+                    &at,
+                    &aad::intent_credential_key(&rec.project, &rec.id),
+                    sealed,
+                    key,
+                )?,
+                // Sealed under the data key itself (issued before intents had keys of their own).
+                None => app.vault.open(&rec.project, &at, sealed)?,
+            };
             let c: Credential = serde_json::from_slice(&plain).map_err(|_| {
                 tracing::error!(intent = %rec.id, "sealed credential does not decode");
                 ApiError::internal()
@@ -31,6 +38,25 @@ pub async fn reveal(app: &App, rec: &IntentRecord) -> ApiResult<Option<Credentia
         }
         (None, _) => Ok(None),
     }
+}
+
+/// Seals an issued credential for the intent `id` under a key of its own: the sealed
+/// credential and the wrapped key ([`IntentRecord::credential_key`]), which the store keeps
+/// where the intent's end destroys it.
+pub fn seal_credential(
+    app: &App,
+    project: &str,
+    id: &str,
+    credential: &Credential,
+) -> ApiResult<(crate::store::Sealed, crate::store::Sealed)> {
+    let plain =
+        zeroize::Zeroizing::new(serde_json::to_vec(credential).map_err(|_| ApiError::internal())?);
+    Ok(app.vault.seal_under_own_key(
+        project,
+        &aad::intent_credential(project, id),
+        &aad::intent_credential_key(project, id),
+        &plain,
+    )?)
 }
 
 /// The stored card of a payment method: number, expiry, and the cvc while it is retained.
@@ -173,6 +199,7 @@ pub fn spawn_finalizer(app: std::sync::Weak<App>) {
         tracing::error!("the intent finalizer could not start its runtime");
         return;
     };
+    let mut last_purge = std::time::Instant::now();
     let started = std::thread::Builder::new()
         .name("paycred-intent-ends".into())
         .spawn(move || loop {
@@ -182,6 +209,12 @@ pub fn spawn_finalizer(app: std::sync::Weak<App>) {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(ended = n, "intents ended by time"),
                 Err(e) => tracing::warn!(error = ?e, "ending due intents"),
+            }
+            if last_purge.elapsed() >= crate::store::PURGE_EVERY {
+                last_purge = std::time::Instant::now();
+                if let Err(e) = runtime.block_on(app.store.purge_erased_keys()) {
+                    tracing::warn!(error = %e, "purging erased intent keys");
+                }
             }
         });
     if let Err(e) = started {

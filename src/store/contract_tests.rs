@@ -69,6 +69,8 @@ fn intent(id: &str, pm_id: &str, limit: Option<u32>, status: IntentStatus) -> In
         uses: 0,
         failed_verifications: 0,
         otp_method: None,
+        credential_key: None,
+        key_slot: None,
     }
 }
 
@@ -302,10 +304,12 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
         .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
         .await
         .unwrap();
-    let sealed = Some(Sealed::from_stored("dk1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"));
+    let sealed = Some(Sealed::from_stored("own.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"));
+    let key = Some(Sealed::from_stored("dk1.BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"));
     let with = |id: &str, limit: Option<u32>, status: IntentStatus, expires: i64| IntentRecord {
         expires_micros: expires,
         credential_sealed: sealed.clone(),
+        credential_key: key.clone(),
         ..intent(id, "pm_a", limit, status)
     };
     for rec in [
@@ -316,6 +320,11 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
     ] {
         assert!(store.insert_intent(&rec, ev("i")).await.unwrap());
     }
+    let live = store.get_intent(SCOPE, "pi_verify").await.unwrap().unwrap();
+    assert_eq!(
+        live.credential_key, key,
+        "the key is read back with the intent"
+    );
     assert!(store.intents_due_to_end(99, 10).await.unwrap().is_empty());
     let due = store.intents_due_to_end(100, 10).await.unwrap();
     assert_eq!(
@@ -336,8 +345,12 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
         .unwrap()
         .unwrap();
     assert_eq!(
-        (ended.status, ended.credential_sealed.is_none()),
-        (IntentStatus::Expired, true)
+        (
+            ended.status,
+            ended.credential_sealed.is_none(),
+            ended.credential_key.is_none()
+        ),
+        (IntentStatus::Expired, true, true)
     );
     assert!(
         store
@@ -349,6 +362,23 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
     );
     let stored = store.get_intent(SCOPE, "pi_time").await.unwrap().unwrap();
     assert_eq!(stored, ended);
+    // Finalizers racing (instances on one database): one ends it.
+    let racer = with("pi_race", None, IntentStatus::Verify, 100);
+    assert!(store.insert_intent(&racer, ev("i")).await.unwrap());
+    let racing = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .end_intent(SCOPE, "pi_race", IntentEnd::Expired, 100)
+                .await
+                .unwrap()
+        })
+    });
+    let mut ends = 0;
+    for r in racing {
+        ends += usize::from(r.await.unwrap().is_some());
+    }
+    assert_eq!(ends, 1);
     assert!(store.intents_due_to_end(100, 10).await.unwrap().is_empty());
 
     // The use that reaches the limit ends the intent.
@@ -361,8 +391,13 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
     }
     let used = store.get_intent(SCOPE, "pi_limit").await.unwrap().unwrap();
     assert_eq!(
-        (used.status, used.uses, used.credential_sealed.is_none()),
-        (IntentStatus::Expired, 2, true)
+        (
+            used.status,
+            used.uses,
+            used.credential_sealed.is_none(),
+            used.credential_key.is_none()
+        ),
+        (IntentStatus::Expired, 2, true, true)
     );
     assert_eq!(
         store.record_use(SCOPE, "pi_limit", now).await.unwrap(),
@@ -374,10 +409,11 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
         .delete_payment_method(SCOPE, "pm_a", ev("d"))
         .await
         .unwrap());
-    for id in ["pi_verify", "pi_none", "pi_time"] {
+    for id in ["pi_verify", "pi_none", "pi_time", "pi_race"] {
         let rec = store.get_intent(SCOPE, id).await.unwrap().unwrap();
         assert_eq!(rec.status, IntentStatus::Canceled, "{id}");
         assert!(rec.credential_sealed.is_none(), "{id}");
+        assert!(rec.credential_key.is_none(), "{id}");
     }
     assert!(store
         .intents_due_to_end(i64::MAX, 10)

@@ -358,4 +358,9 @@ impl Store for FaultyStore {
         self.read()?;
         self.inner.intents_due_to_end(now_micros, limit).await
     }
+
+    async fn purge_erased_keys(&self) -> StoreResult<()> {
+        self.write()?;
+        self.inner.purge_erased_keys().await
+    }
 }

@@ -114,6 +114,10 @@ pub(crate) fn when_unlocked<T, E: std::fmt::Display>(
 pub type Refresh<'a> =
     &'a (dyn Fn(&PaymentMethodRecord) -> (PaymentMethodRecord, AuditEvent) + Send + Sync);
 
+/// How often the finalizer asks the store to purge erased credential keys
+/// ([`Store::purge_erased_keys`]).
+pub const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The persistence interface of paycred.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -360,4 +364,11 @@ pub trait Store: Send + Sync + 'static {
     /// `expiresAt`, or a used-up limit whose end a crash interrupted): what the finalizer
     /// ends.
     async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>>;
+
+    /// Removes what the store keeps of erased credential keys beyond their deletion, where
+    /// it has such a thing (PostgreSQL: `VACUUM` of `intent_keys`); the finalizer calls it
+    /// every [`PURGE_EVERY`].
+    async fn purge_erased_keys(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }

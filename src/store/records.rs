@@ -49,8 +49,10 @@ pub struct TokenRecord {
     pub masked_data: String,
 }
 
-/// The stored status of a purchase intent. `expired` is not stored: it is computed from the
-/// clock and the usage count when the intent is read ([`IntentRecord::status_at`]).
+/// The stored status of a purchase intent. `expired` and `canceled` are stored by the
+/// intent's end ([`Store::end_intent`](super::Store::end_intent)); between `expiresAt` and the
+/// finalizer's pass, `expired` is computed from the clock when the intent is read
+/// ([`IntentRecord::status_at`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 #[schema(
@@ -101,6 +103,17 @@ pub struct IntentRecord {
     /// kept here so that any instance serving the next call knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otp_method: Option<OtpMethod>,
+    /// The key that opens `credential_sealed`: a random key of this intent alone, wrapped
+    /// under the project's data key. `None` for a credential sealed under the data key itself
+    /// (issued before intents had keys of their own), and once the intent ended. Never part
+    /// of the stored record: each backend keeps it apart, where the end destroys it (sled: a
+    /// slot of the key file, [`key_slot`](Self::key_slot); PostgreSQL: a row of
+    /// `intent_keys`).
+    #[serde(skip)]
+    pub credential_key: Option<crate::store::Sealed>,
+    /// sled: the slot of the key file that holds `credential_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_slot: Option<u32>,
 }
 
 /// Where a one-time code is sent.
@@ -166,6 +179,8 @@ impl IntentRecord {
     pub fn finish(&mut self, end: IntentEnd) {
         self.status = end.status();
         self.credential_sealed = None;
+        self.credential_key = None;
+        self.key_slot = None;
     }
 }
 

@@ -46,6 +46,10 @@ pub enum VaultError {
     Store(#[from] crate::store::StoreError),
 }
 
+/// The key id of a value sealed under a key of its own ([`Vault::seal_under_own_key`]): no
+/// data key has it, so such a value never opens without its own key.
+const OWN_KEY: &str = "own";
+
 /// A stored keyring's JSON.
 fn parse_keyring(bytes: &[u8]) -> Result<KeyringFile, VaultError> {
     serde_json::from_slice(bytes).map_err(|_| VaultError::Corrupt("keyring"))
@@ -400,6 +404,45 @@ impl Vault {
         kid: &str,
     ) -> Result<bool, client_keys::RetireError> {
         self.client.retire(project, kid)
+    }
+
+    /// Seals `plaintext` under a random key of its own, bound to `aad`, and wraps that key
+    /// under the project's current data key, bound to `key_aad`: the sealed value and the
+    /// wrapped key. Destroying the wrapped key makes the value impossible to open, whatever
+    /// copies of the sealed value remain; rotating the master key re-wraps data keys only.
+    pub fn seal_under_own_key(
+        &self,
+        project: &str,
+        aad: &str,
+        key_aad: &str,
+        plaintext: &[u8],
+    ) -> Result<(Sealed, Sealed), VaultError> {
+        let key = KeyMaterial::random();
+        let sealed = SealKey::new(&key).seal(aad.as_bytes(), plaintext)?;
+        let wrapped = self.seal(project, key_aad, key.expose())?;
+        Ok((Sealed::data(OWN_KEY, sealed), wrapped))
+    }
+
+    /// Opens what [`Self::seal_under_own_key`] produced, with its wrapped key.
+    pub fn open_under_own_key(
+        &self,
+        project: &str,
+        aad: &str,
+        key_aad: &str,
+        sealed: &Sealed,
+        wrapped_key: &Sealed,
+    ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        let plain_key = self.open(project, key_aad, wrapped_key)?;
+        let mut key = Zeroizing::new([0u8; 32]);
+        if plain_key.len() != key.len() {
+            return Err(VaultError::Corrupt("own key length"));
+        }
+        key.copy_from_slice(&plain_key);
+        let (_, bytes) = sealed
+            .under_data_key()
+            .filter(|(id, _)| *id == OWN_KEY)
+            .ok_or(VaultError::Corrupt("sealed value"))?;
+        SealKey::new(&KeyMaterial::from(key)).open(aad.as_bytes(), bytes)
     }
 
     /// The project's client-encryption keys.

@@ -19,6 +19,7 @@ mod auth;
 mod client_encryption;
 mod cors;
 mod crash;
+mod credential_end;
 mod errors;
 mod events;
 mod files;

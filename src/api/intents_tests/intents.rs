@@ -79,6 +79,59 @@ async fn the_finalizer_stores_the_end_of_an_expired_intent_and_drops_its_credent
 }
 
 #[tokio::test]
+async fn a_credential_sealed_under_the_data_key_itself_opens_until_its_intent_ends() {
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("100")).await;
+    let sc = scope(PAN_PROJECT, "user_1");
+    let issued = env.app.store.get_intent(sc, v["id"].as_str().unwrap());
+    let issued = issued.await.unwrap().unwrap();
+    assert!(
+        issued.credential_key.is_some(),
+        "new credentials have a key of their own"
+    );
+    let credential = reveal(&env.app, &issued).await.unwrap().unwrap();
+    // The same credential stored as intents stored it before they had keys of their own.
+    let plain = serde_json::to_vec(&credential).unwrap();
+    let at = crate::service::aad::intent_credential(PAN_PROJECT, "pi_legacy");
+    let legacy = crate::store::IntentRecord {
+        id: "pi_legacy".into(),
+        credential_sealed: Some(env.app.vault.seal(PAN_PROJECT, &at, &plain).unwrap()),
+        credential_key: None,
+        key_slot: None,
+        ..issued
+    };
+    let event = crate::audit::event(PAN_PROJECT, "user_1", "test", "pi_legacy".into());
+    assert!(env.app.store.insert_intent(&legacy, event).await.unwrap());
+    let stored = env
+        .app
+        .store
+        .get_intent(sc, "pi_legacy")
+        .await
+        .unwrap()
+        .unwrap();
+    let opened = reveal(&env.app, &stored).await.unwrap().unwrap();
+    assert_eq!(opened.number.expose(), credential.number.expose());
+    let end = crate::store::IntentEnd::Canceled;
+    let ended = env
+        .app
+        .store
+        .end_intent(sc, "pi_legacy", end, 0)
+        .await
+        .unwrap();
+    assert!(ended.unwrap().credential_sealed.is_none());
+    let stored = env
+        .app
+        .store
+        .get_intent(sc, "pi_legacy")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(reveal(&env.app, &stored).await.unwrap().is_none());
+}
+
+#[tokio::test]
 async fn expiration_date_mandate_makes_expires_at_sooner() {
     let env = env();
     let p = private("user_1");

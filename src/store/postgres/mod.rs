@@ -332,6 +332,11 @@ fn intent_of(row: &tokio_postgres::Row) -> StoreResult<IntentRecord> {
     let mut rec: IntentRecord = from_json(row.get::<_, Value>("record"))?;
     rec.status = status_of(row.get::<_, &str>("status"))?;
     rec.uses = u32_of(row.get::<_, i64>("uses"));
+    rec.credential_key = row
+        .try_get::<_, Option<String>>("credential_key")
+        .ok()
+        .flatten()
+        .map(|k| crate::store::Sealed::from_stored(&k));
     Ok(rec)
 }
 
@@ -517,6 +522,9 @@ impl Store for PgStore {
             ],
         ))
         .await?;
+        if let Some(key) = &intent.credential_key {
+            intent_end::insert_key(&tx, intent, key).await?;
+        }
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
         write_events(&tx, &event::intent_created(intent)).await?;
         timed(tx.commit()).await?;
@@ -527,7 +535,9 @@ impl Store for PgStore {
     async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>> {
         let c = self.client().await?;
         let st = timed(c.prepare_cached(
-            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 AND id = $3",
+            "SELECT status, uses, record, \
+             (SELECT key FROM intent_keys k WHERE (k.project, k.entity, k.id) = \
+             (intents.project, intents.entity, intents.id)) AS credential_key FROM intents WHERE project = $1 AND entity = $2 AND id = $3",
         ))
         .await?;
         match timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id])).await? {
@@ -539,7 +549,9 @@ impl Store for PgStore {
     async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>> {
         let c = self.client().await?;
         let rows = timed(c.query(
-            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2",
+            "SELECT status, uses, record, \
+             (SELECT key FROM intent_keys k WHERE (k.project, k.entity, k.id) = \
+             (intents.project, intents.entity, intents.id)) AS credential_key FROM intents WHERE project = $1 AND entity = $2",
             &[&scope.project, &scope.entity],
         ))
         .await?;
@@ -687,7 +699,9 @@ impl Store for PgStore {
         let now = micros(now);
         let c = self.client().await?;
         let rows = timed(c.query(
-            "SELECT status, uses, record FROM intents WHERE project = $1 AND entity = $2 \
+            "SELECT status, uses, record, \
+             (SELECT key FROM intent_keys k WHERE (k.project, k.entity, k.id) = \
+             (intents.project, intents.entity, intents.id)) AS credential_key FROM intents WHERE project = $1 AND entity = $2 \
              AND payment_method_id = $3 AND status = 'active' AND expires_micros > $4 \
              ORDER BY created_micros DESC, id",
             &[&scope.project, &scope.entity, &pm_id, &now],
@@ -1107,6 +1121,11 @@ impl Store for PgStore {
         Ok(Some(rec))
     }
 
+    async fn purge_erased_keys(&self) -> StoreResult<()> {
+        let c = self.client().await?;
+        intent_end::vacuum_keys(&c).await.map(|_| ())
+    }
+
     async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
         let c = self.client().await?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -1148,9 +1167,13 @@ impl PgStore {
                 timed(tx.execute(
                     "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros,                      expires_micros, usage_limit, uses, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)                      ON CONFLICT DO NOTHING",
                     &[&pi.project, &pi.entity, &pi.id, &pi.payment_method_id, &pi.status.as_str(),
-                      &pi.created_micros, &pi.expires_micros, &usage_limit, &i64_of(pi.uses), &json(pi)?],
+                      &pi.created_micros, &pi.expires_micros, &usage_limit, &i64_of(pi.uses),
+                      &json(&IntentRecord { key_slot: None, ..pi.clone() })?],
                 ))
                 .await?;
+                if let Some(key) = pi.credential_key.as_ref().filter(|_| pi.is_live_stored()) {
+                    intent_end::insert_key(&tx, pi, key).await?;
+                }
             }
             for (table, column, rows) in [
                 ("card_tokens", "id", &export.card_tokens),

@@ -8,6 +8,7 @@ pub mod events;
 pub mod group_commit;
 pub mod idempotency;
 mod intent_end;
+pub mod key_file;
 pub mod keys;
 
 use crate::audit::chain::HashFunction;
@@ -44,6 +45,8 @@ pub struct SledStore {
     pi_pm_n: sled::Tree,
     /// Live intents by when they end ([`intent_end`]).
     pi_due: sled::Tree,
+    /// The wrapped keys of live intents' credentials, outside sled's log ([`key_file`]).
+    key_file: key_file::KeyFile,
     keyrings: sled::Tree,
     /// Audit events of committed changes, on their way into the log ([`audit_log`]).
     outbox: sled::Tree,
@@ -107,6 +110,7 @@ impl SledStore {
             pi_by_pm: tree("pi_by_pm")?,
             pi_pm_n: tree("pi_pm_n")?,
             pi_due: tree("pi_due")?,
+            key_file: key_file::KeyFile::open(dir)?,
             keyrings: tree("keyrings")?,
             outbox,
             meta,
@@ -121,6 +125,7 @@ impl SledStore {
             pm_cache: RecordCache::default(),
         };
         store.index_live_intents()?;
+        store.erase_orphan_keys()?;
         Ok(store)
     }
 
@@ -202,8 +207,10 @@ impl SledStore {
         let intents = self
             .pi
             .iter()
-            .values()
-            .map(|v| Self::decode_pi(&v.map_err(unavailable)?))
+            .map(|item| {
+                let (k, v) = item.map_err(unavailable)?;
+                self.with_key(&k, Self::decode_pi(&v)?)
+            })
             .collect::<StoreResult<Vec<_>>>()?;
         let audit = Store::audit_log(self)?;
         let webhook_endpoints = self
@@ -417,13 +424,14 @@ impl Store for SledStore {
                 .transaction(
                     |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified, t_due, t_events)| {
                         let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
-                            return Ok(false);
+                            return Ok(None);
                         };
                         if read_count(t_n.get(&ref_key)?) != intent_ids.len() as u64 {
                             return Err(abort(StoreError::Unavailable(RETRY_DELETE.into())));
                         }
                         let rec = Self::decode_pm(&bytes).map_err(abort)?;
                         events::write(t_events, &[event::pm_deleted(&rec, audit.at_micros)])?;
+                        let mut slots = Vec::new();
                         for intent_id in &intent_ids {
                             let key = keys::pi(scope, intent_id);
                             let Some(bytes) = t_pi.get(&key)? else {
@@ -437,7 +445,8 @@ impl Store for SledStore {
                                     events: t_events,
                                     at_micros: audit.at_micros,
                                 };
-                                intent_end::end_in(&t, &key, &mut intent, IntentEnd::Canceled)?;
+                                let end = IntentEnd::Canceled;
+                                slots.extend(intent_end::end_in(&t, &key, &mut intent, end)?);
                             }
                         }
                         t_n.remove(ref_key.as_slice())?;
@@ -445,7 +454,7 @@ impl Store for SledStore {
                         t_time.remove(keys::pm_time(scope, rec.created_micros, &rec.id))?;
                         t_fp.remove(keys::pm_fingerprint(scope, &rec.fingerprint))?;
                         to_outbox(t_outbox, &audit)?;
-                        Ok(true)
+                        Ok(Some(slots))
                     },
                 );
             match outcome {
@@ -457,11 +466,13 @@ impl Store for SledStore {
                 other => break other.map_err(tx_error)?,
             }
         };
-        if deleted {
-            self.pm_cache.invalidate(&pm_key);
-            self.durable_audited().await?;
-        }
-        Ok(deleted)
+        let Some(slots) = deleted else {
+            return Ok(false);
+        };
+        self.pm_cache.invalidate(&pm_key);
+        self.durable_audited().await?;
+        self.erase_keys(slots);
+        Ok(true)
     }
 
     async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool> {
@@ -478,7 +489,15 @@ impl Store for SledStore {
             intent.created_micros,
             &intent.id,
         );
-        let value = serde_json::to_vec(intent).map_err(corrupt)?;
+        let slot = match &intent.credential_key {
+            Some(key) => Some(self.key_file.write(&pi_key, key.to_stored().as_bytes())?),
+            None => None,
+        };
+        let stored = IntentRecord {
+            key_slot: slot,
+            ..intent.clone()
+        };
+        let value = serde_json::to_vec(&stored).map_err(corrupt)?;
         let created = event::intent_created(intent);
         let due_key = keys::pi_due(intent.expires_micros, &pi_key);
         let inserted = (
@@ -505,16 +524,21 @@ impl Store for SledStore {
                 events::write(t_events, &created)?;
                 Ok(true)
             })
-            .map_err(tx_error)?;
-        if inserted {
-            self.durable_audited().await?;
+            .map_err(tx_error);
+        if !matches!(inserted, Ok(true)) {
+            self.erase_keys(slot);
         }
-        Ok(inserted)
+        if inserted? {
+            self.durable_audited().await?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     async fn get_intent(&self, scope: Scope<'_>, id: &str) -> StoreResult<Option<IntentRecord>> {
-        match self.pi.get(keys::pi(scope, id)).map_err(unavailable)? {
-            Some(bytes) => Ok(Some(Self::decode_pi(&bytes)?)),
+        let key = keys::pi(scope, id);
+        match self.pi.get(&key).map_err(unavailable)? {
+            Some(bytes) => Ok(Some(self.with_key(&key, Self::decode_pi(&bytes)?)?)),
             None => Ok(None),
         }
     }
@@ -522,8 +546,10 @@ impl Store for SledStore {
     async fn list_intents(&self, scope: Scope<'_>) -> StoreResult<Vec<IntentRecord>> {
         self.pi
             .scan_prefix(keys::scope_prefix(scope))
-            .values()
-            .map(|v| Self::decode_pi(&v.map_err(unavailable)?))
+            .map(|item| {
+                let (k, v) = item.map_err(unavailable)?;
+                self.with_key(&k, Self::decode_pi(&v)?)
+            })
             .collect()
     }
 
@@ -599,20 +625,21 @@ impl Store for SledStore {
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
         let key = keys::pi(scope, id);
-        let (outcome, changed) = (&self.pi, &self.pi_due, &self.events)
+        let (outcome, changed, slot) = (&self.pi, &self.pi_due, &self.events)
             .transaction(|(t_pi, t_due, t_events)| {
                 let Some(bytes) = t_pi.get(&key)? else {
-                    return Ok((UseOutcome::NotFound, false));
+                    return Ok((UseOutcome::NotFound, false, None));
                 };
                 let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
                 let limit = rec.mandates.usage_limit;
                 if let Some(refused) =
                     use_refused(rec.status, rec.expires_micros, limit, rec.uses, now)
                 {
-                    return Ok((refused, false));
+                    return Ok((refused, false, None));
                 }
                 rec.uses = rec.uses.saturating_add(1);
                 events::write(t_events, &[event::intent_used(&rec, now)])?;
+                let mut slot = None;
                 if rec.ends_with(IntentEnd::UsedUp, now) {
                     // The use that reaches the limit ends the intent in its transaction.
                     let t = intent_end::EndTrees {
@@ -621,16 +648,17 @@ impl Store for SledStore {
                         events: t_events,
                         at_micros: now,
                     };
-                    intent_end::end_in(&t, &key, &mut rec, IntentEnd::UsedUp)?;
+                    slot = intent_end::end_in(&t, &key, &mut rec, IntentEnd::UsedUp)?;
                 } else {
                     let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                     t_pi.insert(key.as_slice(), value)?;
                 }
-                Ok((UseOutcome::Recorded(rec.uses), true))
+                Ok((UseOutcome::Recorded(rec.uses), true, slot))
             })
             .map_err(tx_error)?;
         if changed {
             self.durable().await?;
+            self.erase_keys(slot);
         }
         Ok(outcome)
     }
@@ -644,12 +672,13 @@ impl Store for SledStore {
     ) -> StoreResult<Option<IntentRecord>> {
         let now = micros(now);
         for id in self.intent_ids_of(scope, pm_id)? {
-            let Some(bytes) = self.pi.get(keys::pi(scope, &id)).map_err(unavailable)? else {
+            let key = keys::pi(scope, &id);
+            let Some(bytes) = self.pi.get(&key).map_err(unavailable)? else {
                 continue;
             };
             let rec = Self::decode_pi(&bytes)?;
             if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
-                return Ok(Some(rec));
+                return Ok(Some(self.with_key(&key, rec)?));
             }
         }
         Ok(None)
@@ -867,11 +896,12 @@ impl Store for SledStore {
         end: IntentEnd,
         now_micros: i64,
     ) -> StoreResult<Option<IntentRecord>> {
-        let ended = self.end_one(&keys::pi(scope, id), end, now_micros)?;
-        if ended.is_some() {
-            self.durable().await?;
-        }
-        Ok(ended)
+        let Some((ended, slot)) = self.end_one(&keys::pi(scope, id), end, now_micros)? else {
+            return Ok(None);
+        };
+        self.durable().await?;
+        self.erase_keys(slot);
+        Ok(Some(ended))
     }
 
     async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
