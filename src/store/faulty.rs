@@ -291,4 +291,9 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.swap_client_keys(project, expected, keyset)
     }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.remac_audit_head()
+    }
 }

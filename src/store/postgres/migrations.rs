@@ -15,6 +15,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "idempotency claims",
         include_str!("migrations/0002_idempotency_claims.sql"),
     ),
+    (
+        4,
+        "audit head mac",
+        include_str!("migrations/0004_audit_head_mac.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).
