@@ -188,3 +188,120 @@ fn a_rotation_killed_at_each_step_finishes_and_the_old_key_is_not_needed() {
         "{out}"
     );
 }
+
+/// On PostgreSQL the rotation runs while instances serve: two instances hold the new key and
+/// the old one as `previous_master_key_file`, and read cards throughout the rotation with no
+/// failed request; afterwards one restarts with the new key alone and reads them all.
+#[test]
+fn on_postgresql_a_rotation_runs_while_instances_serve() {
+    let mut a = Server::start_with(Options::on(Backend::Postgres));
+    let t = a.token("user_1", "private");
+    let pm = a.add_card(&t, "user_1", VISA);
+    let vc = intent(&a, &t, &pm, "virtual-card");
+    let client_key = server_key(&a);
+    a.stop(false);
+
+    let keys = tempfile::tempdir().unwrap();
+    let old_file = keys.path().join("old.key");
+    write_private(&old_file, &a.master_key);
+    let new_key = paycred::vault::master::MasterKey::generate_hex().to_string();
+    let both = || Options {
+        backend: Backend::Database(a.database_url.clone().unwrap()),
+        master_key: Some(new_key.clone()),
+        extra_project_yaml: format!("previous_master_key_file: {}\n", old_file.display()),
+        ..Options::default()
+    };
+    let mut servers = vec![Server::start_with(both()), Server::start_with(both())];
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (stop, bases) = (stop.clone(), servers.iter().map(|s| s.base.clone()));
+        let bases: Vec<String> = bases.collect();
+        let (pm, vc_id, vc_number) = (
+            pm.clone(),
+            vc["id"].as_str().unwrap().to_string(),
+            vc["card"]["number"].clone(),
+        );
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let agent = ureq::AgentBuilder::new()
+                .timeout(std::time::Duration::from_secs(30))
+                .build();
+            let (mut ok, mut failed) = (0, Vec::new());
+            let mut i = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && i < 2000 {
+                let base = &bases[i % bases.len()];
+                i += 1;
+                let pan = agent
+                    .post(&format!("{base}/projects/{PROJECT}/purchase-intents"))
+                    .set("Authorization", &format!("Bearer {t}"))
+                    .send_json(json!({"entityId": "user_1", "credentialType": "pan",
+                        "paymentMethodId": pm, "mandates": mandates()}))
+                    .ok()
+                    .and_then(|r| r.into_json::<Value>().ok());
+                let got = agent
+                    .get(&format!(
+                        "{base}/projects/{PROJECT}/purchase-intents/{vc_id}"
+                    ))
+                    .set("Authorization", &format!("Bearer {t}"))
+                    .call()
+                    .ok()
+                    .and_then(|r| r.into_json::<Value>().ok());
+                match (pan, got) {
+                    (Some(p), Some(g))
+                        if p["pan"]["number"] == VISA && g["card"]["number"] == vc_number =>
+                    {
+                        ok += 1
+                    }
+                    other => failed.push(format!("{other:?}")),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    // Let the readers run before and during the rotation.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["master-key", "rotate", "-c"])
+        .arg(&servers[0].config_path)
+        .env_remove("PAYCRED_MASTER_KEY")
+        .env_remove("PAYCRED_TEST_CRASH_AT")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("data-keys\t1 re-wrapped"), "{said}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, failed) = reader.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..1]
+    );
+    assert!(ok > 0);
+    eprintln!("{ok} pairs of reads across the rotation, none failed");
+
+    // The old key file is gone; an instance restarted with the new key alone reads it all.
+    std::fs::remove_file(&old_file).unwrap();
+    let config = std::fs::read_to_string(&servers[0].config_path).unwrap();
+    let config: String = config
+        .lines()
+        .filter(|l| !l.starts_with("previous_master_key_file"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&servers[0].config_path, config).unwrap();
+    servers[0].restart();
+    let again = intent(&servers[0], &t, &pm, "pan");
+    assert_eq!(again["pan"]["number"], VISA, "{again}");
+    let vc_again = get_intent(&servers[0], &t, vc["id"].as_str().unwrap());
+    assert_eq!(vc_again["card"], vc["card"]);
+    assert_eq!(server_key(&servers[0]), client_key);
+    let (ok, out, err) = audit_cli(&servers[0], true);
+    assert!(ok && out.contains("head MAC valid"), "{out}{err}");
+}
