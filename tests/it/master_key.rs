@@ -211,7 +211,7 @@ fn on_postgresql_a_rotation_runs_while_instances_serve() {
         extra_project_yaml: format!("previous_master_key_file: {}\n", old_file.display()),
         ..Options::default()
     };
-    let mut servers = vec![Server::start_with(both()), Server::start_with(both())];
+    let mut servers = [Server::start_with(both()), Server::start_with(both())];
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
