@@ -135,12 +135,12 @@ pub fn event(project: &str, entity: &str, action: &str, resource: String) -> Aud
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chain::HashFunction;
 
     /// `n` entries, hashed with SHA-256 up to `sha256_until` and BLAKE3 after it.
-    fn chain_of(n: u64, sha256_until: u64) -> Vec<AuditEntry> {
+    pub(crate) fn chain_of(n: u64, sha256_until: u64) -> Vec<AuditEntry> {
         let mut prev = String::new();
         (1..=n)
             .map(|seq| {

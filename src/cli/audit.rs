@@ -148,38 +148,18 @@ pub fn head(config: &crate::config::Config, out: &mut impl Write) -> Result<(), 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::audit::chain::HashFunction;
-    use crate::audit::AuditEvent;
     use crate::secret::KeyMaterial;
 
-    fn chain(n: u64, tag: &str) -> Vec<AuditEntry> {
-        let mut prev = String::new();
-        (1..=n)
-            .map(|seq| {
-                let event = AuditEvent {
-                    at_micros: 1,
-                    action: "paymentMethod.create".into(),
-                    project: "p".into(),
-                    entity: tag.into(),
-                    resource: format!("pm_{seq}"),
-                };
-                let hash = HashFunction::Sha256.hash_event(&prev, &event).unwrap();
-                let e = AuditEntry {
-                    seq,
-                    event,
-                    prev_hash: prev.clone(),
-                    hash: hash.clone(),
-                };
-                prev = hash;
-                e
-            })
-            .collect()
+    /// Five entries, all SHA-256 (`a`) or all BLAKE3 (`b`): two logs that differ at every
+    /// seq.
+    fn chain(tag: &str) -> Vec<AuditEntry> {
+        crate::audit::tests::chain_of(5, if tag == "a" { 5 } else { 0 })
     }
 
     #[test]
     fn an_exported_head_names_a_rollback_and_a_rewrite() {
         let keys = HeadKeys::new(vec![("k".into(), KeyMaterial::new([3; 32]))]);
-        let log = chain(5, "a");
+        let log = chain("a");
         let exported = keys.sign(&AuditHead {
             seq: 4,
             hash: log[3].hash.clone(),
@@ -188,13 +168,13 @@ mod tests {
         assert!(check_exported(&log, &exported, &keys).is_ok());
         let e = check_exported(&log[..3], &exported, &keys).unwrap_err();
         assert!(e.starts_with("rollback"), "{e}");
-        let e = check_exported(&chain(5, "b"), &exported, &keys).unwrap_err();
+        let e = check_exported(&chain("b"), &exported, &keys).unwrap_err();
         assert!(e.starts_with("rewrite"), "{e}");
         let forged = AuditHead {
-            hash: chain(5, "b")[3].hash.clone(),
+            hash: chain("b")[3].hash.clone(),
             ..exported.clone()
         };
-        assert!(check_exported(&chain(5, "b"), &forged, &keys).is_err());
+        assert!(check_exported(&chain("b"), &forged, &keys).is_err());
         // The recorded head: valid, unauthenticated, forged.
         assert!(check_mac(Some(&exported), &keys).is_ok());
         let bare = AuditHead {
