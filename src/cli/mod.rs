@@ -421,7 +421,11 @@ pub fn run() -> ExitCode {
             print_lines(
                 load(&from)
                     .and_then(|f| Ok((f, load(&to)?)))
-                    .and_then(|(f, t)| crate::store::copy::run(&f, &t)),
+                    .and_then(|(f, t)| {
+                        // The same master key on both sides: the copied head is MACed by it.
+                        let master = crate::server::master_key(&t).map_err(|e| e.to_string())?;
+                        crate::store::copy::run(&f, &t, master.head_keys())
+                    }),
             )
         }
         Command::Migrate { config } => match Config::load(&config) {

@@ -975,7 +975,7 @@ impl PgStore {
     /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
     /// how many of the export's rows the tables lack afterwards (0 when all is well).
     pub fn import(&self, export: &crate::store::copy::Export) -> StoreResult<usize> {
-        let (pool, export) = (self.pool.clone(), export.clone());
+        let (pool, export, keys) = (self.pool.clone(), export.clone(), self.head_keys.clone());
         self.blocking(async move {
             let mut c = client(&pool).await?;
             let tx = timed(c.transaction()).await?;
@@ -1027,9 +1027,15 @@ impl PgStore {
             }
             if let Some(last) = export.audit.last() {
                 let seq = i64::try_from(last.seq).map_err(corrupt)?;
+                let mac = keys.mac(&AuditHead {
+                    seq: last.seq,
+                    hash: last.hash.clone(),
+                    ..AuditHead::default()
+                });
                 timed(tx.execute(
-                    "INSERT INTO audit_head (one, seq, hash) VALUES (true, $1, $2) ON CONFLICT (one)                      DO UPDATE SET seq = $1, hash = $2 WHERE audit_head.seq < $1",
-                    &[&seq, &last.hash],
+                    "INSERT INTO audit_head (one, seq, hash, mac) VALUES (true, $1, $2, $3) ON CONFLICT (one) \
+                     DO UPDATE SET seq = $1, hash = $2, mac = $3 WHERE audit_head.seq < $1",
+                    &[&seq, &last.hash, &mac],
                 ))
                 .await?;
             }
