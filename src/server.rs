@@ -34,7 +34,10 @@ pub fn master_key(config: &Config) -> Result<crate::vault::master::MasterKey, St
     use crate::vault::master::MasterKey;
     let master = MasterKey::load(&config.master_key_file)?;
     Ok(match &config.previous_master_key_file {
-        Some(previous) => master.with_previous(MasterKey::from_file(previous)?),
+        Some(previous) => {
+            crate::config::private::previous_master_key_file(previous)?;
+            master.with_previous(MasterKey::from_file(previous)?)
+        }
         None => master,
     })
 }

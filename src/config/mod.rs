@@ -622,6 +622,10 @@ mod tests {
             ("cvc_retention: forever", "cvc_retention"),
             ("audit_hash: md5", "audit_hash"),
             ("data_dir: /d\nmaster_key_file: /d/k", "master_key_file"),
+            (
+                "data_dir: /d\nmaster_key_file: /k\nprevious_master_key_file: /d/old",
+                "previous_master_key_file",
+            ),
             ("projects: [{id: 'a b', jwt: {keys: []}}]", "projects[0].id"),
             (
                 "projects: [{id: p, jwt: {keys: []}}]",
