@@ -111,10 +111,12 @@ pub fn run(
     exported: Option<&Path>,
     out: &mut impl Write,
 ) -> Result<(), String> {
-    let keys = if verify_chain {
-        head_keys(config)?
-    } else {
-        HeadKeys::default()
+    // Printing alone works without the master key; with it, a head recorded meanwhile (a
+    // committed outbox moved into the log) is MACed, not left without a MAC.
+    let keys = match head_keys(config) {
+        Ok(keys) => keys,
+        Err(e) if verify_chain => return Err(e),
+        Err(_) => HeadKeys::default(),
     };
     let (entries, head) = read(config, keys.clone())?;
     print(&entries, head.as_ref(), verify_chain, out)?;
