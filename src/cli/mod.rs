@@ -365,7 +365,7 @@ pub fn run() -> ExitCode {
             }
         }
         Command::Check { config } => match Config::load(&config) {
-            Ok(c) => match crate::vault::master::MasterKey::load(&c.master_key_file) {
+            Ok(c) => match crate::server::master_key(&c) {
                 Ok(_) => {
                     let store = match &c.store {
                         crate::config::store::StoreConfig::Sled => "sled".to_string(),
