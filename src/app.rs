@@ -32,15 +32,15 @@ pub struct App {
 
 impl App {
     /// The state of a server with `config`, its store and vault, reading time from `clock`:
-    /// the sandbox issuer keyed by a secret derived from the master key (so its cryptograms
-    /// survive restarts), authentication of the config's projects.
+    /// the sandbox issuer keyed by the secret the vault keeps (so its cryptograms survive
+    /// restarts and master-key rotations), authentication of the config's projects.
     pub fn new(
         config: Config,
         store: Arc<dyn Store>,
         vault: Arc<Vault>,
         clock: Arc<dyn Clock>,
     ) -> App {
-        let issuer = Arc::new(Sandbox::new(vault.derive_secret("paycred/sandbox-issuer")));
+        let issuer = Arc::new(Sandbox::new(vault.sandbox_secret()));
         App {
             auth: Authenticator::new(config.projects.clone()),
             config: Arc::new(config),

@@ -28,18 +28,32 @@ pub enum StartError {
     Listener(String),
 }
 
+/// The master key of `config`, holding the previous one too when `previous_master_key_file`
+/// names one (a rotation under way: docs/operations.md).
+pub fn master_key(config: &Config) -> Result<crate::vault::master::MasterKey, StartError> {
+    use crate::vault::master::MasterKey;
+    let master = MasterKey::load(&config.master_key_file)?;
+    Ok(match &config.previous_master_key_file {
+        Some(previous) => {
+            crate::config::private::previous_master_key_file(previous)?;
+            master.with_previous(MasterKey::from_file(previous)?)
+        }
+        None => master,
+    })
+}
+
 /// Opens the store and keys and builds the shared application state. The data directory and
 /// master key file must be their owner's alone ([`crate::config::private`]).
 pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     let from_env = std::env::var_os(crate::vault::master::MASTER_KEY_ENV).is_some();
     crate::config::private::before_start((!from_env).then_some(config.master_key_file.as_path()))?;
-    let master = crate::vault::master::MasterKey::load(&config.master_key_file)?;
+    let master = master_key(&config)?;
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| StartError::Store(format!("data_dir {}: {e}", config.data_dir.display())))?;
     if matches!(config.store, crate::config::store::StoreConfig::Sled) {
         crate::config::private::data_dir(&config.data_dir)?;
     }
-    let store = crate::store::open(&config).map_err(StartError::Store)?;
+    let store = crate::store::open_with(&config, master.head_keys()).map_err(StartError::Store)?;
     let vault = Arc::new(crate::vault::Vault::new(
         master,
         store.clone(),
@@ -48,6 +62,7 @@ pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
     vault.check_master_key(config.projects.keys().map(String::as_str))?;
     let now = u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp()).unwrap_or(0);
     vault.attach_cvc_ratchet(now)?;
+    vault.attach_sandbox_secret()?;
     spawn_cvc_sweeper(Arc::downgrade(&vault));
     crate::edge::idempotency::spawn_sweeper(Arc::downgrade(&store));
     let clock = Arc::new(crate::clock::SystemClock);

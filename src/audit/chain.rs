@@ -11,8 +11,8 @@
 //! proxy entry (`cargo bench --bench audit_chain`, 232 bytes) on this repo's bench machine:
 //! SHA-256 204 ns with the SHA extensions and 592 ns without them, BLAKE3 263 ns
 //! (docs/performance.md). Both are collision resistant; the chain is unkeyed
-//! either way (whoever can rewrite the log and the head the store records can rewrite the
-//! chain; `paycred audit --verify` prints the head to compare with a copy kept elsewhere).
+//! either way: what a rewrite cannot recompute without the master key is the recorded head's
+//! MAC ([`super::head_mac`]).
 
 use super::{AuditEntry, AuditEvent};
 

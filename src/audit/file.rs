@@ -37,6 +37,10 @@ pub struct AuditHead {
     /// Length of the file up to and including the last entry's line.
     #[serde(default)]
     pub len: u64,
+    /// `<master key id>:<HMAC-SHA256>` of the seq and hash ([`super::head_mac`]); empty in a
+    /// head recorded before heads were MACed, and in the head of an open log.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mac: String,
 }
 
 /// The open log, positioned after its last entry.

@@ -24,14 +24,18 @@
 //! `--verify`, proves the chain: sequence numbers contiguous from 1, each `prev_hash` the
 //! previous entry's `hash`, each `hash` recomputed from its event, and the head the store
 //! recorded apart from the log (at every sync) among them (so entries cut off the end are
-//! noticed). The first entry that fails is named by its `seq`. The store is opened
-//! directly, so the server must be stopped. Whoever can rewrite the whole store can also rewrite the head: compare
-//! the printed head with one kept elsewhere to rule that out.
+//! noticed), and the head's MAC under a key derived from the master key ([`head_mac`]), so a
+//! chain and head recomputed without the master key are named forged. The first entry that
+//! fails is named by its `seq`. The store is opened directly, so the server must be stopped.
+//! A whole older copy of the store still verifies: `paycred audit head` prints the head to
+//! keep elsewhere, and `--verify --head FILE` names a log rolled back before it, or
+//! rewritten, as such.
 //!
-//! May import: `config`, `clock`, `error`. The store writes the log; the log never reads the store.
+//! May import: `config`, `clock`, `error`, `secret`. The store writes the log; the log never reads the store.
 
 pub mod chain;
 pub mod file;
+pub mod head_mac;
 pub mod tally;
 pub mod writer;
 
@@ -133,12 +137,12 @@ pub fn event(project: &str, entity: &str, action: &str, resource: String) -> Aud
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chain::HashFunction;
 
     /// `n` entries, hashed with SHA-256 up to `sha256_until` and BLAKE3 after it.
-    fn chain_of(n: u64, sha256_until: u64) -> Vec<AuditEntry> {
+    pub(crate) fn chain_of(n: u64, sha256_until: u64) -> Vec<AuditEntry> {
         let mut prev = String::new();
         (1..=n)
             .map(|seq| {
@@ -186,6 +190,7 @@ mod tests {
             seq: e.seq,
             hash: e.hash.clone(),
             len: 0,
+            mac: String::new(),
         };
         let c = chain(5);
         let last = head(&c[4]);

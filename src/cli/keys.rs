@@ -4,10 +4,12 @@
 //! (they keep keys in memory, and every key they hold keeps opening what it sealed).
 
 use super::{ClientKeyAction, DataKeyAction};
+use crate::audit::head_mac::HeadKeys;
 use crate::store::Store;
 use crate::vault::client_keys::ClientKeys;
 use crate::vault::master::MasterKey;
 use crate::vault::Vault;
+use std::path::Path;
 use std::sync::Arc;
 
 /// The master key and the store of `config`, for a command run with the server stopped
@@ -20,9 +22,19 @@ pub fn open_offline(
         return Err(format!("project {project:?} is not in the config"));
     }
     let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
+    let store = open_store(config, master.head_keys())?;
+    Ok((master, store))
+}
+
+/// The store of `config` for a command: on sled with the server stopped (sled opens the
+/// data directory exclusively), on PostgreSQL beside the running servers.
+pub fn open_store(
+    config: &crate::config::Config,
+    head_keys: HeadKeys,
+) -> Result<Arc<dyn Store>, String> {
     if let crate::config::store::StoreConfig::Postgres(_) = &config.store {
         // The database is shared: the command runs beside the servers.
-        return Ok((master, crate::store::open(config)?));
+        return crate::store::open_with(config, head_keys);
     }
     // Opening a missing directory would make an empty store there and act on it.
     if !config.data_dir.is_dir() {
@@ -31,14 +43,14 @@ pub fn open_offline(
             config.data_dir.display()
         ));
     }
-    let store =
-        crate::store::SledStore::open(&config.data_dir, config.audit_hash).map_err(|e| {
+    let store = crate::store::SledStore::open_with(&config.data_dir, config.audit_hash, head_keys)
+        .map_err(|e| {
             format!(
                 "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
                 config.data_dir.display()
             )
         })?;
-    Ok((master, Arc::new(store)))
+    Ok(Arc::new(store))
 }
 
 /// Runs `paycred data-key` on the store of `config` (server stopped); the lines to print.
@@ -106,4 +118,84 @@ pub fn client_key(
             Err(e) => Err(e.to_string()),
         },
     }
+}
+
+/// The old and the new master key of a rotation: with `new_key`, the config's master key is
+/// the old one; without, the config's master key is the new one and its
+/// `previous_master_key_file` the old one.
+fn rotation_keys(
+    config: &crate::config::Config,
+    new_key: Option<&Path>,
+) -> Result<(MasterKey, MasterKey), String> {
+    let file =
+        |path: &Path| MasterKey::from_file(path).map_err(|e| format!("{}: {e}", path.display()));
+    match (new_key, &config.previous_master_key_file) {
+        (Some(new), _) => Ok((
+            MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?,
+            file(new)?,
+        )),
+        (None, Some(previous)) => Ok((
+            file(previous)?,
+            MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?,
+        )),
+        (None, None) => Err(
+            "give --new-key NEWFILE, or configure the new key as master_key_file and the old \
+             one as previous_master_key_file"
+                .into(),
+        ),
+    }
+}
+
+/// Where a test stops the rotation as a crash would: the process kills itself with SIGKILL
+/// after the step `PAYCRED_TEST_CRASH_AT` names (debug builds only).
+fn crash_point(step: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("PAYCRED_TEST_CRASH_AT").is_ok_and(|at| at == step) {
+        eprintln!("paycred: killed after {step} (PAYCRED_TEST_CRASH_AT)");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = step;
+}
+
+/// Runs `paycred master-key rotate` (docs/operations.md): every step of
+/// [`crate::vault::rotate`], then the audit head MACed again; the lines to print. Each step
+/// prints what it re-wrapped; running it again after a crash finishes what is left.
+pub fn rotate_master_key(
+    config: &crate::config::Config,
+    new_key: Option<&Path>,
+) -> Result<Vec<String>, String> {
+    use crate::vault::rotate::{run_step, Step};
+    let keys = || -> Result<MasterKey, String> {
+        let (old, new) = rotation_keys(config, new_key)?;
+        Ok(new.with_previous(old))
+    };
+    let both = keys()?;
+    let (new_id, old_ids) = (
+        both.id().to_string(),
+        both.previous_ids().collect::<Vec<_>>().join(", "),
+    );
+    let store = open_store(config, both.head_keys())?;
+    let projects: Vec<&str> = config.projects.keys().map(String::as_str).collect();
+    crash_point("start");
+    // A store that never kept the sandbox issuer's secret used the one derived from the old
+    // key: it is kept now, so that the rotation carries it over.
+    Vault::new(keys()?, store.clone(), config.cvc_retention)
+        .attach_sandbox_secret()
+        .map_err(|e| e.to_string())?;
+    let mut lines = Vec::new();
+    for step in Step::ALL {
+        let n = run_step(step, &both, &store, &projects).map_err(|e| e.to_string())?;
+        lines.push(format!("{}\t{n} re-wrapped", step.name()));
+        crash_point(&format!("after-{}", step.name()));
+    }
+    let remaced = store.remac_audit_head().map_err(|e| e.to_string())?;
+    lines.push(format!("audit-head\t{} re-MACed", usize::from(remaced)));
+    crash_point("after-audit-head");
+    lines.push(format!(
+        "every stored key is wrapped by master key {new_id}; {old_ids} is no longer needed \
+         (sled: make master_key_file the new key's file; PostgreSQL: remove \
+         previous_master_key_file and restart the servers one at a time)"
+    ));
+    Ok(lines)
 }

@@ -1,8 +1,8 @@
 //! The `paycred` command line: `serve` runs the server ([`crate::server`]); the other
 //! commands work on the config, the keys and the store of a deployment.
 //!
-//! - [`keys`]: `data-key`, `client-key`, `master-key`.
-//! - [`audit`]: `audit [--verify]`.
+//! - [`keys`]: `data-key`, `client-key`, `master-key [rotate]`.
+//! - [`audit`]: `audit [--verify [--head FILE]]`, `audit head`.
 //!
 //! May import anything below it; nothing imports it but `main.rs`.
 
@@ -93,14 +93,23 @@ enum Command {
         #[command(subcommand)]
         action: StoreAction,
     },
-    /// Print the audit log (one JSON entry a line); --verify proves its hash chain. On sled,
-    /// run with the server stopped; on PostgreSQL, while the servers run.
+    /// Print the audit log (one JSON entry a line); --verify proves its hash chain and its
+    /// head's MAC; `head` prints the head to keep elsewhere. On sled, run with the server
+    /// stopped; on PostgreSQL, while the servers run.
+    #[command(args_conflicts_with_subcommands = true)]
     Audit {
+        #[command(subcommand)]
+        action: Option<AuditAction>,
         #[arg(short = 'c', long = "config")]
-        config: PathBuf,
-        /// Check every link of the chain; exit 1 naming the first broken entry's seq.
+        config: Option<PathBuf>,
+        /// Check every link of the chain and the recorded head's MAC; exit 1 naming the first
+        /// broken entry's seq, or the head as forged or unauthenticated.
         #[arg(long)]
         verify: bool,
+        /// With --verify: a head printed by `paycred audit head` earlier, which the log must
+        /// still hold (a log rolled back before it, or rewritten, is named as such).
+        #[arg(long = "head", value_name = "FILE", requires = "verify")]
+        head: Option<PathBuf>,
     },
     /// Client encryption keys (`encryptedCard`): list, rotate, retire. On sled, run with the
     /// server stopped; on PostgreSQL, running servers take a change up when they restart.
@@ -125,10 +134,39 @@ enum Command {
         project: Option<String>,
     },
     /// Print a new random master key (64 hex characters), or write it to a new file that only
-    /// its owner can read.
+    /// its owner can read; `rotate` wraps every stored key by a new master key.
+    #[command(args_conflicts_with_subcommands = true)]
     MasterKey {
+        #[command(subcommand)]
+        action: Option<MasterKeyAction>,
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum AuditAction {
+    /// Print the recorded head (seq, hash, MAC) as one JSON line, to keep apart from the
+    /// deployment and give to `paycred audit --verify --head FILE` later.
+    Head {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum MasterKeyAction {
+    /// Wrap every key the store keeps (data, fingerprint and client-encryption keys, the CVC
+    /// ratchet, the sandbox issuer's secret) and the audit head's MAC by a new master key;
+    /// card data is not re-encrypted. Safe to run again after a crash. On sled, run with the
+    /// server stopped; on PostgreSQL, while the servers run (docs/operations.md).
+    Rotate {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// The new master key's file. Without it, the config's `master_key_file` is the new
+        /// key and its `previous_master_key_file` the old one.
+        #[arg(long = "new-key")]
+        new_key: Option<PathBuf>,
     },
 }
 
@@ -327,7 +365,7 @@ pub fn run() -> ExitCode {
             }
         }
         Command::Check { config } => match Config::load(&config) {
-            Ok(c) => match crate::vault::master::MasterKey::load(&c.master_key_file) {
+            Ok(c) => match crate::server::master_key(&c) {
                 Ok(_) => {
                     let store = match &c.store {
                         crate::config::store::StoreConfig::Sled => "sled".to_string(),
@@ -383,21 +421,55 @@ pub fn run() -> ExitCode {
             print_lines(
                 load(&from)
                     .and_then(|f| Ok((f, load(&to)?)))
-                    .and_then(|(f, t)| crate::store::copy::run(&f, &t)),
+                    .and_then(|(f, t)| {
+                        // The same master key on both sides: the copied head is MACed by it.
+                        let master = crate::server::master_key(&t).map_err(|e| e.to_string())?;
+                        crate::store::copy::run(&f, &t, master.head_keys())
+                    }),
             )
         }
         Command::Migrate { config } => match Config::load(&config) {
             Ok(c) => print_lines(migrate(&c)),
             Err(e) => fail(format!("{}: {e}", config.display())),
         },
-        Command::Audit { config, verify } => match Config::load(&config) {
-            Ok(c) => match audit::run(&c, verify, &mut std::io::stdout().lock()) {
+        Command::Audit {
+            action: Some(AuditAction::Head { config }),
+            ..
+        } => match Config::load(&config) {
+            Ok(c) => match audit::head(&c, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e),
             },
             Err(e) => fail(format!("{}: {e}", config.display())),
         },
-        Command::MasterKey { out } => {
+        Command::Audit {
+            action: None,
+            config,
+            verify,
+            head,
+        } => {
+            let Some(config) = config else {
+                return fail("audit needs -c FILE");
+            };
+            match Config::load(&config) {
+                Ok(c) => {
+                    let out = &mut std::io::stdout().lock();
+                    match audit::run(&c, verify, head.as_deref(), out) {
+                        Ok(()) => ExitCode::SUCCESS,
+                        Err(e) => fail(e),
+                    }
+                }
+                Err(e) => fail(format!("{}: {e}", config.display())),
+            }
+        }
+        Command::MasterKey {
+            action: Some(MasterKeyAction::Rotate { config, new_key }),
+            ..
+        } => match Config::load(&config) {
+            Ok(c) => print_lines(keys::rotate_master_key(&c, new_key.as_deref())),
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::MasterKey { action: None, out } => {
             let key = crate::vault::master::MasterKey::generate_hex();
             match out {
                 Some(path) => match crate::dev::write_private(&path, key.as_bytes()) {

@@ -26,6 +26,10 @@ pub struct FileConfig {
     /// `PAYCRED_MASTER_KEY` takes precedence. Never inside `data_dir`.
     #[serde(default = "default_master_key_file")]
     pub master_key_file: PathBuf,
+    /// The master key before a rotation, still opening what it wrapped while
+    /// `paycred master-key rotate` re-wraps it (docs/operations.md). Never inside `data_dir`.
+    #[serde(default)]
+    pub previous_master_key_file: Option<PathBuf>,
     /// How long a CVC stays readable after it was stored, e.g. `1h`.
     #[serde(default = "default_cvc_retention")]
     pub cvc_retention: String,
@@ -266,6 +270,9 @@ impl FileConfig {
         };
         at(&mut self.data_dir);
         at(&mut self.master_key_file);
+        if let Some(previous) = &mut self.previous_master_key_file {
+            at(previous);
+        }
         if let Some(tls) = &mut self.store.tls {
             at(&mut tls.ca_file);
         }

@@ -57,6 +57,8 @@ pub struct Config {
     /// Which store holds the data (`store:`).
     pub store: store::StoreConfig,
     pub master_key_file: PathBuf,
+    /// `previous_master_key_file`: the key a rotation moves away from.
+    pub previous_master_key_file: Option<PathBuf>,
     pub cvc_retention: Duration,
     pub rest_max_body: usize,
     /// What new audit-log entries are hashed with (`audit_hash`; `auto` resolved).
@@ -240,6 +242,16 @@ impl Config {
         if file.master_key_file.starts_with(&file.data_dir) {
             return Err(invalid("master_key_file", "must not be inside data_dir"));
         }
+        if file
+            .previous_master_key_file
+            .as_ref()
+            .is_some_and(|p| p.starts_with(&file.data_dir))
+        {
+            return Err(invalid(
+                "previous_master_key_file",
+                "must not be inside data_dir",
+            ));
+        }
         let cvc_retention = duration("cvc_retention", &file.cvc_retention)?;
         if cvc_retention.is_zero() || cvc_retention > Duration::from_secs(24 * 3600) {
             return Err(invalid("cvc_retention", "must be between 1s and 24h"));
@@ -305,6 +317,7 @@ impl Config {
             data_dir: file.data_dir,
             store,
             master_key_file: file.master_key_file,
+            previous_master_key_file: file.previous_master_key_file,
             cvc_retention,
             rest_max_body: file.rest_max_body,
             audit_hash,
@@ -609,6 +622,10 @@ mod tests {
             ("cvc_retention: forever", "cvc_retention"),
             ("audit_hash: md5", "audit_hash"),
             ("data_dir: /d\nmaster_key_file: /d/k", "master_key_file"),
+            (
+                "data_dir: /d\nmaster_key_file: /k\nprevious_master_key_file: /d/old",
+                "previous_master_key_file",
+            ),
             ("projects: [{id: 'a b', jwt: {keys: []}}]", "projects[0].id"),
             (
                 "projects: [{id: p, jwt: {keys: []}}]",

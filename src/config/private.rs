@@ -21,6 +21,12 @@ pub fn before_start(master_key_file: Option<&Path>) -> Result<(), ConfigError> {
     }
 }
 
+/// Refuses a previous master key file (a rotation under way) that anyone but its owner may
+/// read or write, as the master key file.
+pub fn previous_master_key_file(file: &Path) -> Result<(), ConfigError> {
+    owner_only("previous_master_key_file", file, "600")
+}
+
 /// Refuses a data directory that its group or others may enter, read or write.
 pub fn data_dir(dir: &Path) -> Result<(), ConfigError> {
     owner_only("data_dir", dir, "700")

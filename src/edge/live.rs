@@ -65,6 +65,12 @@ fn keep_restart_only(running: &Config, mut file: Config) -> (Config, Vec<&'stati
     ) {
         file.master_key_file = running.master_key_file.clone();
     }
+    if keep(
+        "previous_master_key_file",
+        running.previous_master_key_file != file.previous_master_key_file,
+    ) {
+        file.previous_master_key_file = running.previous_master_key_file.clone();
+    }
     if keep("cvc_retention", running.cvc_retention != file.cvc_retention) {
         file.cvc_retention = running.cvc_retention;
     }

@@ -59,10 +59,12 @@ impl Export {
     }
 }
 
-/// Copies the sled store of `from` into the database of `to`; the report's lines.
+/// Copies the sled store of `from` into the database of `to` (the copied audit head MACed
+/// with `head_keys`, the master key's); the report's lines.
 pub fn run(
     from: &crate::config::Config,
     to: &crate::config::Config,
+    head_keys: crate::audit::head_mac::HeadKeys,
 ) -> Result<Vec<String>, String> {
     let crate::config::store::StoreConfig::Postgres(pg) = &to.store else {
         return Err("--to must name a config with store kind postgres".into());
@@ -76,15 +78,17 @@ pub fn run(
             from.data_dir.display()
         ));
     }
-    let sled = super::SledStore::open(&from.data_dir, from.audit_hash).map_err(|e| {
-        format!(
-            "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
-            from.data_dir.display()
-        )
-    })?;
+    let sled = super::SledStore::open_with(&from.data_dir, from.audit_hash, head_keys.clone())
+        .map_err(|e| {
+            format!(
+                "data_dir {}: {e} (stop the server first: the store is opened exclusively)",
+                from.data_dir.display()
+            )
+        })?;
     let export = sled.export().map_err(|e| e.to_string())?;
     drop(sled);
-    let target = super::PgStore::open(pg, to.audit_hash).map_err(|e| e.to_string())?;
+    let target =
+        super::PgStore::open_with(pg, to.audit_hash, head_keys).map_err(|e| e.to_string())?;
     let missing = target.import(&export).map_err(|e| e.to_string())?;
     let mut lines: Vec<String> = export
         .counts()

@@ -363,4 +363,9 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.purge_erased_keys().await
     }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.remac_audit_head()
+    }
 }

@@ -20,6 +20,7 @@ pub mod records;
 pub mod sealed;
 pub mod sled;
 
+use crate::audit::head_mac::HeadKeys;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::error::ApiError;
 use async_trait::async_trait;
@@ -34,16 +35,25 @@ pub use sled::SledStore;
 /// Opens the store `config` names (sled in `data_dir`, or the PostgreSQL database, applying
 /// its migrations). The error names the directory or the database (never a password).
 pub fn open(config: &crate::config::Config) -> Result<Arc<dyn Store>, String> {
+    open_with(config, HeadKeys::default())
+}
+
+/// [`open`], the recorded audit heads MACed with `head_keys` (the master key's:
+/// [`crate::audit::head_mac`]).
+pub fn open_with(
+    config: &crate::config::Config,
+    head_keys: HeadKeys,
+) -> Result<Arc<dyn Store>, String> {
     match &config.store {
         crate::config::store::StoreConfig::Sled => {
             let dir = &config.data_dir;
             std::fs::create_dir_all(dir).map_err(|e| format!("data_dir {}: {e}", dir.display()))?;
-            let store = SledStore::open(dir, config.audit_hash)
+            let store = SledStore::open_with(dir, config.audit_hash, head_keys)
                 .map_err(|e| format!("data_dir {}: {e}", dir.display()))?;
             Ok(Arc::new(store))
         }
         crate::config::store::StoreConfig::Postgres(pg) => Ok(Arc::new(
-            PgStore::open(pg, config.audit_hash).map_err(|e| e.to_string())?,
+            PgStore::open_with(pg, config.audit_hash, head_keys).map_err(|e| e.to_string())?,
         )),
     }
 }
@@ -371,4 +381,9 @@ pub trait Store: Send + Sync + 'static {
     async fn purge_erased_keys(&self) -> StoreResult<()> {
         Ok(())
     }
+
+    /// MACs the recorded audit head again with the store's first head key (a master-key
+    /// rotation's last step), once its MAC verifies under one of the keys; whether it changed
+    /// it (no head, or MACed by that key already: no).
+    fn remac_audit_head(&self) -> StoreResult<bool>;
 }

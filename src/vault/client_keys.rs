@@ -279,6 +279,26 @@ impl ClientKeys {
         }
     }
 
+    /// Wraps every key of the project (retired ones too) by `master`'s current key; the
+    /// number of keys it wrapped again. One swap of the whole set.
+    pub fn rewrap(&self, master: &MasterKey, project: &str) -> Result<usize, VaultError> {
+        loop {
+            let Some((old, mut set)) = self.read(project)? else {
+                return Ok(0);
+            };
+            let mut n = 0;
+            for key in &mut set.keys {
+                if let Some(w) = master.rewrap(&context(project, &key.kid), &key.d_wrapped)? {
+                    key.d_wrapped = w;
+                    n += 1;
+                }
+            }
+            if n == 0 || self.write(project, Some(&old), &set)? {
+                return Ok(n);
+            }
+        }
+    }
+
     /// The project's keys, oldest first.
     pub fn list(&self, project: &str) -> Result<Vec<KeyInfo>, VaultError> {
         Ok(self

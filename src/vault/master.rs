@@ -1,6 +1,10 @@
 //! The master key: 32 bytes from a file or `PAYCRED_MASTER_KEY` (64 hex characters). It
-//! only wraps other keys; its id (a hash prefix) is stored with everything it wraps, so a
-//! rotated-out key is recognised instead of silently failing.
+//! only wraps other keys; its id (a hash prefix, never the key) is stored with everything it
+//! wraps, so a rotated-out key is recognised instead of silently failing.
+//!
+//! During a rotation ([`super::rotate`]) the key before it can be held too
+//! ([`MasterKey::with_previous`], `previous_master_key_file`): what it wrapped still
+//! unwraps, chosen by the id stored with it; everything new is wrapped by the current key.
 
 use super::VaultError;
 use crate::secret::KeyMaterial;
@@ -20,6 +24,8 @@ pub const MASTER_KEY_ENV: &str = "PAYCRED_MASTER_KEY";
 pub struct MasterKey {
     id: String,
     key: KeyMaterial,
+    /// Keys a rotation moves away from, by id: they only unwrap.
+    previous: Vec<(String, KeyMaterial)>,
 }
 
 impl std::fmt::Debug for MasterKey {
@@ -45,7 +51,31 @@ impl MasterKey {
                 .concat(),
             )[..6],
         );
-        Ok(Self { id, key })
+        Ok(Self {
+            id,
+            key,
+            previous: Vec::new(),
+        })
+    }
+
+    /// This key, also unwrapping what `previous` (and the keys it holds) wrapped.
+    pub fn with_previous(mut self, previous: MasterKey) -> Self {
+        for (id, key) in std::iter::once((previous.id, previous.key)).chain(previous.previous) {
+            if id != self.id && !self.previous.iter().any(|(p, _)| *p == id) {
+                self.previous.push((id, key));
+            }
+        }
+        self
+    }
+
+    /// The ids of the keys held only to unwrap.
+    pub fn previous_ids(&self) -> impl Iterator<Item = &str> {
+        self.previous.iter().map(|(id, _)| id.as_str())
+    }
+
+    /// The id of the master key that wrapped `wrapped` (what [`Self::wrap`] wrote).
+    pub fn wrapped_by(wrapped: &str) -> Option<&str> {
+        wrapped.split_once(':').map(|(id, _)| id)
     }
 
     /// From the environment variable if set, else from the file.
@@ -54,6 +84,11 @@ impl MasterKey {
             return Self::from_hex(&v)
                 .map_err(|e| VaultError::MasterKey(format!("{MASTER_KEY_ENV}: {e}")));
         }
+        Self::from_file(file)
+    }
+
+    /// From the file alone.
+    pub fn from_file(file: &Path) -> Result<Self, VaultError> {
         let text = Zeroizing::new(std::fs::read_to_string(file).map_err(|e| {
             VaultError::MasterKey(format!(
                 "cannot read {}: {e}; create one with `paycred master-key --out {}` or set {MASTER_KEY_ENV}",
@@ -77,14 +112,26 @@ impl MasterKey {
     /// A stable 32-byte secret for `context`: HMAC-SHA256(master key, context). The same
     /// master key gives the same secret after a restart (e.g. the sandbox issuer's secret).
     pub fn derive(&self, context: &str) -> KeyMaterial {
-        use hmac::{Hmac, Mac};
-        // A 32-byte key is zero-padded to SHA-256's block by HMAC's definition; padding it
-        // here avoids the fallible `new_from_slice`.
-        let mut key = Zeroizing::new([0u8; 64]);
-        key[..32].copy_from_slice(self.key.expose());
-        let mut mac = <Hmac<Sha256> as Mac>::new(&(*key).into());
-        mac.update(context.as_bytes());
-        KeyMaterial::new(mac.finalize().into_bytes().into())
+        derive(&self.key, context)
+    }
+
+    /// [`Self::derive`] with the oldest key held (the first previous key given, else this
+    /// one): a secret that was derived before a rotation began.
+    pub fn derive_oldest(&self, context: &str) -> KeyMaterial {
+        let key = self.previous.last().map_or(&self.key, |(_, key)| key);
+        derive(key, context)
+    }
+
+    /// The audit head's MAC keys ([`crate::audit::head_mac`]): this key's first, then the
+    /// previous keys', each under its master key's id.
+    pub fn head_keys(&self) -> crate::audit::head_mac::HeadKeys {
+        use crate::audit::head_mac::{HeadKeys, LABEL};
+        HeadKeys::new(
+            std::iter::once((&self.id, &self.key))
+                .chain(self.previous.iter().map(|(id, key)| (id, key)))
+                .map(|(id, key)| (id.clone(), derive(key, LABEL)))
+                .collect(),
+        )
     }
 
     /// Wraps a 32-byte key: `mk_id:base64(nonce || ciphertext)`, bound to `context`.
@@ -98,16 +145,18 @@ impl MasterKey {
         let (id, body) = wrapped
             .split_once(':')
             .ok_or(VaultError::Corrupt("wrapped key"))?;
-        if id != self.id {
-            return Err(VaultError::MasterKey(format!(
-                "data is wrapped by master key {id}, but the configured master key is {}",
-                self.id
-            )));
-        }
+        let key = if id == self.id {
+            &self.key
+        } else {
+            match self.previous.iter().find(|(p, _)| p == id) {
+                Some((_, key)) => key,
+                None => return Err(self.missing(id)),
+            }
+        };
         let bytes = B64
             .decode(body)
             .map_err(|_| VaultError::Corrupt("wrapped key"))?;
-        let plain = SealKey::new(&self.key).open(context.as_bytes(), &bytes)?;
+        let plain = SealKey::new(key).open(context.as_bytes(), &bytes)?;
         let mut key = Zeroizing::new([0u8; 32]);
         if plain.len() != 32 {
             return Err(VaultError::Corrupt("wrapped key length"));
@@ -115,6 +164,45 @@ impl MasterKey {
         key.copy_from_slice(&plain);
         Ok(KeyMaterial::from(key))
     }
+
+    /// What a key wrapped by master key `id`, which this one does not hold, needs.
+    fn missing(&self, id: &str) -> VaultError {
+        let also: Vec<&str> = self.previous_ids().collect();
+        let also = if also.is_empty() {
+            String::new()
+        } else {
+            format!(" (previous: {})", also.join(", "))
+        };
+        VaultError::MasterKey(format!(
+            "data is wrapped by master key {id}, but the configured master key is {}{also}: \
+             if a rotation from or to {id} was begun, give both keys (master_key_file and \
+             previous_master_key_file) and finish it with `paycred master-key rotate` \
+             (docs/operations.md)",
+            self.id
+        ))
+    }
+
+    /// `wrapped` wrapped by this key instead: `None` when it is already; else it is unwrapped
+    /// (by a previous key) and wrapped again under the same `context`.
+    pub fn rewrap(&self, context: &str, wrapped: &str) -> Result<Option<String>, VaultError> {
+        if Self::wrapped_by(wrapped) == Some(self.id.as_str()) {
+            return Ok(None);
+        }
+        let key = self.unwrap_key(context, wrapped)?;
+        self.wrap(context, &key).map(Some)
+    }
+}
+
+/// HMAC-SHA256(`key`, `context`).
+fn derive(key: &KeyMaterial, context: &str) -> KeyMaterial {
+    use hmac::{Hmac, Mac};
+    // A 32-byte key is zero-padded to SHA-256's block by HMAC's definition; padding it
+    // here avoids the fallible `new_from_slice`.
+    let mut padded = Zeroizing::new([0u8; 64]);
+    padded[..32].copy_from_slice(key.expose());
+    let mut mac = <Hmac<Sha256> as Mac>::new(&(*padded).into());
+    mac.update(context.as_bytes());
+    KeyMaterial::new(mac.finalize().into_bytes().into())
 }
 
 /// An AES-256-GCM key with its key schedule expanded once: sealing and opening with a kept

@@ -9,11 +9,13 @@
 //!   after retention.
 //! - [`client_keys::ClientKeys`]: the EC keys browsers encrypt `encryptedCard` to (JWE).
 //!
-//! May import: `store` (keyrings and client keys are stored wrapped), `secret`, `clock`, `error`.
+//! May import: `store` (keyrings and client keys are stored wrapped), `audit` (the head's MAC
+//! keys come from the master key), `secret`, `clock`, `error`.
 
 pub mod client_keys;
 pub mod cvc;
 pub mod master;
+pub mod rotate;
 
 pub use crate::store::Sealed;
 
@@ -82,6 +84,21 @@ pub struct Vault {
     /// [`Vault::attach_cvc_ratchet`]).
     cvc_stored: parking_lot::Mutex<Option<Vec<u8>>>,
     client: client_keys::ClientKeys,
+    /// The sandbox issuer's secret as kept in the store (after [`Vault::attach_sandbox_secret`]).
+    sandbox: parking_lot::Mutex<Option<KeyMaterial>>,
+}
+
+/// The keyring name the sandbox issuer's secret is stored under (not a valid project id).
+pub const SANDBOX_STORE_NAME: &str = "~sandbox-issuer";
+
+/// The master key's wrapping context of the sandbox issuer's secret, and the context it was
+/// first derived from.
+pub const SANDBOX_CONTEXT: &str = "paycred/sandbox-issuer";
+
+/// The sandbox issuer's secret as stored: wrapped by the master key.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SandboxFile {
+    pub(crate) secret: String,
 }
 
 impl std::fmt::Debug for Vault {
@@ -106,6 +123,7 @@ impl Vault {
             keyrings: RwLock::new(HashMap::new()),
             cvc: cvc::CvcKeyring::new(cvc_retention),
             cvc_stored: parking_lot::Mutex::new(None),
+            sandbox: parking_lot::Mutex::new(None),
         }
     }
 
@@ -287,6 +305,40 @@ impl Vault {
     /// A stable secret derived from the master key for `context` (see [`MasterKey::derive`]).
     pub fn derive_secret(&self, context: &str) -> KeyMaterial {
         self.master.derive(context)
+    }
+
+    /// Takes up the sandbox issuer's secret kept in the store, wrapped by the master key (so
+    /// it outlives a master-key rotation). A store without one gets the secret derived from
+    /// the master key it ran with ([`SANDBOX_CONTEXT`]; the previous key during a rotation),
+    /// which is what it used before the secret was kept: the credentials issued before keep
+    /// their cryptograms.
+    pub fn attach_sandbox_secret(&self) -> Result<(), VaultError> {
+        let bytes = match self.store.load_keyring(SANDBOX_STORE_NAME)? {
+            Some(bytes) => bytes,
+            None => {
+                let secret = self.master.derive_oldest(SANDBOX_CONTEXT);
+                let file = SandboxFile {
+                    secret: self.master.wrap(SANDBOX_CONTEXT, &secret)?,
+                };
+                let bytes =
+                    serde_json::to_vec(&file).map_err(|_| VaultError::Corrupt("sandbox secret"))?;
+                self.store.create_keyring(SANDBOX_STORE_NAME, &bytes)?
+            }
+        };
+        let file: SandboxFile =
+            serde_json::from_slice(&bytes).map_err(|_| VaultError::Corrupt("sandbox secret"))?;
+        let secret = self.master.unwrap_key(SANDBOX_CONTEXT, &file.secret)?;
+        *self.sandbox.lock() = Some(secret);
+        Ok(())
+    }
+
+    /// The sandbox issuer's secret: the stored one once attached, else the one derived from
+    /// the master key.
+    pub fn sandbox_secret(&self) -> KeyMaterial {
+        self.sandbox
+            .lock()
+            .clone()
+            .unwrap_or_else(|| self.master.derive(SANDBOX_CONTEXT))
     }
 
     /// Keyed HMAC-SHA256 of a card number, per project (128 bits, hex).

@@ -22,12 +22,12 @@ fn tokens_path() -> String {
     format!("/projects/{PROJECT}/tokens")
 }
 
-fn card_json(number: &str) -> Value {
+pub(crate) fn card_json(number: &str) -> Value {
     json!({"number": number, "expirationMonth": "12", "expirationYear": "2031", "cvc": CVC})
 }
 
 /// The server's current public key (JWK).
-fn server_key(server: &Server) -> Value {
+pub(crate) fn server_key(server: &Server) -> Value {
     let r = server.call(
         "GET",
         &key_path(),
@@ -64,7 +64,7 @@ fn encrypt_with(key: &Value, plaintext: &[u8], alg: &str, enc: &str, kid: Option
 }
 
 /// An `encryptedCard` for the server's current key, as the SDK makes it.
-fn encrypt_card(key: &Value, card: &Value) -> String {
+pub(crate) fn encrypt_card(key: &Value, card: &Value) -> String {
     let kid = key["kid"].as_str().unwrap();
     encrypt_with(
         key,

@@ -15,6 +15,7 @@
 mod common;
 
 mod audit;
+mod audit_head;
 mod auth;
 mod client_encryption;
 mod cors;
@@ -27,6 +28,7 @@ mod form_props;
 mod idempotency;
 mod keys;
 mod log_hygiene;
+mod master_key;
 mod operations;
 mod payment_methods;
 mod postgres;

@@ -8,6 +8,7 @@
 
 use super::{client, run_blocking, timed};
 use crate::audit::chain::HashFunction;
+use crate::audit::head_mac::HeadKeys;
 use crate::audit::writer::Sink;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::store::{corrupt, StoreError, StoreResult};
@@ -23,27 +24,43 @@ pub struct PgSink {
     hash: HashFunction,
     /// The writer's own events, appended but not yet committed.
     own: Vec<AuditEvent>,
+    /// MAC the recorded heads.
+    keys: HeadKeys,
 }
 
 impl PgSink {
-    pub fn new(pool: Pool, handle: tokio::runtime::Handle, hash: HashFunction) -> Self {
+    pub fn new(
+        pool: Pool,
+        handle: tokio::runtime::Handle,
+        hash: HashFunction,
+        keys: HeadKeys,
+    ) -> Self {
         Self {
             pool,
             handle,
             hash,
             own: Vec::new(),
+            keys,
         }
     }
 
     /// Chains the outbox and `own` into the log in one transaction.
     fn chain(&mut self, own: Vec<AuditEvent>) -> Result<(), String> {
-        let (pool, hash) = (self.pool.clone(), self.hash);
-        run_blocking(&self.handle, async move { chain(&pool, hash, own).await })
-            .map_err(|e| e.to_string())
+        let (pool, hash, keys) = (self.pool.clone(), self.hash, self.keys.clone());
+        run_blocking(
+            &self.handle,
+            async move { chain(&pool, hash, &keys, own).await },
+        )
+        .map_err(|e| e.to_string())
     }
 }
 
-async fn chain(pool: &Pool, hash: HashFunction, own: Vec<AuditEvent>) -> StoreResult<()> {
+async fn chain(
+    pool: &Pool,
+    hash: HashFunction,
+    keys: &HeadKeys,
+    own: Vec<AuditEvent>,
+) -> StoreResult<()> {
     let mut c = client(pool).await?;
     let tx = timed(c.transaction()).await?;
     timed(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CHAIN_LOCK])).await?;
@@ -77,13 +94,49 @@ async fn chain(pool: &Pool, hash: HashFunction, own: Vec<AuditEvent>) -> StoreRe
         timed(tx.execute(&insert, &[&seq, &value, &prev, &h])).await?;
         prev = h;
     }
+    let mac = keys.mac(&AuditHead {
+        seq: u64::try_from(seq).map_err(corrupt)?,
+        hash: prev.clone(),
+        ..AuditHead::default()
+    });
     timed(tx.execute(
-        "INSERT INTO audit_head (one, seq, hash) VALUES (true, $1, $2) \
-         ON CONFLICT (one) DO UPDATE SET seq = $1, hash = $2",
-        &[&seq, &prev],
+        "INSERT INTO audit_head (one, seq, hash, mac) VALUES (true, $1, $2, $3) \
+         ON CONFLICT (one) DO UPDATE SET seq = $1, hash = $2, mac = $3",
+        &[&seq, &prev, &mac],
     ))
     .await?;
     timed(tx.commit()).await
+}
+
+/// A row of `audit_head` (seq, hash, mac) as a head.
+fn head_of(r: &tokio_postgres::Row) -> StoreResult<AuditHead> {
+    Ok(AuditHead {
+        seq: u64::try_from(r.get::<_, i64>(0)).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        hash: r.get(1),
+        len: 0,
+        mac: r.get(2),
+    })
+}
+
+/// MACs the recorded head again with the first of `keys`, under the chain's lock, once its
+/// MAC verifies under one of them (or it has none); whether it changed it.
+pub async fn remac_head(pool: &Pool, keys: &HeadKeys) -> StoreResult<bool> {
+    let mut c = client(pool).await?;
+    let tx = timed(c.transaction()).await?;
+    timed(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CHAIN_LOCK])).await?;
+    let Some(row) = timed(tx.query_opt("SELECT seq, hash, mac FROM audit_head", &[])).await? else {
+        return Ok(false);
+    };
+    let head = head_of(&row)?;
+    if keys.is_current(&head) || !keys.held() {
+        return Ok(false);
+    }
+    if let Some(problem) = keys.check(&head).refused() {
+        return Err(StoreError::Corrupt(problem));
+    }
+    timed(tx.execute("UPDATE audit_head SET mac = $1", &[&keys.mac(&head)])).await?;
+    timed(tx.commit()).await?;
+    Ok(true)
 }
 
 impl Sink for PgSink {
@@ -128,14 +181,6 @@ pub async fn read_log(pool: &Pool) -> StoreResult<Vec<AuditEntry>> {
 /// The recorded head, if any entry was chained.
 pub async fn read_head(pool: &Pool) -> StoreResult<Option<AuditHead>> {
     let c = client(pool).await?;
-    let row = timed(c.query_opt("SELECT seq, hash FROM audit_head", &[])).await?;
-    row.map(|r| {
-        Ok(AuditHead {
-            seq: u64::try_from(r.get::<_, i64>(0))
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            hash: r.get(1),
-            len: 0,
-        })
-    })
-    .transpose()
+    let row = timed(c.query_opt("SELECT seq, hash, mac FROM audit_head", &[])).await?;
+    row.as_ref().map(head_of).transpose()
 }

@@ -21,6 +21,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0003_intent_ends.sql"),
     ),
     (
+        4,
+        "audit head mac",
+        include_str!("migrations/0004_audit_head_mac.sql"),
+    ),
+    (
         5,
         "events and webhook endpoints",
         include_str!("migrations/0005_events.sql"),

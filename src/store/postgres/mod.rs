@@ -32,6 +32,7 @@ pub mod migrations;
 pub mod test_cluster;
 
 use crate::audit::chain::HashFunction;
+use crate::audit::head_mac::HeadKeys;
 use crate::audit::writer::AuditBatcher;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::config::store::PostgresConfig;
@@ -82,6 +83,8 @@ pub struct PgStore {
     writes: AtomicU64,
     /// `user@host:port/db`, for messages.
     describe: String,
+    /// What MACs the recorded audit head.
+    head_keys: HeadKeys,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -142,6 +145,15 @@ impl PgStore {
     /// Connects, applies the migrations (under the advisory lock) and reads the keys ahead.
     /// An unreachable database fails here, naming the host (never the password).
     pub fn open(config: &PostgresConfig, audit_hash: HashFunction) -> StoreResult<Self> {
+        Self::open_with(config, audit_hash, HeadKeys::default())
+    }
+
+    /// [`Self::open`], recording audit heads MACed with `head_keys` (their first key).
+    pub fn open_with(
+        config: &PostgresConfig,
+        audit_hash: HashFunction,
+        head_keys: HeadKeys,
+    ) -> StoreResult<Self> {
         let (runtime, pool) = connect(config)?;
         let handle = runtime.handle().clone();
         let describe = config.url.describe();
@@ -154,6 +166,7 @@ impl PgStore {
             audit_writer: None,
             writes: AtomicU64::new(0),
             describe: describe.clone(),
+            head_keys: head_keys.clone(),
         };
         let at = |e: StoreError| StoreError::Unavailable(format!("database {describe}: {e}"));
         let pool = store.pool.clone();
@@ -182,9 +195,26 @@ impl PgStore {
                 ))
             })
             .map_err(at)?;
+        let pool = store.pool.clone();
+        let recorded = store
+            .blocking(async move { audit::read_head(&pool).await })
+            .map_err(at)?;
+        if let Some(problem) = recorded
+            .filter(|_| head_keys.held())
+            .and_then(|head| head_keys.check(&head).refused())
+        {
+            return Err(StoreError::Corrupt(format!(
+                "database {describe}: {problem}: run `paycred audit --verify`"
+            )));
+        }
         *store.keyrings.write() = keyrings;
         *store.client_keys.write() = client_keys;
-        let sink = audit::PgSink::new(store.pool.clone(), store.handle.clone(), audit_hash);
+        let sink = audit::PgSink::new(
+            store.pool.clone(),
+            store.handle.clone(),
+            audit_hash,
+            head_keys,
+        );
         store.audit_writer = Some(
             AuditBatcher::start(sink).map_err(|e| at(StoreError::Unavailable(e.to_string())))?,
         );
@@ -1144,13 +1174,18 @@ impl Store for PgStore {
             })
             .collect())
     }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        let (pool, keys) = (self.pool.clone(), self.head_keys.clone());
+        self.blocking(async move { audit::remac_head(&pool, &keys).await })
+    }
 }
 
 impl PgStore {
     /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
     /// how many of the export's rows the tables lack afterwards (0 when all is well).
     pub fn import(&self, export: &crate::store::copy::Export) -> StoreResult<usize> {
-        let (pool, export) = (self.pool.clone(), export.clone());
+        let (pool, export, keys) = (self.pool.clone(), export.clone(), self.head_keys.clone());
         self.blocking(async move {
             let mut c = client(&pool).await?;
             let tx = timed(c.transaction()).await?;
@@ -1206,9 +1241,15 @@ impl PgStore {
             }
             if let Some(last) = export.audit.last() {
                 let seq = i64::try_from(last.seq).map_err(corrupt)?;
+                let mac = keys.mac(&AuditHead {
+                    seq: last.seq,
+                    hash: last.hash.clone(),
+                    ..AuditHead::default()
+                });
                 timed(tx.execute(
-                    "INSERT INTO audit_head (one, seq, hash) VALUES (true, $1, $2) ON CONFLICT (one)                      DO UPDATE SET seq = $1, hash = $2 WHERE audit_head.seq < $1",
-                    &[&seq, &last.hash],
+                    "INSERT INTO audit_head (one, seq, hash, mac) VALUES (true, $1, $2, $3) ON CONFLICT (one) \
+                     DO UPDATE SET seq = $1, hash = $2, mac = $3 WHERE audit_head.seq < $1",
+                    &[&seq, &last.hash, &mac],
                 ))
                 .await?;
             }

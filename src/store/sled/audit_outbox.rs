@@ -16,6 +16,7 @@
 use super::group_commit::GroupCommit;
 use crate::audit::chain::HashFunction;
 use crate::audit::file::{self as audit_file, AuditFile, AuditHead};
+use crate::audit::head_mac::{HeadKeys, MacCheck};
 use crate::audit::writer::Sink;
 use crate::audit::AuditEvent;
 use crate::store::{corrupt, unavailable, StoreError, StoreResult};
@@ -55,6 +56,23 @@ pub fn recorded_head(meta: &sled::Tree) -> StoreResult<Option<AuditHead>> {
         .map_err(unavailable)?
         .map(|v| serde_json::from_slice(&v).map_err(corrupt))
         .transpose()
+}
+
+/// Records the head in `meta` again, MACed with the first of `keys`, when its MAC verifies
+/// under one of them but is not that key's; whether it did.
+pub fn remac_head(meta: &sled::Tree, keys: &HeadKeys) -> StoreResult<bool> {
+    let Some(head) = recorded_head(meta)? else {
+        return Ok(false);
+    };
+    if keys.is_current(&head) || !keys.held() {
+        return Ok(false);
+    }
+    if let Some(problem) = keys.check(&head).refused() {
+        return Err(StoreError::Corrupt(problem));
+    }
+    let value = serde_json::to_vec(&keys.sign(&head)).map_err(corrupt)?;
+    meta.insert(HEAD_KEY, value).map_err(unavailable)?;
+    Ok(true)
 }
 
 /// The log file of the store in `dir`.
@@ -146,6 +164,11 @@ pub struct LogSink {
     taken: Vec<sled::IVec>,
     /// Outbox keys whose events are in the log, to take out at the next sync.
     moved: Vec<sled::IVec>,
+    /// MAC the recorded heads.
+    head_keys: HeadKeys,
+    /// The recorded head's MAC is not by the first of `head_keys` (none, or a previous master
+    /// key's): the next sync records it again.
+    remac: bool,
     /// Syncs still to fail before the file's own (tests of what a failed `fdatasync` does).
     #[cfg(test)]
     fail_syncs: u32,
@@ -161,8 +184,28 @@ impl LogSink {
         outbox: sled::Tree,
         commit: Arc<GroupCommit>,
         hash_fn: HashFunction,
+        head_keys: HeadKeys,
     ) -> StoreResult<Self> {
-        let recorded = recorded_head(&meta)?.unwrap_or_default();
+        let mut recorded = recorded_head(&meta)?.unwrap_or_default();
+        if recorded.seq > 0 && head_keys.held() {
+            match head_keys.check(&recorded) {
+                MacCheck::Missing => tracing::warn!(
+                    "the recorded audit head carries no MAC (recorded before heads were MACed, \
+                     or stripped): it gets one with the next entry; compare it with a head kept \
+                     elsewhere (`paycred audit --verify --head FILE`)"
+                ),
+                check => {
+                    if let Some(problem) = check.refused() {
+                        return Err(StoreError::Corrupt(format!(
+                            "{problem}: run `paycred audit --verify`"
+                        )));
+                    }
+                }
+            }
+        }
+        // Not current: MACed again at the next sync.
+        let remac = !head_keys.is_current(&recorded) && head_keys.held();
+        recorded.mac.clear();
         let (file, after_head) =
             AuditFile::open(&path(dir), &recorded, hash_fn).map_err(StoreError::Corrupt)?;
         // Each event found after the head stands for one outbox event equal to it.
@@ -184,6 +227,8 @@ impl LogSink {
             recorded,
             taken: Vec::new(),
             moved,
+            head_keys,
+            remac,
             #[cfg(test)]
             fail_syncs: 0,
         })
@@ -256,10 +301,10 @@ impl Sink for LogSink {
             return Err(e);
         }
         let head = self.file.head().clone();
-        if head == self.recorded && self.moved.is_empty() {
+        if head == self.recorded && self.moved.is_empty() && !self.remac {
             return Ok(());
         }
-        let value = serde_json::to_vec(&head).map_err(|e| e.to_string())?;
+        let value = serde_json::to_vec(&self.head_keys.sign(&head)).map_err(|e| e.to_string())?;
         (&self.meta, &self.outbox)
             .transaction(|(meta, outbox)| {
                 meta.insert(HEAD_KEY, value.as_slice())?;
@@ -272,6 +317,7 @@ impl Sink for LogSink {
         // Committed: from here on sled holds this head and no longer holds these keys,
         // whether or not the flush below succeeds (a later one makes it durable).
         self.recorded = head;
+        self.remac = false;
         self.moved.clear();
         self.commit.durable_blocking()
     }
@@ -296,7 +342,15 @@ mod tests {
     fn sink(dir: &Path, db: &sled::Db) -> LogSink {
         let commit = Arc::new(GroupCommit::start(db.clone()).unwrap());
         let (meta, outbox) = (db.open_tree("meta").unwrap(), db.open_tree(OUTBOX).unwrap());
-        LogSink::open(dir, meta, outbox, commit, Default::default()).unwrap()
+        LogSink::open(
+            dir,
+            meta,
+            outbox,
+            commit,
+            Default::default(),
+            HeadKeys::default(),
+        )
+        .unwrap()
     }
 
     /// The events in the log of the store in `dir`, oldest first; the chain must verify.
@@ -493,8 +547,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("does not match the head"), "{err}");
-        let (entries, head) =
-            when_unlocked(|| SledStore::read_audit(dir.path(), Default::default())).unwrap();
+        let (entries, head) = when_unlocked(|| {
+            SledStore::read_audit(dir.path(), Default::default(), HeadKeys::default())
+        })
+        .unwrap();
         assert_eq!(entries.len(), 3);
         assert!(crate::audit::verify(&entries).is_err());
         assert_eq!(head.map(|h| h.seq), Some(3));

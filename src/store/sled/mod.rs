@@ -12,6 +12,7 @@ pub mod key_file;
 pub mod keys;
 
 use crate::audit::chain::HashFunction;
+use crate::audit::head_mac::HeadKeys;
 use crate::audit::writer::AuditBatcher;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::domain::issuer::CredentialType;
@@ -57,6 +58,8 @@ pub struct SledStore {
     client_keys: sled::Tree,
     commit: Arc<GroupCommit>,
     audit_writer: AuditBatcher,
+    /// What MACs the recorded audit head ([`Store::remac_audit_head`]).
+    head_keys: HeadKeys,
     /// Decoded `pm` records (the proxy reads one per request).
     pm_cache: RecordCache,
     /// Events of committed changes ([`events`]).
@@ -80,6 +83,16 @@ impl SledStore {
     /// Opens (or creates) the store in `dir`; new audit entries are hashed with
     /// `audit_hash`.
     pub fn open(dir: &Path, audit_hash: HashFunction) -> StoreResult<Self> {
+        Self::open_with(dir, audit_hash, HeadKeys::default())
+    }
+
+    /// [`Self::open`], recording audit heads MACed with `head_keys` (their first key) and
+    /// refusing a recorded head whose MAC does not verify under them (none: not checked).
+    pub fn open_with(
+        dir: &Path,
+        audit_hash: HashFunction,
+        head_keys: HeadKeys,
+    ) -> StoreResult<Self> {
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
@@ -99,7 +112,9 @@ impl SledStore {
             outbox.clone(),
             commit.clone(),
             audit_hash,
+            head_keys.clone(),
         )?;
+        let keys_kept = head_keys;
         let store = Self {
             pm: tree("pm")?,
             idem: tree("idem")?,
@@ -120,6 +135,7 @@ impl SledStore {
             events: tree(events::TREE)?,
             webhooks: tree("webhooks")?,
             audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
+            head_keys: keys_kept,
             commit,
             db,
             pm_cache: RecordCache::default(),
@@ -149,6 +165,7 @@ impl SledStore {
     pub fn read_audit(
         dir: &Path,
         audit_hash: HashFunction,
+        head_keys: HeadKeys,
     ) -> StoreResult<(Vec<AuditEntry>, Option<AuditHead>)> {
         let db = sled::Config::new().path(dir).open().map_err(unavailable)?;
         let meta = db.open_tree("meta").map_err(unavailable)?;
@@ -156,7 +173,9 @@ impl SledStore {
         audit_log::move_tree_into_file(&db, dir, &meta)?;
         if !outbox.is_empty() {
             let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
-            if let Ok(mut sink) = LogSink::open(dir, meta.clone(), outbox, commit, audit_hash) {
+            if let Ok(mut sink) =
+                LogSink::open(dir, meta.clone(), outbox, commit, audit_hash, head_keys)
+            {
                 sink.drain().map_err(StoreError::Unavailable)?;
             }
         }
@@ -906,6 +925,17 @@ impl Store for SledStore {
 
     async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
         self.due_to_end(now_micros, limit)
+    }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        // The writer has written everything queued: it records no head meanwhile (a head it
+        // records later is MACed with the same first key).
+        self.audit_writer
+            .settle()
+            .map_err(StoreError::Unavailable)?;
+        let changed = audit_log::remac_head(&self.meta, &self.head_keys)?;
+        self.db.flush().map_err(unavailable)?;
+        Ok(changed)
     }
 }
 
