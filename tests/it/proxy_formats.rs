@@ -281,18 +281,21 @@ fn templated_card(pm: &str) -> (String, String) {
     (card, attr)
 }
 
+/// The value at `path` in the target's parse (`xml.etree`'s paths and values).
+fn value_at<'a>(items: &'a [(String, String)], path: &str) -> Option<&'a str> {
+    items
+        .iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, v)| v.as_str())
+}
+
 /// The parse the target answered (`xml.etree`'s paths and values), checked for the card's
 /// substituted values; returns it for more checks.
 fn card_received(answer: &Value, case: &str) -> Vec<(String, String)> {
     assert!(answer["error"].is_null(), "{case}: {}", answer["error"]);
     let items: Vec<(String, String)> = serde_json::from_value(answer["xml"].clone())
         .unwrap_or_else(|_| panic!("{case}: {answer}"));
-    let get = |path: &str| {
-        items
-            .iter()
-            .find(|(p, _)| p == path)
-            .map(|(_, v)| v.as_str())
-    };
+    let get = |path: &str| value_at(&items, path);
     assert_eq!(
         get(&format!("{CARD_PATH}/accountNumber")),
         Some(VISA),
@@ -326,12 +329,7 @@ fn soap_envelopes_are_substituted_on_both_paths() {
         let r = post(&server, &t, &target.url(), content_type, &body);
         assert_eq!(r.status, 200, "{}", r.text);
         let items = card_received(&r.json, &format!("pad {pad}"));
-        let get = |path: &str| {
-            items
-                .iter()
-                .find(|(p, _)| p == path)
-                .map(|(_, v)| v.as_str())
-        };
+        let get = |path: &str| value_at(&items, path);
         assert_eq!(
             get("/Envelope/Header/Security/UsernameToken/Password"),
             Some("transaction-key & more")
