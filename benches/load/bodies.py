@@ -1,5 +1,6 @@
-"""Writes the bench bodies: JSON with card templates of payment method argv[1] into argv[2]."""
-import json, sys
+"""Writes the bench bodies: JSON with card templates of payment method argv[1] into argv[2];
+beside them form-encoded and SOAP (XML) bodies of 1 KiB and 64 KiB with the same 4 templates."""
+import json, sys, urllib.parse
 
 pm, out = sys.argv[1], sys.argv[2]
 fields = ["number", "expirationMonth", "expirationYear", "cvc"]
@@ -30,3 +31,42 @@ for name, size, templates in [("1k", 1024, 4), ("64k", 64 * 1024, 4), ("1m", 102
         text = text[: text.rindex(",")] + "]}"
     with open(f"{out}/body-{name}.json", "w") as f:
         f.write(text)
+
+
+def form(size):
+    """A form as a client library writes it (Stripe-style nested keys, urlencode), about `size`
+    bytes, the card's 4 fields templated."""
+    pairs = [(f"card[{f}]", tpl(f)) for f in fields] + [("amount", "1000"), ("currency", "usd")]
+    i = 0
+    while len(urllib.parse.urlencode(pairs)) < size - 120:
+        pairs.append((f"metadata[order_{i}][note]", "Delivery before noon, ring twice & leave at door %d" % i))
+        i += 1
+    return urllib.parse.urlencode(pairs)
+
+
+def soap(size):
+    """A SOAP envelope as CyberSource documents it, about `size` bytes, the card's 4 fields
+    templated (in element text)."""
+    names = {"number": "accountNumber", "expirationMonth": "expirationMonth",
+             "expirationYear": "expirationYear", "cvc": "cvNumber"}
+    card = "".join(f"<{names[f]}>{tpl(f)}</{names[f]}>" for f in fields)
+    head = ('<?xml version="1.0" encoding="UTF-8"?>\n<soapenv:Envelope '
+            'xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body>'
+            '<requestMessage xmlns="urn:schemas-cybersource-com:transaction-data-1.219">'
+            f"<merchantID>bench</merchantID><card>{card}</card>")
+    tail = "</requestMessage></soapenv:Body></soapenv:Envelope>"
+    items, i = [], 0
+    while len(head) + sum(map(len, items)) + len(tail) < size - 130:
+        items.append(f'<item id="{i}"><productName>Widget &amp; co. {i}</productName>'
+                     f"<unitPrice>19.99</unitPrice><quantity>{i % 7}</quantity></item>")
+        i += 1
+    return head + "".join(items) + tail
+
+
+# At most 64 KiB each: substituted whole before the target is contacted, as JSON's 64k.
+for name, size in [("1k", 1024), ("64k", 64 * 1024)]:
+    for kind, make in [("form", form), ("xml", soap)]:
+        text = make(size)
+        assert len(text) <= 64 * 1024, (kind, name, len(text))
+        with open(f"{out}/body-{kind}-{name}.txt", "w") as f:
+            f.write(text)

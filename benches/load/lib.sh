@@ -14,10 +14,10 @@ wait_healthy() {
   for _ in $(seq 1 100); do curl -sf "127.0.0.1:$1/health" >/dev/null && return; sleep 0.1; done
 }
 
-# add_bench_card PORT TOKEN: stores the bench's card for entity `bench` in project `bench`;
-# prints its payment method id.
+# add_bench_card PORT TOKEN: stores the bench's card for entity `bench` in project `bench`
+# (or $PROJECT); prints its payment method id.
 add_bench_card() {
-  curl -sf -X POST "127.0.0.1:$1/projects/bench/payment-methods" -H "Authorization: Bearer $2" \
+  curl -sf -X POST "127.0.0.1:$1/projects/${PROJECT:-bench}/payment-methods" -H "Authorization: Bearer $2" \
     -H 'Content-Type: application/json' \
     -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id
 }

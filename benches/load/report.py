@@ -34,6 +34,13 @@ for name, rs in rows.items():
         ratio = f"{statistics.median(a[0] / b[0] for a, b in zip(rs, base) if b[0]):.2f}x"
     spread = f"{min(rps):.0f}-{max(rps):.0f}"
     print(f"| {name} | {statistics.median(rps):.0f} | {spread} | {p50:.2f} | {p99:.2f} | {cpu} | {errors} | {ratio} |")
+for name, rs in rows.items():
+    case, _, who = name.rpartition(" ")
+    on = rows.get(f"{case} paycred")
+    if who == "paycred-guard-off" and on and len(on) == len(rs):
+        ratios = sorted(a[0] / b[0] for a, b in zip(on, rs) if b[0])
+        print(f"\n{case}: response guard on (mask) / off, paired: median {statistics.median(ratios):.2f}x"
+              f" (min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
 print()
 print(f"store: {flushes}")
 print(f"paycred peak RSS: {int(rss0)//1024} MiB at start; {int(rss1)//1024} MiB after a 100 MiB body with 100 templates"

@@ -8,15 +8,16 @@
 # CPU 1. Runs alternate paycred / pingora / nginx so drift hits all equally, and the ratio
 # to pingora is taken per pair. Everything is on 127.0.0.1 and is stopped on exit.
 #
-#   benches/load/run.sh            full run (under 4 minutes once built)
+#   benches/load/run.sh            full run (under 8 minutes once built)
 #   benches/load/run.sh --smoke    one short repetition of each case (< 60 s); fails only on errors
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
 . "$here/lib.sh"
 smoke=0; [ "${1:-}" = "--smoke" ] && smoke=1
-# The full run stays under 4 minutes once built: 162 s of proxy cases, 24 s at a low rate,
-# 9 s of REST and memory, at most 10 s waiting for a quiet machine, and the setup.
+# The full run stays under 8 minutes once built: 162 s of JSON proxy cases, 144 s of form and
+# XML ones, 54 s of the response guard's, 24 s at a low rate, 9 s of REST and memory, at most
+# 10 s waiting for a quiet machine, and the setup.
 if [ $smoke = 1 ]; then reps=1; secs=1; low_secs=1; else reps=6; secs=3; low_secs=2; fi
 
 for tool in wrk nginx taskset curl jq openssl python3; do
@@ -71,6 +72,13 @@ sleep 0.2; NGX_WORKER=$(pgrep -P "$NGX_PID" | head -1)
 
 # paycred: one project allowing the local upstream over http.
 . "$here/setup-paycred.sh"
+# And the same with the response guard off, for the guard's cost.
+sed -i "/^projects:/r /dev/stdin" "$work/paycred.yaml" <<YAML
+  - id: bench-off
+    jwt: {keys: [{kid: k1, public_key_file: $work/pub.pem}], max_lifetime: 1h}
+    pan: enabled
+    proxy: {allowed_hosts: [127.0.0.1], allow_http: true, allow_private_networks: true, response_guard: 'off'}
+YAML
 RUST_LOG=warn taskset -c 0 "$bin" serve -c "$work/paycred.yaml" >"$work/paycred.log" 2>&1 &
 pids+=($!); PC_PID=$!
 RUST_LOG=error taskset -c 0 "$pt_bin" "127.0.0.1:$PT" "127.0.0.1:$UP" 1 >"$work/pt.log" 2>&1 &
@@ -82,6 +90,9 @@ PI=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/purchase-intents" -H "Author
   -H 'Content-Type: application/json' \
   -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$PM"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id)
 python3 "$here/bodies.py" "$PM" "$work"
+OFF_TOKEN=$("$bin" jwt --key "$work/key.pem" --kid k1 --project bench-off --sub bench --role private --ttl 30m)
+OFF_PM=$(PROJECT=bench-off add_bench_card "$PC" "$OFF_TOKEN")
+mkdir -p "$work/off" && python3 "$here/bodies.py" "$OFF_PM" "$work/off"
 
 wait_for_quiet 10
 
@@ -108,7 +119,7 @@ run() { # name target_port body_file pid_or_empty [extra wrk args...]
   before=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0 )
   [ "$pid" = "$PC_PID" ] && serving=$(serving_ticks "$pid")
   out=$(BODY_FILE="$body" TARGET_URL="http://127.0.0.1:$UP/charge" \
-        taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/post.lua" "$@" "http://127.0.0.1:$port/projects/bench/proxy" 2>&1)
+        taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/post.lua" "$@" "http://127.0.0.1:$port/projects/${PROJECT:-bench}/proxy" 2>&1)
   after=$( [ -n "$pid" ] && cpu_ticks "$pid" || echo 0 )
   local background=0
   [ "$pid" = "$PC_PID" ] && background=$(( after - before - $(serving_ticks "$pid") + serving ))
@@ -122,6 +133,21 @@ for case in 1k 64k 1m; do
     run "proxy-$case pingora" "$PT" "$work/body-$case.json" "$PT_PID"
     run "proxy-$case nginx" "$NGX" "$work/body-$case.json" "$NGX_WORKER"
   done
+done
+# Form-encoded and SOAP bodies (4 templates each), paired with the pingora pass-through.
+for case in form-1k form-64k xml-1k xml-64k; do
+  type=application/x-www-form-urlencoded; [ "${case%-*}" = xml ] && type="text/xml; charset=utf-8"
+  for rep in $(seq 1 "$reps"); do
+    CONTENT_TYPE=$type run "proxy-$case paycred" "$PC" "$work/body-$case.txt" "$PC_PID"
+    CONTENT_TYPE=$type run "proxy-$case pingora" "$PT" "$work/body-$case.txt" "$PT_PID"
+  done
+done
+# The response guard's cost: the 1 KiB JSON request answered with 64 KiB (`X-Answer: 64k`),
+# guard on (`mask`, the default) and off (project bench-off).
+for rep in $(seq 1 "$reps"); do
+  ANSWER=64k run "answer-64k paycred" "$PC" "$work/body-1k.json" "$PC_PID"
+  ANSWER=64k PROJECT=bench-off TOKEN=$OFF_TOKEN run "answer-64k paycred-guard-off" "$PC" "$work/off/body-1k.json" "$PC_PID"
+  ANSWER=64k run "answer-64k pingora" "$PT" "$work/body-1k.json" "$PT_PID"
 done
 # Latency without queueing: one connection, closed loop.
 for rep in $(seq 1 "$reps"); do

@@ -219,6 +219,20 @@ impl ResponseGuard {
         Ok((keep > 0).then(|| Bytes::from(std::mem::take(&mut *buf))))
     }
 
+    /// Scans an answer read whole ([`ResponseGuard::buffers`]) where it lies: a refused one
+    /// is never copied, so the caller's buffer, which it zeroizes, holds its only copy.
+    /// Returns the bytes to send, as [`ResponseGuard::body`] at the end of the answer.
+    pub fn whole(&mut self, body: &[u8]) -> Result<Option<Bytes>, ApiError> {
+        if self.mode == ResponseGuardMode::Refuse && self.tail.is_empty() {
+            let (n, _) = find(body, &self.numbers, self.any_card, true, &mut Vec::new());
+            if n > 0 {
+                self.found += n;
+                return Err(self.refused());
+            }
+        }
+        self.body(Some(Bytes::copy_from_slice(body)), true)
+    }
+
     /// The refusal, noted as a 502 or a cut answer.
     fn refused(&mut self) -> ApiError {
         self.action = Some(if self.streaming {
@@ -529,6 +543,21 @@ mod tests {
             .body(Some(Bytes::from_static(b"4242424242424242")), true)
             .unwrap();
         assert_eq!(out.as_deref(), Some(&b"4242424242424242"[..]));
+    }
+
+    #[test]
+    fn an_answer_read_whole_is_refused_where_it_lies() {
+        let mut g = guard(ResponseGuardMode::Refuse, false, &["4242424242424242"]);
+        g.buffering();
+        assert!(g.whole(b"card 4242 4242 4242 4242.").is_err());
+        assert_eq!((g.found, g.action), (1, Some(Action::Refuse)));
+        g.arm(vec![CardNumber::new("4242424242424242")]);
+        let out = g.whole(b"no card 4242").unwrap();
+        assert_eq!(out.as_deref(), Some(&b"no card 4242"[..]));
+        assert_eq!((g.found, g.action), (0, None));
+        let mut mask = guard(ResponseGuardMode::Mask, false, &["4242424242424242"]);
+        let out = mask.whole(b"4242424242424242").unwrap();
+        assert_eq!(out.as_deref(), Some(&b"424242******4242"[..]));
     }
 
     #[test]

@@ -32,10 +32,8 @@
 //!   an attribute as `/a/b/@name`, `/` outside the root; at most [`MAX_PATH_DEPTH`] levels of
 //!   at most [`MAX_KEY_LEN`] bytes, deeper or longer shown with `…`.
 
-use memchr::memchr3;
-
 use super::held::{Encoding, Held, ParsedCache};
-use super::scanner::{Failed, Resolver, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH};
+use super::scanner::{find3, Failed, Resolver, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH};
 
 /// What a bad reference in a template answers.
 const BAD_REFERENCE: &str = "invalid XML reference in template";
@@ -213,14 +211,13 @@ pub(super) const XML_NUL: &str = "an XML body must be UTF-8 (it holds a NUL byte
 pub(super) const XML_ENDS_EARLY: &str =
     "the body ends before its XML document does, after a template was substituted";
 
-/// The bytes that end a run in each state of markup ([`XmlScanner::plain_run`]).
+/// The bytes that end a run in each state of markup ([`XmlScanner::skip`]).
 const NAME_STOP: [bool; 256] =
     byte_class!(|b| matches!(b, b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0));
 const TAG_STOP: [bool; 256] = byte_class!(|b| matches!(
     b,
     b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0 | b'"' | b'\'' | b'='
 ));
-const END_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'>' | b'{' | 0));
 const COMMENT_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'-' | b'>' | b'{' | 0));
 const PI_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'?' | b'>' | b'{' | 0));
 const CDATA_STOP: [bool; 256] = byte_class!(|b| matches!(b, b']' | b'>' | b'{'));
@@ -437,73 +434,195 @@ impl XmlScanner {
         out.reserve(chunk.len());
         let mut i = 0;
         while i < chunk.len() {
-            let rest = chunk.get(i..).unwrap_or_default();
-            // The common case: a run of bytes that change nothing but a name, copied whole.
+            // The common case: bytes that change nothing but the state, copied whole.
             if !self.in_template && !self.brace && self.reference == Reference::None {
-                let k = self.plain_run(rest);
-                if k > 0 {
-                    let run = rest.get(..k).unwrap_or_default();
-                    self.skip(run);
-                    out.extend_from_slice(run);
-                    i += k;
-                    continue;
-                }
+                let k = self.skip(chunk, i);
+                out.extend_from_slice(chunk.get(i..k).unwrap_or_default());
+                i = k;
             }
-            let Some(&b) = rest.first() else { break };
+            let Some(&b) = chunk.get(i) else { break };
             self.byte(b, out, r)?;
             i += 1;
         }
         Ok(())
     }
 
-    /// How many of the first bytes of `rest` change nothing in the current state but the
-    /// name being read ([`XmlScanner::skip`]).
-    fn plain_run(&self, rest: &[u8]) -> usize {
-        let stop = |table: &[bool; 256]| {
+    /// Reads `chunk` from `i` as far as its bytes are copied as they are and no template
+    /// can start, following the state (tags, names, the path) on the way; returns where it
+    /// stopped: the end of the chunk, or a byte for [`XmlScanner::byte`] (a `{`, a NUL in
+    /// markup, a character reference, a declaration, the end of a comment or a section).
+    /// Text, values and end tags are searched a word, then a SIMD vector at a time ([`find3`]),
+    /// names byte by byte: they are short.
+    fn skip(&mut self, chunk: &[u8], from: usize) -> usize {
+        let stop = |rest: &[u8], table: &[bool; 256]| {
             rest.iter()
                 .position(|&b| table.get(usize::from(b)).copied().unwrap_or(true))
-                .unwrap_or(rest.len())
         };
-        match self.state {
-            State::Text => memchr3(b'<', b'&', b'{', rest).unwrap_or(rest.len()),
-            State::Value { quote } => memchr3(quote, b'&', b'{', rest).unwrap_or(rest.len()),
-            State::Name => stop(&NAME_STOP),
-            State::Tag { .. } => stop(&TAG_STOP),
-            State::End => stop(&END_STOP),
-            State::Comment { .. } => stop(&COMMENT_STOP),
-            State::Pi { .. } => stop(&PI_STOP),
-            State::Cdata { .. } => stop(&CDATA_STOP),
-            State::Open | State::Bang { .. } => 0,
+        let mut state = self.state;
+        let mut i = from;
+        loop {
+            let rest = chunk.get(i..).unwrap_or_default();
+            let Some(&first) = rest.first() else { break };
+            state = match state {
+                State::Text | State::Value { .. } => {
+                    let end = if let State::Value { quote } = state {
+                        quote
+                    } else {
+                        b'<'
+                    };
+                    let Some(k) = find3(rest, end, b'&', b'{') else {
+                        i = chunk.len();
+                        break;
+                    };
+                    i += k;
+                    match rest.get(k) {
+                        // A named reference: only `&#` can spell a brace.
+                        Some(b'&') if chunk.get(i + 1).is_some_and(|&n| n != b'#') => {
+                            i += 1;
+                            continue;
+                        }
+                        Some(&b) if b == end => {
+                            i += 1;
+                            if b == b'<' {
+                                State::Open
+                            } else {
+                                State::Tag { slash: false }
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                State::Open => {
+                    let next = match first {
+                        b'/' => State::End,
+                        b'?' => State::Pi { question: false },
+                        b'!' | b'{' | 0 => break,
+                        b => {
+                            self.name.clear();
+                            self.name_cut = false;
+                            self.name_bytes(&[b]);
+                            State::Name
+                        }
+                    };
+                    i += 1;
+                    next
+                }
+                State::Name => {
+                    let k = stop(rest, &NAME_STOP);
+                    self.name_bytes(rest.get(..k.unwrap_or(rest.len())).unwrap_or_default());
+                    let Some(k) = k else {
+                        i = chunk.len();
+                        break;
+                    };
+                    i += k;
+                    let next = match rest.get(k) {
+                        Some(b'>') => State::Text,
+                        Some(b'/') => State::Tag { slash: true },
+                        Some(b'{' | 0) | None => break,
+                        Some(_) => {
+                            self.attr_done = true;
+                            State::Tag { slash: false }
+                        }
+                    };
+                    self.path.push(&self.name, self.name_cut);
+                    i += 1;
+                    next
+                }
+                State::Tag { slash } => {
+                    let k = stop(rest, &TAG_STOP);
+                    let name = rest.get(..k.unwrap_or(rest.len())).unwrap_or_default();
+                    let slash = if name.is_empty() {
+                        slash
+                    } else {
+                        self.attr_bytes(name);
+                        false
+                    };
+                    let Some(k) = k else {
+                        i = chunk.len();
+                        state = State::Tag { slash };
+                        break;
+                    };
+                    i += k;
+                    let next = match rest.get(k) {
+                        Some(b'>') => {
+                            if slash {
+                                self.path.pop();
+                            }
+                            State::Text
+                        }
+                        Some(&quote @ (b'"' | b'\'')) => {
+                            self.attr_done = true;
+                            State::Value { quote }
+                        }
+                        Some(b'/') => State::Tag { slash: true },
+                        Some(b'{' | 0) | None => {
+                            state = State::Tag { slash };
+                            break;
+                        }
+                        Some(_) => State::Tag { slash: false },
+                    };
+                    i += 1;
+                    next
+                }
+                State::End => {
+                    let Some(k) = find3(rest, b'>', b'{', 0) else {
+                        i = chunk.len();
+                        break;
+                    };
+                    i += k;
+                    if rest.get(k) != Some(&b'>') {
+                        break;
+                    }
+                    self.path.pop();
+                    i += 1;
+                    State::Text
+                }
+                // Rare: runs to the byte that may end them, which [`XmlScanner::byte`] reads.
+                State::Comment { .. } | State::Pi { .. } | State::Cdata { .. } => {
+                    let table = match state {
+                        State::Comment { .. } => &COMMENT_STOP,
+                        State::Pi { .. } => &PI_STOP,
+                        _ => &CDATA_STOP,
+                    };
+                    let k = stop(rest, table).unwrap_or(rest.len());
+                    if k == 0 {
+                        break;
+                    }
+                    i += k;
+                    match state {
+                        State::Comment { .. } => State::Comment { dashes: 0 },
+                        State::Pi { .. } => State::Pi { question: false },
+                        _ => State::Cdata { brackets: 0 },
+                    }
+                }
+                State::Bang { .. } => break,
+            };
         }
+        if i > from {
+            self.markup_brace = false;
+        }
+        self.state = state;
+        i
     }
 
-    /// Takes in a run that [`XmlScanner::plain_run`] found.
-    fn skip(&mut self, run: &[u8]) {
-        self.markup_brace = false;
-        self.state = match self.state {
-            State::Name => {
-                let room = MAX_KEY_LEN.saturating_sub(self.name.len());
-                self.name
-                    .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
-                self.name_cut |= run.len() > room;
-                State::Name
-            }
-            State::Tag { .. } => {
-                if std::mem::take(&mut self.attr_done) {
-                    self.attr.clear();
-                    self.attr_cut = false;
-                }
-                let room = MAX_KEY_LEN.saturating_sub(self.attr.len());
-                self.attr
-                    .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
-                self.attr_cut |= run.len() > room;
-                State::Tag { slash: false }
-            }
-            State::Comment { .. } => State::Comment { dashes: 0 },
-            State::Pi { .. } => State::Pi { question: false },
-            State::Cdata { .. } => State::Cdata { brackets: 0 },
-            other => other,
-        };
+    /// Adds `run` to the element name being read.
+    fn name_bytes(&mut self, run: &[u8]) {
+        let room = MAX_KEY_LEN.saturating_sub(self.name.len());
+        self.name
+            .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+        self.name_cut |= run.len() > room;
+    }
+
+    /// Adds `run` to the attribute name being read, or starts the next one with it.
+    fn attr_bytes(&mut self, run: &[u8]) {
+        if std::mem::take(&mut self.attr_done) {
+            self.attr.clear();
+            self.attr_cut = false;
+        }
+        let room = MAX_KEY_LEN.saturating_sub(self.attr.len());
+        self.attr
+            .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+        self.attr_cut |= run.len() > room;
     }
 
     /// One byte.
@@ -545,7 +664,7 @@ impl XmlScanner {
                 _ => {
                     self.name.clear();
                     self.name_cut = false;
-                    self.name_byte(b);
+                    self.name_bytes(&[b]);
                     State::Name
                 }
             },
@@ -564,7 +683,7 @@ impl XmlScanner {
                     State::Tag { slash: false }
                 }
                 _ => {
-                    self.name_byte(b);
+                    self.name_bytes(&[b]);
                     State::Name
                 }
             },
@@ -590,15 +709,7 @@ impl XmlScanner {
                 b'/' => State::Tag { slash: true },
                 b' ' | b'\t' | b'\n' | b'\r' | b'=' => State::Tag { slash: false },
                 _ => {
-                    if std::mem::take(&mut self.attr_done) {
-                        self.attr.clear();
-                        self.attr_cut = false;
-                    }
-                    if self.attr.len() < MAX_KEY_LEN {
-                        self.attr.push(b);
-                    } else {
-                        self.attr_cut = true;
-                    }
+                    self.attr_bytes(&[b]);
                     State::Tag { slash: false }
                 }
             },
@@ -642,14 +753,6 @@ impl XmlScanner {
             other => other,
         };
         Ok(())
-    }
-
-    fn name_byte(&mut self, b: u8) {
-        if self.name.len() < MAX_KEY_LEN {
-            self.name.push(b);
-        } else {
-            self.name_cut = true;
-        }
     }
 
     /// A byte of text, an attribute value or a CDATA section: where templates go.

@@ -136,8 +136,119 @@ fn values() -> impl Strategy<Value = Vec<String>> {
     })
 }
 
+/// The regions the scanner copies whole without a template (element and attribute names,
+/// attribute values and text with named references, end tags, comments, processing
+/// instructions, CDATA sections), long enough to be cut inside, each element followed by a
+/// template in its text. Returns the document, its reference substitution and where each
+/// region lies in the document.
+fn skipped_regions() -> impl Strategy<Value = (String, String, Vec<(usize, usize)>)> {
+    let text = r#"([a-zA-Z0-9 ,.;:!?'"/=>\-]|&amp;|&lt;|&#65;|&#x42;){1,60}"#;
+    let element = (
+        "[a-zA-Z_][a-zA-Z0-9_.-]{0,40}(:[a-zA-Z][a-zA-Z0-9]{0,40})?",
+        "[a-zA-Z_][a-zA-Z0-9_.:-]{0,40}",
+        text,
+        text,
+        // A comment without `-`, an instruction without `?`, a section without `]`.
+        r#"[a-zA-Z0-9 <>&'"/=?!\]\[]{0,60}"#,
+        r#"[a-zA-Z0-9 <>&'"/=!\]\[-]{0,60}"#,
+        r#"[a-zA-Z0-9 <>&'"/=?!\[-]{0,60}"#,
+    );
+    prop::collection::vec(element, 1..5).prop_map(|elements| {
+        let template = "{{ paymentMethod: pm_0 | type: 'pan' | json: '$.number' }}";
+        let head = "<?xml version=\"1.0\"?><root>";
+        let (mut written, mut expected) = (head.to_string(), head.to_string());
+        let mut regions = Vec::new();
+        let mut add = |written: &mut String, expected: &mut String, part: &str, region: bool| {
+            if region {
+                regions.push((written.len(), part.len()));
+            }
+            written.push_str(part);
+            expected.push_str(part);
+        };
+        for (name, attr, value, text, comment, pi, cdata) in elements {
+            // A value may hold `'` and `"`: quoted by the one it does not hold first.
+            let quote = if value.contains('"') { "'" } else { "\"" };
+            let value = value.replace(quote, "&apos;");
+            let (open, close) = (format!("={quote}"), format!("{quote}>"));
+            let end = format!("</{name}>");
+            for (part, region) in [
+                ("<", false),
+                (name.as_str(), true),
+                (" ", false),
+                (attr.as_str(), true),
+                (open.as_str(), false),
+                (value.as_str(), true),
+                (close.as_str(), false),
+                (text.as_str(), true),
+                ("<!--", false),
+                (comment.as_str(), true),
+                ("--><?pi ", false),
+                (pi.as_str(), true),
+                ("?><![CDATA[", false),
+                (cdata.as_str(), true),
+                ("]]>", false),
+            ] {
+                add(&mut written, &mut expected, part, region);
+            }
+            written.push_str(template);
+            expected.push_str("4242424242424242");
+            add(&mut written, &mut expected, &end, true);
+        }
+        written.push_str("</root>");
+        expected.push_str("</root>");
+        (written, expected, regions)
+    })
+}
+
+/// What refuses a body, with the markup that does it.
+fn refused_tail() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "<!DOCTYPE r [<!ENTITY e SYSTEM \"file:///etc/passwd\">]>",
+        "<!ELEMENT r ANY>",
+        "&#123;",
+        "&#x7B;",
+        "<n a='&#0123;'/>",
+        "<n{{ x }}/>",
+        "<n></n{{>",
+        "<!-- {{ x }} -->",
+        "<?pi {{ x }}?>",
+        "<n\0/>",
+        "<n>{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}</n>",
+    ])
+}
+
+/// Cuts inside the regions: (region, offset in it), both taken modulo.
+fn cuts_inside(
+    regions: &[(usize, usize)],
+    at: &[(prop::sample::Index, prop::sample::Index)],
+) -> Vec<usize> {
+    at.iter()
+        .map(|(r, k)| {
+            let (start, len) = regions[r.index(regions.len())];
+            start + k.index(len + 1)
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A document cut inside the regions the scanner copies whole gives the reference
+    /// substitution; with a refused construct after them, every such cut refuses it alike.
+    #[test]
+    fn cuts_inside_skipped_regions(
+        (written, expected, regions) in skipped_regions(),
+        at in prop::collection::vec(any::<(prop::sample::Index, prop::sample::Index)>(), 1..8),
+        tail in refused_tail(),
+    ) {
+        let cuts = cuts_inside(&regions, &at);
+        let values = ["4242424242424242".to_owned()];
+        chunked::gives(Format::Xml, &written, &expected, &cuts, &values)?;
+        let refused = format!("{}{tail}</root>", written.strip_suffix("</root>").unwrap());
+        let whole = chunked::scan(Format::Xml, refused.as_bytes(), &[], &values);
+        prop_assert!(whole.is_err(), "{}", refused);
+        prop_assert_eq!(&whole, &chunked::scan(Format::Xml, refused.as_bytes(), &cuts, &values));
+    }
 
     /// Any chunking of a document gives the reference substitution.
     #[test]

@@ -1,7 +1,9 @@
 //! The load bench's target API: a small tokio HTTP/1.1 server on one thread that reads every
 //! request body to its end (Content-Length or chunked) and answers `200 {"ok":true}`, with
-//! keep-alive. Reading the whole body matters: a target that answers early makes proxies
-//! abort uploads, which would show up as errors that are not the proxy's.
+//! keep-alive; to a request with `X-Answer: 64k` it answers a JSON document of 64 KiB (order
+//! lines with prices and quantities, no card number), for the response guard's cost. Reading
+//! the whole body matters: a target that answers early makes proxies abort uploads, which
+//! would show up as errors that are not the proxy's.
 //!
 //! `cargo run --release --example upstream -- 127.0.0.1:18100`
 
@@ -10,6 +12,28 @@ use tokio::net::{TcpListener, TcpStream};
 
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
+
+/// The answer to `X-Answer: 64k`, head and body.
+fn answer_64k() -> &'static [u8] {
+    static ANSWER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(|| {
+        let mut body = String::from("{\"items\":[");
+        let mut i = 0;
+        while body.len() < 64 * 1024 - 64 {
+            body.push_str(&format!(
+                "{{\"sku\":\"item-{i:06}\",\"qty\":{},\"price\":1999}},",
+                i % 7
+            ));
+            i += 1;
+        }
+        body.push_str("{}]}");
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        [head.into_bytes(), body.into_bytes()].concat()
+    })
+}
 
 /// Reads more bytes into `buf`; `false` at end of stream.
 async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
@@ -44,13 +68,14 @@ fn chunked_end(buf: &[u8]) -> Option<usize> {
 async fn serve(mut stream: TcpStream) {
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
-        let (head_len, content_length, chunked) = loop {
+        let (head_len, content_length, chunked, big) = loop {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut req = httparse::Request::new(&mut headers);
             match req.parse(&buf) {
                 Ok(httparse::Status::Complete(len)) => {
                     let mut cl = 0;
                     let mut chunked = false;
+                    let mut big = false;
                     for h in req.headers.iter() {
                         if h.name.eq_ignore_ascii_case("content-length") {
                             cl = std::str::from_utf8(h.value)
@@ -59,9 +84,11 @@ async fn serve(mut stream: TcpStream) {
                                 .unwrap_or(0);
                         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                             chunked = h.value.eq_ignore_ascii_case(b"chunked");
+                        } else if h.name.eq_ignore_ascii_case("x-answer") {
+                            big = h.value == b"64k";
                         }
                     }
-                    break (len, cl, chunked);
+                    break (len, cl, chunked, big);
                 }
                 Ok(httparse::Status::Partial) => {
                     if !fill(&mut stream, &mut buf).await {
@@ -90,7 +117,8 @@ async fn serve(mut stream: TcpStream) {
             }
             buf.drain(..content_length);
         }
-        if stream.write_all(RESPONSE).await.is_err() {
+        let response = if big { answer_64k() } else { RESPONSE };
+        if stream.write_all(response).await.is_err() {
             return;
         }
     }

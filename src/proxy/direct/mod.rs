@@ -41,6 +41,7 @@ use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+use zeroize::Zeroizing;
 
 /// Whether a request of this kind can carry a body at all through the proxy: not `HEAD`
 /// (whose answer is framed by the request), `CONNECT` or an upgrade. Such a request with a
@@ -253,9 +254,10 @@ impl Exchanger {
         let status = header.status.as_u16();
         guard.head(&mut header).map_err(carry)?;
         if guard.buffers(&header) {
-            // Read whole and scanned before anything is sent: a number answers 502.
+            // Read whole and scanned before anything is sent: a number answers 502, and the
+            // answer that held it is zeroed as it is dropped.
             guard.buffering();
-            let mut body = Vec::new();
+            let mut body = Zeroizing::new(Vec::new());
             while !upstream.is_body_done() {
                 match upstream.read_body_bytes().await.map_err(|e| e.into_up())? {
                     Some(chunk) => body.extend_from_slice(&chunk),
@@ -269,10 +271,7 @@ impl Exchanger {
                     }
                 }
             }
-            let body = guard
-                .body(Some(Bytes::from(body)), true)
-                .map_err(carry)?
-                .filter(|b| !b.is_empty());
+            let body = guard.whole(&body).map_err(carry)?.filter(|b| !b.is_empty());
             session
                 .write_response_header(Box::new(header), body.is_none())
                 .await

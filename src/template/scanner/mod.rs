@@ -41,6 +41,7 @@ pub use super::held::{ResolveError, Resolver, MAX_TEMPLATE_LEN};
 use escape::{has_escaped_braces, EscapedBraces};
 use path::Path;
 pub use path::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
+pub(crate) use skim::find3;
 use skim::Balance;
 
 /// A template that cannot be substituted: the proxy answers 400 `invalidTemplate`.

@@ -1,6 +1,6 @@
 //! The skim: JSON between tokens read 64 bytes at a time, as bit masks, instead of byte by byte
 //! ([`Scanner::skim`]), and the word-at-a-time search for the end of a string ([`find_stop`])
-//! that the byte lexer uses too.
+//! that the byte lexer uses too ([`find3`], which the XML scanner uses for text and values).
 //!
 //! The bit tricks themselves ([`byte_eq`], [`below`], [`prefix_xor`]) know nothing of JSON;
 //! [`escaped`] knows backslash escapes, [`Block`] JSON's tokens.
@@ -12,29 +12,35 @@ use super::path::{Kind, MAX_PATH_DEPTH};
 use super::{Mode, Scanner};
 
 /// Position of the first byte that ends a run of plain string bytes: `"` or `\\`, and in a
-/// value also `{`. Most strings in JSON are short: the first 8 bytes are tested at once as a
-/// word (SWAR), without a branch per byte; `memchr` (SIMD) searches the rest.
+/// value also `{` ([`find3`]).
 #[inline]
 pub(super) fn find_stop(hay: &[u8], value: bool) -> Option<usize> {
+    if value {
+        find3(hay, b'"', b'\\', b'{')
+    } else {
+        find3(hay, b'"', b'\\', b'"')
+    }
+}
+
+/// Position of the first `a`, `b` or `c` in `hay`. Most runs between the bytes that matter
+/// are short (JSON strings, XML text and values between tags): the first 8 bytes are tested at
+/// once as a word (SWAR), without a branch per byte; `memchr` (SIMD) searches the rest.
+#[inline]
+pub(crate) fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
     let Some(head) = hay.first_chunk::<8>() else {
-        return hay
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || (value && b == b'{'));
+        return hay.iter().position(|&x| x == a || x == b || x == c);
     };
     let word = u64::from_le_bytes(*head);
-    let mut hits = byte_eq(word, b'"') | byte_eq(word, b'\\');
-    if value {
-        hits |= byte_eq(word, b'{');
-    }
+    let hits = byte_eq(word, a) | byte_eq(word, b) | byte_eq(word, c);
     if hits != 0 {
         // Little-endian: the lowest set bit is the first matching byte.
         return Some(hits.trailing_zeros() as usize / 8);
     }
     let tail = hay.get(8..).unwrap_or_default();
-    let found = if value {
-        memchr3(b'"', b'\\', b'{', tail)
+    let found = if c == a {
+        memchr2(a, b, tail)
     } else {
-        memchr2(b'"', b'\\', tail)
+        memchr3(a, b, c, tail)
     };
     found.map(|k| k + 8)
 }
