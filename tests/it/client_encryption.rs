@@ -64,7 +64,7 @@ fn encrypt_with(key: &Value, plaintext: &[u8], alg: &str, enc: &str, kid: Option
 }
 
 /// An `encryptedCard` for the server's current key, as the SDK makes it.
-fn encrypt_card(key: &Value, card: &Value) -> String {
+pub(crate) fn encrypt_card(key: &Value, card: &Value) -> String {
     let kid = key["kid"].as_str().unwrap();
     encrypt_with(
         key,

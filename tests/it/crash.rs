@@ -21,7 +21,7 @@ const CLIENTS: usize = 8;
 const USAGE_LIMIT: u32 = 3;
 
 /// A Luhn-valid 16-digit Visa-range number, random in the middle.
-fn card_number(rng: &mut impl Rng) -> String {
+pub(crate) fn card_number(rng: &mut impl Rng) -> String {
     let mut digits: Vec<u32> = vec![4, 2, 4, 2];
     digits.extend((0..11).map(|_| rng.gen_range(0..10)));
     let sum: u32 = digits
