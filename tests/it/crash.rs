@@ -308,6 +308,7 @@ fn crash_trials(cluster: Option<&paycred::store::postgres::test_cluster::Cluster
                     url: paycred::config::store::DatabaseUrl::parse(url).unwrap(),
                     pool_size: 2,
                     ca_file: None,
+                    cache_ttl: paycred::store::postgres::CACHE_TTL,
                 },
                 Default::default(),
             )

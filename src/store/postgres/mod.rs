@@ -70,8 +70,8 @@ fn pg(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("postgres: {e}"))
 }
 
-/// The longest an instance serves a cached record or key row after reading it: a change
-/// whose message was lost is seen by then at the latest.
+/// The longest an instance serves a cached key row after reading it, and by default a cached
+/// record (`store.cache_ttl`): a change whose message was lost is seen by then at the latest.
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
 
 /// The channel changes are announced on.
@@ -96,10 +96,11 @@ struct Caches {
 }
 
 impl Caches {
-    fn new() -> Self {
+    /// Record caches whose entries are served for at most `ttl`.
+    fn new(ttl: Duration) -> Self {
         let caches = Self {
-            pms: RecordCache::with_ttl(CACHE_TTL),
-            newest: RecordCache::with_ttl(CACHE_TTL),
+            pms: RecordCache::with_ttl(ttl),
+            newest: RecordCache::with_ttl(ttl),
             ..Self::default()
         };
         // Nothing is served before the listener is listening.
@@ -276,7 +277,7 @@ impl PgStore {
             pool,
             runtime: Some(runtime),
             handle,
-            caches: Arc::new(Caches::new()),
+            caches: Arc::new(Caches::new(config.cache_ttl)),
             quiet: std::sync::atomic::AtomicBool::new(false),
             audit_writer: None,
             writes: AtomicU64::new(0),
@@ -1480,6 +1481,7 @@ mod tests {
             url: crate::config::store::DatabaseUrl::parse(&url).unwrap(),
             pool_size: 2,
             ca_file: None,
+            cache_ttl: CACHE_TTL,
         };
         let e = PgStore::open(&config, HashFunction::Sha256)
             .expect_err("opened a database that does not exist")
