@@ -30,7 +30,8 @@ add_bench_intent() {
     -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$3"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id
 }
 
-# start_postgres DIR: a throwaway PostgreSQL cluster in DIR (which it creates) on a free port
+# start_postgres DIR: a throwaway PostgreSQL cluster in DIR (a new directory of its own, from
+# `mktemp -d`: the postgres user must reach it) on a free port
 # of 127.0.0.1, with database `bench`; prints its URL. As the `postgres` user when root
 # (PostgreSQL refuses root); Debian keeps the programs in /usr/lib/postgresql/<v>/bin.
 # Settings as shipped (fsync on): writes are durable as sled's are. Stop: stop_postgres DIR.
@@ -41,10 +42,10 @@ start_postgres() {
   [ -x "$bin/initdb" ] || { echo "load bench: PostgreSQL is missing (scripts/setup installs it)" >&2; return 1; }
   mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$dir"; as=(runuser -u postgres --); fi
-  "${as[@]}" "$bin/initdb" -A trust -U postgres --no-sync -D "$dir/data" >/dev/null
+  "${as[@]}" "$bin/initdb" -A trust -U postgres --no-sync -D "$dir/data" >/dev/null || return 1
   "${as[@]}" "$bin/pg_ctl" -w -s -l "$dir/log" -D "$dir/data" \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" start
-  "${as[@]}" "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres bench
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" start || return 1
+  "${as[@]}" "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres bench || return 1
   echo "postgres://postgres@127.0.0.1:$port/bench"
 }
 

@@ -156,7 +156,7 @@ if [ $postgres = 1 ]; then
   # paycred on PostgreSQL beside the sled one: the same config but the store, the same CPU.
   # PostgreSQL runs unpinned (it needs a core too: on 2 cores it takes CPU 1 from wrk).
   pgdir=$(mktemp -d)
-  PGURL=$(start_postgres "$pgdir")
+  PGURL=$(start_postgres "$pgdir") || exit 1
   pg_serve() { # port cache_ttl [cpus]: a paycred on the database; sets $served to its pid
     sed -e "s|^listen: .*|listen: 127.0.0.1:$1|" -e "s|^data_dir: .*|data_dir: $work/data-$1|" \
       "$work/paycred.yaml" >"$work/paycred-$1.yaml"
