@@ -22,6 +22,41 @@ add_bench_card() {
     -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id
 }
 
+# add_bench_intent PORT TOKEN PM: a virtual-card purchase intent for payment method PM;
+# prints its id.
+add_bench_intent() {
+  curl -sf -X POST "127.0.0.1:$1/projects/bench/purchase-intents" -H "Authorization: Bearer $2" \
+    -H 'Content-Type: application/json' \
+    -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$3"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id
+}
+
+# start_postgres DIR: a throwaway PostgreSQL cluster in DIR (a new directory of its own, from
+# `mktemp -d`: the postgres user must reach it) on a free port
+# of 127.0.0.1, with database `bench`; prints its URL. As the `postgres` user when root
+# (PostgreSQL refuses root); Debian keeps the programs in /usr/lib/postgresql/<v>/bin.
+# Settings as shipped (fsync on): writes are durable as sled's are. Stop: stop_postgres DIR.
+start_postgres() {
+  local dir=$1 port bin as=()
+  port=$(free_port)
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -x "$bin/initdb" ] || { echo "load bench: PostgreSQL is missing (scripts/setup installs it)" >&2; return 1; }
+  mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$dir"; as=(runuser -u postgres --); fi
+  "${as[@]}" "$bin/initdb" -A trust -U postgres --no-sync -D "$dir/data" >/dev/null || return 1
+  "${as[@]}" "$bin/pg_ctl" -w -s -l "$dir/log" -D "$dir/data" \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" start || return 1
+  "${as[@]}" "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres bench || return 1
+  echo "postgres://postgres@127.0.0.1:$port/bench"
+}
+
+stop_postgres() {
+  local bin as=()
+  bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+  "${as[@]}" "$bin/pg_ctl" -D "$1/data" -m fast -s stop || true
+  rm -rf "$1"
+}
+
 # wait_for_quiet [SECONDS]: waits (at most SECONDS, default 20) for a quiet machine: other
 # load skews every number.
 wait_for_quiet() {

@@ -8,13 +8,26 @@
 # CPU 1. Runs alternate paycred / pingora / nginx so drift hits all equally, and the ratio
 # to pingora is taken per pair. Everything is on 127.0.0.1 and is stopped on exit.
 #
+# With --postgres the same run measures paycred on PostgreSQL against paycred on sled too
+# (a throwaway cluster on this machine; rows "backend …", ratio to sled per pair): the proxy
+# with its caches warm and off (`cache_ttl: 0s`), the REST routes, and 1, 2 and 3 instances
+# on the one database.
+#
 #   benches/load/run.sh            full run (under 8 minutes once built)
 #   benches/load/run.sh --smoke    one short repetition of each case (< 60 s); fails only on errors
+#   benches/load/run.sh [--smoke] --postgres    both backends (about 2 minutes more)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
 . "$here/lib.sh"
-smoke=0; [ "${1:-}" = "--smoke" ] && smoke=1
+smoke=0; postgres=0
+for arg in "$@"; do
+  case $arg in
+    --smoke) smoke=1 ;;
+    --postgres) postgres=1 ;;
+    *) echo "usage: $0 [--smoke] [--postgres]"; exit 2 ;;
+  esac
+done
 # The full run stays under 8 minutes once built: 162 s of JSON proxy cases, 144 s of form and
 # XML ones, 54 s of the response guard's, 24 s at a low rate, 9 s of REST and memory, at most
 # 10 s waiting for a quiet machine, and the setup.
@@ -29,6 +42,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for d in nginx-px; do [ -f "$work/$d/nginx.pid" ] && kill "$(cat "$work/$d/nginx.pid")" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  [ -n "${pgdir:-}" ] && stop_postgres "$pgdir"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -86,9 +100,7 @@ pids+=($!); PT_PID=$!
 wait_healthy "$PC"
 export TOKEN=$("$bin" jwt --key "$work/key.pem" --kid k1 --project bench --sub bench --role private --ttl 30m)
 PM=$(add_bench_card "$PC" "$TOKEN")
-PI=$(curl -sf -X POST "127.0.0.1:$PC/projects/bench/purchase-intents" -H "Authorization: Bearer $TOKEN" \
-  -H 'Content-Type: application/json' \
-  -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$PM"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id)
+PI=$(add_bench_intent "$PC" "$TOKEN" "$PM")
 python3 "$here/bodies.py" "$PM" "$work"
 OFF_TOKEN=$("$bin" jwt --key "$work/key.pem" --kid k1 --project bench-off --sub bench --role private --ttl 30m)
 OFF_PM=$(PROJECT=bench-off add_bench_card "$PC" "$OFF_TOKEN")
@@ -158,14 +170,63 @@ for rep in $(seq 1 "$reps"); do
 done
 # REST routes with auth.
 # (The CPU is read after wrk ends: arguments in a pipeline are expanded as it starts.)
-rest() { # name script url
-  local before out
-  before=$(cpu_ticks "$PC_PID")
+rest() { # name script url [pid, default paycred's]
+  local before out pid=${4:-$PC_PID}
+  before=$(cpu_ticks "$pid")
   out=$(taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/$2" "$3" 2>&1)
-  echo "$out" | python3 "$here/parse_wrk.py" "$1" "$(( $(cpu_ticks "$PC_PID") - before ))" >>"$results"
+  echo "$out" | python3 "$here/parse_wrk.py" "$1" "$(( $(cpu_ticks "$pid") - before ))" >>"$results"
 }
 rest "rest GET purchase intent" get.lua "http://127.0.0.1:$PC/projects/bench/purchase-intents/$PI"
 rest "rest POST payment method (durable)" create_pm.lua "http://127.0.0.1:$PC"
+if [ $postgres = 1 ]; then
+  # paycred on PostgreSQL beside the sled one: the same config but the store, the same CPU.
+  # PostgreSQL runs unpinned (it needs a core too: on 2 cores it takes CPU 1 from wrk).
+  pgdir=$(mktemp -d)
+  PGURL=$(start_postgres "$pgdir") || exit 1
+  pg_serve() { # port cache_ttl [cpus]: a paycred on the database; sets $served to its pid
+    sed -e "s|^listen: .*|listen: 127.0.0.1:$1|" -e "s|^data_dir: .*|data_dir: $work/data-$1|" \
+      "$work/paycred.yaml" >"$work/paycred-$1.yaml"
+    echo "store: {kind: postgres, url: \"$PGURL\", pool_size: 16, cache_ttl: $2}" >>"$work/paycred-$1.yaml"
+    RUST_LOG=warn taskset -c "${3:-0}" "$bin" serve -c "$work/paycred-$1.yaml" >>"$work/paycred-pg.log" 2>&1 &
+    served=$!; pids+=($served)
+    wait_healthy "$1"
+  }
+  PG1=$(free_port); pg_serve "$PG1" 5s; PG1_PID=$served
+  PGC=$(free_port); pg_serve "$PGC" 0s; PGC_PID=$served
+  PMG=$(add_bench_card "$PG1" "$TOKEN")
+  PIG=$(add_bench_intent "$PG1" "$TOKEN" "$PMG")
+  mkdir -p "$work/pg"; python3 "$here/bodies.py" "$PMG" "$work/pg"
+  for rep in $(seq 1 "$reps"); do
+    run "backend proxy-1k sled" "$PC" "$work/body-1k.json" "$PC_PID"
+    run "backend proxy-1k postgres" "$PG1" "$work/pg/body-1k.json" "$PG1_PID"
+    run "backend proxy-1k postgres-cold" "$PGC" "$work/pg/body-1k.json" "$PGC_PID"
+  done
+  rest "backend GET purchase intent sled" get.lua "http://127.0.0.1:$PC/projects/bench/purchase-intents/$PI"
+  rest "backend GET purchase intent postgres" get.lua "http://127.0.0.1:$PG1/projects/bench/purchase-intents/$PIG" "$PG1_PID"
+  rest "backend POST payment method sled" create_pm.lua "http://127.0.0.1:$PC"
+  rest "backend POST payment method postgres" create_pm.lua "http://127.0.0.1:$PG1" "$PG1_PID"
+  kill "$PGC_PID"
+  # Instances x throughput: 1, 2, 3 paycreds (one thread each, unpinned) on the database,
+  # each loaded by its own wrk (64 connections in all); the row is their sum.
+  kill "$PG1_PID"; wait "$PG1_PID" 2>/dev/null || true
+  ports=()
+  for n in 1 2 3; do
+    port=$(free_port); pg_serve "$port" 5s 0,1; ports+=("$port")
+    for rep in $(seq 1 "$reps"); do
+      loads=()
+      for p in "${ports[@]}"; do
+        BODY_FILE="$work/pg/body-1k.json" TARGET_URL="http://127.0.0.1:$UP/charge" \
+          wrk -t1 -c$((64 / n)) -d"${secs}s" --latency -s "$here/post.lua" \
+          "http://127.0.0.1:$p/projects/bench/proxy" >"$work/wrk-$p.txt" 2>&1 &
+        loads+=($!)
+      done
+      wait "${loads[@]}"
+      for p in "${ports[@]}"; do python3 "$here/parse_wrk.py" x 0 <"$work/wrk-$p.txt"; done |
+        awk -F'\t' -v name="instances $n postgres" 'BEGIN{OFS="\t"} {r+=$2; q+=$5; e+=$6; if (NR==1) {p50=$3; p99=$4}}
+          END{print name, r, p50, p99, q, e, 0, 0}' >>"$results"
+    done
+  done
+fi
 flushes=$(curl -s -H "Authorization: Bearer $(cat "$work/metrics.token")" "127.0.0.1:$PC/metrics" | awk '/^paycred_store_flushes_total/{f=$2} /^paycred_store_durable_writes_total/{w=$2} END{printf "%d flushes for %d durable writes", f, w}')
 
 # Memory, on a fresh paycred (nothing cached yet): one 100 MiB body with 100 templates

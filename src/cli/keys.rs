@@ -53,7 +53,9 @@ pub fn open_store(
     Ok(Arc::new(store))
 }
 
-/// Runs `paycred data-key` on the store of `config` (server stopped); the lines to print.
+/// Runs `paycred data-key` on the store of `config` (on sled with the server stopped; on
+/// PostgreSQL while the instances run: they seal with a rotated key within
+/// [`crate::vault::KEY_RECHECK`] of their store returning it); the lines to print.
 pub fn data_key(
     config: &crate::config::Config,
     project: &str,
@@ -75,9 +77,9 @@ pub fn data_key(
         .collect())
 }
 
-/// Runs `paycred client-key` on the store of `config` (the server must be stopped: sled holds
-/// the data directory exclusively; a running server would keep its cached keys anyway).
-/// Returns the lines to print.
+/// Runs `paycred client-key` on the store of `config` (on sled the server must be stopped:
+/// sled holds the data directory exclusively; on PostgreSQL running instances take the change
+/// up as for `data-key`). Returns the lines to print.
 pub fn client_key(
     config: &crate::config::Config,
     project: &str,

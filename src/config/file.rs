@@ -96,6 +96,9 @@ pub struct StoreFile {
     /// verified against these CAs, else the system's).
     #[serde(default)]
     pub tls: Option<StoreTlsFile>,
+    /// PostgreSQL: the longest a cached record is served after it was read (`0s`: no cache).
+    #[serde(default = "default_cache_ttl")]
+    pub cache_ttl: String,
 }
 
 impl Default for StoreFile {
@@ -105,6 +108,7 @@ impl Default for StoreFile {
             url: None,
             pool_size: default_pool_size(),
             tls: None,
+            cache_ttl: default_cache_ttl(),
         }
     }
 }
@@ -122,6 +126,10 @@ fn default_store_kind() -> String {
 }
 fn default_pool_size() -> usize {
     16
+}
+
+fn default_cache_ttl() -> String {
+    "5s".into()
 }
 
 /// `server:` — pingora's process settings that paycred exposes.

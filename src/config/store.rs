@@ -26,6 +26,9 @@ pub struct PostgresConfig {
     pub pool_size: usize,
     /// CA certificates for the server's certificate; the system's when absent.
     pub ca_file: Option<PathBuf>,
+    /// The longest a cached record is served after it was read, whatever messages say
+    /// (`store.cache_ttl`, default 5 s, at most 60 s; zero: nothing is cached).
+    pub cache_ttl: std::time::Duration,
 }
 
 /// A parsed PostgreSQL connection string. Its password stays inside.
@@ -115,10 +118,15 @@ pub fn check(
                 }
                 None => None,
             };
+            let cache_ttl = super::duration("store.cache_ttl", &file.cache_ttl)?;
+            if cache_ttl > std::time::Duration::from_secs(60) {
+                return Err(invalid("store.cache_ttl", "must be at most 60s"));
+            }
             Ok(StoreConfig::Postgres(Box::new(PostgresConfig {
                 url,
                 pool_size: file.pool_size,
                 ca_file,
+                cache_ttl,
             })))
         }
         _ => Err(invalid("store.kind", "must be sled or postgres")),
@@ -183,5 +191,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("store.kind"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_ttl_defaults_to_5s_and_is_bounded() {
+        let ttl = |text: &str| {
+            check(
+                super::super::file::StoreFile {
+                    kind: "postgres".into(),
+                    url: Some("postgres://a@h/d".into()),
+                    cache_ttl: text.into(),
+                    ..Default::default()
+                },
+                None,
+            )
+            .map(|c| match c {
+                StoreConfig::Postgres(pg) => pg.cache_ttl,
+                StoreConfig::Sled => panic!("not postgres"),
+            })
+        };
+        let Ok(StoreConfig::Postgres(pg)) = postgres(Some("postgres://a@h/d"), None) else {
+            panic!("valid url refused")
+        };
+        assert_eq!(pg.cache_ttl, std::time::Duration::from_secs(5));
+        assert_eq!(ttl("0s").unwrap(), std::time::Duration::ZERO);
+        let e = ttl("61s").unwrap_err().to_string();
+        assert!(e.contains("store.cache_ttl"), "{e}");
     }
 }

@@ -60,6 +60,16 @@ impl MetricsPage {
                 "Flushes of the store to disk (shared by concurrent writes).",
                 stats.flushes,
             ),
+            (
+                "paycred_store_cache_hits_total",
+                "Reads the store answered from its cache of records (payment methods; intents on PostgreSQL).",
+                stats.cache_hits,
+            ),
+            (
+                "paycred_store_changes_heard_total",
+                "Changes announced by any instance that this one's cache listener applied (PostgreSQL).",
+                stats.changes_heard,
+            ),
         ]);
         Response {
             status: 200,

@@ -25,12 +25,12 @@ fn open(backend: &str) -> (Arc<dyn Store>, Option<tempfile::TempDir>) {
     }
 }
 
-const SCOPE: Scope<'static> = Scope {
+pub(super) const SCOPE: Scope<'static> = Scope {
     project: "p1",
     entity: "e1",
 };
 
-fn pm(id: &str, fingerprint: &str, created: i64) -> PaymentMethodRecord {
+pub(super) fn pm(id: &str, fingerprint: &str, created: i64) -> PaymentMethodRecord {
     PaymentMethodRecord {
         id: id.into(),
         project: SCOPE.project.into(),
@@ -51,7 +51,12 @@ fn pm(id: &str, fingerprint: &str, created: i64) -> PaymentMethodRecord {
     }
 }
 
-fn intent(id: &str, pm_id: &str, limit: Option<u32>, status: IntentStatus) -> IntentRecord {
+pub(super) fn intent(
+    id: &str,
+    pm_id: &str,
+    limit: Option<u32>,
+    status: IntentStatus,
+) -> IntentRecord {
     IntentRecord {
         id: id.into(),
         project: SCOPE.project.into(),
@@ -74,11 +79,11 @@ fn intent(id: &str, pm_id: &str, limit: Option<u32>, status: IntentStatus) -> In
     }
 }
 
-fn ev(action: &str) -> AuditEvent {
+pub(super) fn ev(action: &str) -> AuditEvent {
     crate::audit::event(SCOPE.project, SCOPE.entity, action, "r".into())
 }
 
-fn keep(existing: &PaymentMethodRecord) -> (PaymentMethodRecord, AuditEvent) {
+pub(super) fn keep(existing: &PaymentMethodRecord) -> (PaymentMethodRecord, AuditEvent) {
     let mut r = existing.clone();
     r.card.expiration_year = "2032".into();
     (r, ev("paymentMethod.update"))

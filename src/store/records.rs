@@ -301,6 +301,10 @@ pub struct Page<T> {
 pub struct StoreStats {
     pub durable_writes: u64,
     pub flushes: u64,
+    /// Reads answered from the store's cache of records ([`super::pm_cache`]).
+    pub cache_hits: u64,
+    /// Changes other instances announced that this one heard (PostgreSQL's NOTIFY).
+    pub changes_heard: u64,
 }
 
 /// A card stored in the token vault (`POST /projects/:p/tokens`). Number and cvc are sealed.

@@ -77,6 +77,9 @@ pub struct KeyInfo {
 }
 
 struct Loaded {
+    /// The stored keyset it was loaded from, and when that last matched the store's.
+    bytes: Vec<u8>,
+    checked: parking_lot::Mutex<std::time::Instant>,
     current: String,
     public: HashMap<String, Value>,
     /// Private JWKs of the keys that still decrypt.
@@ -156,13 +159,28 @@ impl ClientKeys {
         Ok(ok)
     }
 
+    /// The project's keys: cached, else read (made on first use). A cached set older than
+    /// [`super::KEY_RECHECK`] is compared with the store's and read again when that changed
+    /// (a key rotated or retired elsewhere); if the store cannot say, the cached one stays.
     fn loaded(&self, master: &MasterKey, project: &str) -> Result<Arc<Loaded>, VaultError> {
-        if let Some(l) = self.cache.read().get(project) {
-            return Ok(l.clone());
+        if let Some(l) = self.cache.read().get(project).cloned() {
+            let mut checked = l.checked.lock();
+            if checked.elapsed() < super::KEY_RECHECK {
+                return Ok(l.clone());
+            }
+            *checked = std::time::Instant::now();
+            match self.store.load_client_keys(project) {
+                Ok(Some(bytes)) if bytes != l.bytes => {}
+                Ok(_) => return Ok(l.clone()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "client keys not read again; the loaded ones stay");
+                    return Ok(l.clone());
+                }
+            }
         }
-        let set = loop {
+        let (bytes, set) = loop {
             match self.read(project)? {
-                Some((_, set)) => break set,
+                Some(found) => break found,
                 None => {
                     let key = new_key(master, project, now())?;
                     let set = Keyset {
@@ -192,6 +210,8 @@ impl ClientKeys {
             return Err(VaultError::Corrupt("client keys: current key"));
         }
         let loaded = Arc::new(Loaded {
+            bytes,
+            checked: parking_lot::Mutex::new(std::time::Instant::now()),
             current: set.current,
             public,
             private,

@@ -74,11 +74,34 @@ struct Keyring {
     current: String,
 }
 
+/// How long a keyring (or client keyset) loaded from the store is used before it is compared
+/// with the store's again: a key another process rotated in a shared store seals new values
+/// here this long after the store returns it at the latest.
+pub const KEY_RECHECK: Duration = Duration::from_secs(1);
+
+/// A loaded keyring, the stored bytes it was opened from, and when they last matched the
+/// store's.
+struct Held {
+    ring: Arc<Keyring>,
+    bytes: Vec<u8>,
+    checked: std::time::Instant,
+}
+
+impl Held {
+    fn new(ring: Arc<Keyring>, bytes: Vec<u8>) -> Self {
+        Self {
+            ring,
+            bytes,
+            checked: std::time::Instant::now(),
+        }
+    }
+}
+
 /// Seals and opens card data for all projects.
 pub struct Vault {
     master: MasterKey,
     store: Arc<dyn Store>,
-    keyrings: RwLock<HashMap<String, Arc<Keyring>>>,
+    keyrings: RwLock<HashMap<String, Held>>,
     cvc: cvc::CvcKeyring,
     /// The CVC ratchet as last read from or written to the store (after
     /// [`Vault::attach_cvc_ratchet`]).
@@ -129,14 +152,36 @@ impl Vault {
 
     /// The project's keyring: cached, else loaded (made on first use) and cached. A miss loads
     /// under the cache's write lock, so a ring loaded before a rotation can never be cached
-    /// after it.
+    /// after it. A cached ring older than [`KEY_RECHECK`] is compared with the store's and
+    /// replaced when that changed (a rotation elsewhere); if the store cannot say, or its ring
+    /// does not open, the cached one stays (it still opens everything it opened).
     fn keyring(&self, project: &str) -> Result<Arc<Keyring>, VaultError> {
-        if let Some(k) = self.keyrings.read().get(project) {
-            return Ok(k.clone());
+        if let Some(held) = self.keyrings.read().get(project) {
+            if held.checked.elapsed() < KEY_RECHECK {
+                return Ok(held.ring.clone());
+            }
         }
         let mut rings = self.keyrings.write();
-        if let Some(k) = rings.get(project) {
-            return Ok(k.clone());
+        if let Some(held) = rings.get_mut(project) {
+            if held.checked.elapsed() < KEY_RECHECK {
+                return Ok(held.ring.clone());
+            }
+            held.checked = std::time::Instant::now();
+            let newer = match self.store.load_keyring(project) {
+                Ok(Some(bytes)) if bytes != held.bytes => bytes,
+                Ok(_) => return Ok(held.ring.clone()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "keyring not read again; the loaded one stays");
+                    return Ok(held.ring.clone());
+                }
+            };
+            match parse_keyring(&newer).and_then(|f| self.open_keyring(project, &f)) {
+                Ok(ring) => *held = Held::new(Arc::new(ring), newer),
+                Err(e) => {
+                    tracing::warn!(error = %e, "stored keyring does not open; the loaded one stays")
+                }
+            }
+            return Ok(held.ring.clone());
         }
         let bytes = match self.store.load_keyring(project)? {
             Some(b) => b,
@@ -145,7 +190,7 @@ impl Vault {
                 .create_keyring(project, &self.new_keyring_file(project)?)?,
         };
         let ring = Arc::new(self.open_keyring(project, &parse_keyring(&bytes)?)?);
-        rings.insert(project.to_string(), ring.clone());
+        rings.insert(project.to_string(), Held::new(ring.clone(), bytes));
         Ok(ring)
     }
 
@@ -227,7 +272,7 @@ impl Vault {
             // process cannot open the store while this one has it.
             return Err(VaultError::Corrupt("keyring changed during rotation"));
         }
-        rings.insert(project.to_string(), ring);
+        rings.insert(project.to_string(), Held::new(ring, new));
         Ok(id)
     }
 
@@ -291,7 +336,7 @@ impl Vault {
             let mut rings = self.keyrings.write();
             if let Some(bytes) = self.store.reload_keyring(project)? {
                 let fresh = Arc::new(self.open_keyring(project, &parse_keyring(&bytes)?)?);
-                rings.insert(project.to_string(), fresh.clone());
+                rings.insert(project.to_string(), Held::new(fresh.clone(), bytes));
                 ring = fresh;
             }
         }

@@ -21,7 +21,7 @@ const CLIENTS: usize = 8;
 const USAGE_LIMIT: u32 = 3;
 
 /// A Luhn-valid 16-digit Visa-range number, random in the middle.
-fn card_number(rng: &mut impl Rng) -> String {
+pub(crate) fn card_number(rng: &mut impl Rng) -> String {
     let mut digits: Vec<u32> = vec![4, 2, 4, 2];
     digits.extend((0..11).map(|_| rng.gen_range(0..10)));
     let sum: u32 = digits
@@ -308,6 +308,7 @@ fn crash_trials(cluster: Option<&paycred::store::postgres::test_cluster::Cluster
                     url: paycred::config::store::DatabaseUrl::parse(url).unwrap(),
                     pool_size: 2,
                     ca_file: None,
+                    cache_ttl: paycred::store::postgres::CACHE_TTL,
                 },
                 Default::default(),
             )

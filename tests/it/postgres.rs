@@ -40,6 +40,22 @@ fn intent_status(server: &Server, token: &str, pi: &Value) -> Value {
     got.json["status"].clone()
 }
 
+/// Reads the server's store answered from its cache so far (`/metrics`).
+fn cache_hits(server: &Server) -> u64 {
+    counter(server, "paycred_store_cache_hits_total")
+}
+
+/// A counter of the server's `/metrics`.
+fn counter(server: &Server, name: &str) -> u64 {
+    let page = server.metrics();
+    assert_eq!(page.status, 200, "{}", page.text);
+    page.text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name}: {}", page.text))
+}
+
 fn charge(pi: &Value) -> Value {
     let mut charge = pi["card"].clone();
     charge["amount"] = json!("1.00");
@@ -186,13 +202,32 @@ fn three_instances_share_one_database() {
     );
     assert_eq!(approved.into_inner(), 5);
 
-    // Used through B (so B has read it), deleted on A: refused on B and C at once.
+    // Used through B until B serves it from its cache, deleted on A: refused on B and C at
+    // once.
     let up = Upstream::start();
     let body =
         json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
-    assert_eq!(servers[1].proxy_json(&t, &up.url("/c"), &body).status, 201);
+    let before = cache_hits(&servers[1]);
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || {
+            assert_eq!(servers[1].proxy_json(&t, &up.url("/c"), &body).status, 201);
+            cache_hits(&servers[1]) > before
+        }),
+        "B never served the payment method from its cache"
+    );
+    let sent = up.requests().len();
+    let heard = |s: &Server| counter(s, "paycred_store_changes_heard_total");
+    let before: Vec<u64> = servers.iter().map(heard).collect();
     let deleted = servers[0].call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
     assert!(deleted.status < 300, "{}", deleted.text);
+    // The delete's message reaches each instance as it commits (well within a millisecond
+    // here), far sooner than the cache's time to live; wait for it, not for the TTL.
+    for (server, before) in servers.iter().zip(before) {
+        assert!(
+            eventually(std::time::Duration::from_secs(3), || heard(server) > before),
+            "an instance did not hear of the delete"
+        );
+    }
     for server in &servers[1..] {
         let r = server.proxy_json(&t, &up.url("/c"), &body);
         r.assert_error(400, "invalidTemplate");
@@ -200,7 +235,7 @@ fn three_instances_share_one_database() {
     }
     assert_eq!(
         up.requests().len(),
-        1,
+        sent,
         "nothing substituted after the delete"
     );
 
@@ -314,40 +349,145 @@ fn postgresql_down_answers_503_store_unavailable_and_recovers() {
     assert!(ok, "{out}{err}");
 }
 
-#[test]
-fn a_data_key_rotated_in_the_database_is_taken_up_across_instances() {
-    let mut servers = three_instances();
-    let t = servers[0].token("user_1", "private");
-    let before = servers[1].add_card(&t, "user_1", VISA);
-    // Rotated while the three run; A restarts and seals new cards with the new key.
-    let rotated = project_cli(&servers[2], &["data-key", "rotate"]);
-    assert!(!rotated.trim().is_empty());
-    servers[0].restart();
-    let after = servers[0].add_card(&t, "user_1", MASTERCARD);
-    let up = Upstream::start();
-    for server in &servers {
-        for pm in [&before, &after] {
-            let body = json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
-            let r = server.proxy_json(&t, &up.url("/c"), &body);
-            assert_eq!(r.status, 201, "{}", r.text);
-        }
+/// A random Luhn-valid number: a card no other create has.
+fn card_number() -> String {
+    crate::crash::card_number(&mut rand::thread_rng())
+}
+
+/// The id of the data key a stored payment method's number is sealed under, read from the
+/// table.
+fn sealed_under(url: &str, pm: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let row = c
+            .query_one(
+                "SELECT record->'card'->>'number_sealed' FROM payment_methods WHERE id = $1",
+                &[&pm],
+            )
+            .await
+            .unwrap();
+        let sealed: String = row.get(0);
+        sealed.split('.').next().unwrap().to_string()
+    })
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }
-    let sent: Vec<String> = up
-        .requests()
-        .iter()
-        .map(|r| {
-            serde_json::from_slice::<Value>(&r.body).unwrap()["n"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    assert_eq!(
-        sent.iter().filter(|n| *n == MASTERCARD).count(),
-        3,
-        "{sent:?}"
+}
+
+#[test]
+fn keys_rotated_in_the_database_are_taken_up_by_every_instance_under_traffic() {
+    let servers = three_instances();
+    let url = servers[0].database_url.clone().unwrap();
+    let t = servers[0].token("user_1", "private");
+    let public = servers[0].token("user_1", "public");
+    let key_path = format!("/projects/{PROJECT}/client-encryption-key");
+    let current_kid = |server: &Server| {
+        let r = server.call("GET", &key_path, Some(&public), None);
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json["kid"].as_str().unwrap().to_string()
+    };
+    let old = servers[1].add_card(&t, "user_1", VISA);
+    let old_key = servers[1].call("GET", &key_path, Some(&public), None).json;
+    let old_kid = old_key["kid"].as_str().unwrap().to_string();
+    let up = Upstream::start();
+    let body =
+        json!({"n": format!("{{{{ paymentMethod: {old} | type: 'pan' | json: '$.number' }}}}")});
+
+    // Traffic on the three while both keys rotate: the old card through the proxy, card
+    // creates, the client key.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (sent, failed) = (
+        std::sync::atomic::AtomicUsize::new(0),
+        std::sync::atomic::AtomicUsize::new(0),
     );
-    assert_eq!(sent.iter().filter(|n| *n == VISA).count(), 3, "{sent:?}");
+    let mut rotated = (String::new(), String::new());
+    let mut took = Vec::new();
+    std::thread::scope(|s| {
+        for server in &servers {
+            let (stop, sent, failed) = (&stop, &sent, &failed);
+            let (t, public, key_path, up, body) = (&t, &public, &key_path, &up, &body);
+            s.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let number = card_number();
+                    let answers = [
+                        server.proxy_json(t, &up.url("/c"), body).status,
+                        server
+                            .call(
+                                "POST",
+                                &pm_path(),
+                                Some(t),
+                                Some(&card_body("user_1", &number, CVC)),
+                            )
+                            .status,
+                        server.call("GET", key_path, Some(public), None).status,
+                    ];
+                    sent.fetch_add(3, std::sync::atomic::Ordering::Relaxed);
+                    for status in answers {
+                        if !(200..300).contains(&status) {
+                            failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        // The traffic stops however this ends (a failed check included).
+        let _stop = StopOnDrop(&stop);
+        rotated = (
+            project_cli(&servers[2], &["data-key", "rotate"]),
+            project_cli(&servers[2], &["client-key", "rotate"]),
+        );
+        let rotated_at = std::time::Instant::now();
+        // A new card through each instance is sealed under the new data key, and each hands
+        // out the new client key, within the bound.
+        for server in &servers {
+            let fresh = || {
+                let pm = server.add_card(&t, "user_1", &card_number());
+                rotated.0.contains(&sealed_under(&url, &pm))
+                    && rotated.1.contains(&current_kid(server))
+            };
+            assert!(
+                eventually(std::time::Duration::from_secs(15), fresh),
+                "an instance kept sealing with the old key"
+            );
+            took.push(rotated_at.elapsed());
+        }
+    });
+    let (sent, failed) = (sent.into_inner(), failed.into_inner());
+    println!(
+        "keys rotated under traffic: {sent} requests, {failed} failed; new keys used by the \
+         three instances after {took:?}"
+    );
+    assert_eq!(failed, 0);
+    assert!(sent > 0);
+    assert!(!rotated.1.contains(&old_kid));
+    // Old data still opens: the old card through each, a JWE to the old client key.
+    for server in &servers {
+        assert_eq!(server.proxy_json(&t, &up.url("/c"), &body).status, 201);
+        let jwe = crate::client_encryption::encrypt_card(
+            &old_key,
+            &json!({"number": MASTERCARD, "expirationMonth": "12", "expirationYear": "2031", "cvc": CVC}),
+        );
+        let created = server.call(
+            "POST",
+            &pm_path(),
+            Some(&t),
+            Some(&json!({"entityId": "user_1", "encryptedCard": jwe})),
+        );
+        assert!(created.status < 300, "{}", created.text);
+    }
 }
 
 #[test]

@@ -14,12 +14,19 @@
 //!   writer ([`audit::PgSink`]) chains outbox events and its own into `audit_log` and
 //!   `audit_head` in one transaction under an advisory lock, so every instance appends to one
 //!   order.
-//! - Payment methods are read from the database on every request (no cache), so a delete on
-//!   one instance is seen by every other at once.
-//! - Keyrings and client keys are read ahead: all of them at open, kept in memory, and read
-//!   again from the database on a miss; the [`Store`] methods for them are synchronous
-//!   (the vault keeps them in its own cache), and a write or a miss waits for the database on
-//!   the store's runtime ([`PgStore::blocking`]).
+//! - Caches ([`listen`]): payment-method records and the newest active intent of a payment
+//!   method are kept per instance ([`RecordCache`]), and so are key rows. Every write that
+//!   changes one announces it with `pg_notify` in its own transaction ([`PgStore::commit`]),
+//!   so the message goes out exactly when the change commits; each instance LISTENs on a
+//!   connection of its own and drops what a message names. While that connection is down
+//!   the record caches serve nothing, and when it is back they start empty. Every entry has
+//!   a hard time to live, [`CACHE_TTL`], so a message lost anyway is outlived by no entry.
+//!   The caches never decide a use: mandate usage is the conditional `UPDATE` below.
+//! - Keyrings and client keys are read ahead: all of them at open, again every
+//!   [`CACHE_TTL`] / 2 by the listener and at once on a message, and from the database on a
+//!   miss; the [`Store`] methods for them are synchronous (the vault keeps them in its own
+//!   cache), and a write or a miss waits for the database on the store's runtime
+//!   ([`PgStore::blocking`]).
 //!
 //! The connections live on the store's own small runtime, so they outlive any caller's
 //! runtime; every operation is bounded by [`OP_TIMEOUT`] and fails as
@@ -38,6 +45,7 @@ use crate::audit::{AuditEntry, AuditEvent, AuditHead};
 use crate::config::store::PostgresConfig;
 use crate::domain::issuer::CredentialType;
 use crate::store::events::{self as event, EventQuery, EventRecord, NewEvent};
+use crate::store::pm_cache::RecordCache;
 use crate::store::{
     corrupt, CardTokenRecord, DueEnd, IdempotentRecord, Inserted, IntentEnd, IntentRecord,
     IntentStatus, Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult,
@@ -65,11 +73,132 @@ fn pg(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("postgres: {e}"))
 }
 
-/// How long a key row read ahead (or read) answers without asking the database again.
-pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+/// The longest an instance serves a cached key row after reading it, and by default a cached
+/// record (`store.cache_ttl`): a change whose message was lost is seen by then at the latest.
+pub const CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// The channel changes are announced on.
+const CHANNEL: &str = "paycred_changes";
+
+/// The `application_name` of each instance's listening connection.
+pub const LISTENER_NAME: &str = "paycred-listen";
 
 /// Key rows by project, with when they were read.
 type KeyCache = RwLock<HashMap<String, (Vec<u8>, std::time::Instant)>>;
+
+/// What an instance keeps in memory, shared with its listener ([`listen`]).
+#[derive(Default)]
+struct Caches {
+    pms: RecordCache<PaymentMethodRecord>,
+    /// The newest active intent by payment method and credential type ([`newest_key`]).
+    newest: RecordCache<Option<IntentRecord>>,
+    keyrings: KeyCache,
+    client_keys: KeyCache,
+    /// Messages applied so far.
+    heard: AtomicU64,
+}
+
+impl Caches {
+    /// Record caches whose entries are served for at most `ttl`.
+    fn new(ttl: Duration) -> Self {
+        let caches = Self {
+            pms: RecordCache::with_ttl(ttl),
+            newest: RecordCache::with_ttl(ttl),
+            ..Self::default()
+        };
+        // Nothing is served before the listener is listening.
+        caches.pms.pause();
+        caches.newest.pause();
+        caches
+    }
+
+    /// Drops what `change` names from this instance's caches.
+    fn forget(&self, change: &Change) {
+        match change {
+            Change::PaymentMethod {
+                project,
+                entity,
+                id,
+            } => {
+                let key = pm_key(project, entity, id);
+                self.pms.invalidate(&key);
+                for kind in CredentialType::ALL {
+                    self.newest.invalidate(&newest_key(&key, kind));
+                }
+            }
+            Change::Keyring { project } => drop(self.keyrings.write().remove(project)),
+            Change::ClientKeys { project } => drop(self.client_keys.write().remove(project)),
+        }
+    }
+
+    /// Record caches off (their changes may go unannounced now) or on again, empty.
+    fn listening(&self, on: bool) {
+        for cache in [&self.pms as &dyn Pausable, &self.newest] {
+            if on {
+                cache.resume_serving();
+            } else {
+                cache.pause_serving();
+            }
+        }
+    }
+}
+
+/// [`RecordCache::pause`] and [`RecordCache::resume`] whatever the record type.
+trait Pausable {
+    fn pause_serving(&self);
+    fn resume_serving(&self);
+}
+
+impl<V> Pausable for RecordCache<V> {
+    fn pause_serving(&self) {
+        self.pause();
+    }
+    fn resume_serving(&self) {
+        self.resume();
+    }
+}
+
+/// A change other instances' caches must drop, as announced on [`CHANNEL`] (a JSON object
+/// with its `kind`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind")]
+pub enum Change {
+    /// A payment method's record, or the set of its intents or their statuses.
+    #[serde(rename = "pm")]
+    PaymentMethod {
+        project: String,
+        entity: String,
+        id: String,
+    },
+    #[serde(rename = "keyring")]
+    Keyring { project: String },
+    #[serde(rename = "client_keys")]
+    ClientKeys { project: String },
+}
+
+impl Change {
+    /// A change of the payment method `id` of `scope` or of its intents.
+    pub fn payment_method(scope: Scope<'_>, id: &str) -> Self {
+        Change::PaymentMethod {
+            project: scope.project.to_string(),
+            entity: scope.entity.to_string(),
+            id: id.to_string(),
+        }
+    }
+}
+
+/// The cache key of a payment method.
+fn pm_key(project: &str, entity: &str, id: &str) -> Vec<u8> {
+    [project, entity, id].join("\0").into_bytes()
+}
+
+/// The cache key of a payment method's newest active intent of `kind`.
+fn newest_key(pm_key: &[u8], kind: CredentialType) -> Vec<u8> {
+    let mut key = pm_key.to_vec();
+    key.push(0);
+    key.extend_from_slice(kind.as_str().as_bytes());
+    key
+}
 
 /// PostgreSQL-backed [`Store`].
 pub struct PgStore {
@@ -77,8 +206,9 @@ pub struct PgStore {
     /// Where the connections run and the synchronous methods wait; shut down on drop.
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
-    keyrings: KeyCache,
-    client_keys: KeyCache,
+    caches: Arc<Caches>,
+    /// A test's way to lose every message this instance sends.
+    quiet: std::sync::atomic::AtomicBool,
     audit_writer: Option<AuditBatcher>,
     writes: AtomicU64,
     /// `user@host:port/db`, for messages.
@@ -161,8 +291,8 @@ impl PgStore {
             pool,
             runtime: Some(runtime),
             handle,
-            keyrings: RwLock::default(),
-            client_keys: RwLock::default(),
+            caches: Arc::new(Caches::new(config.cache_ttl)),
+            quiet: std::sync::atomic::AtomicBool::new(false),
             audit_writer: None,
             writes: AtomicU64::new(0),
             describe: describe.clone(),
@@ -173,27 +303,9 @@ impl PgStore {
         store
             .blocking(async move { migrations::apply(&pool).await })
             .map_err(at)?;
-        let pool = store.pool.clone();
-        let (keyrings, client_keys) = store
-            .blocking(async move {
-                let c = client(&pool).await?;
-                let rows = |sql: &'static str| {
-                    let c = &c;
-                    async move {
-                        let rows = timed(c.query(sql, &[])).await?;
-                        let now = std::time::Instant::now();
-                        Ok::<_, StoreError>(
-                            rows.iter()
-                                .map(|r| (r.get::<_, String>(0), (r.get::<_, Vec<u8>>(1), now)))
-                                .collect::<HashMap<_, _>>(),
-                        )
-                    }
-                };
-                Ok((
-                    rows("SELECT project, keyring FROM keyrings").await?,
-                    rows("SELECT project, keyset FROM client_keys").await?,
-                ))
-            })
+        let (pool, caches) = (store.pool.clone(), store.caches.clone());
+        store
+            .blocking(async move { read_keys_ahead(&pool, &caches).await })
             .map_err(at)?;
         let pool = store.pool.clone();
         let recorded = store
@@ -207,8 +319,14 @@ impl PgStore {
                 "database {describe}: {problem}: run `paycred audit --verify`"
             )));
         }
-        *store.keyrings.write() = keyrings;
-        *store.client_keys.write() = client_keys;
+        let mut listen_config = listen_config(config);
+        listen_config.application_name(LISTENER_NAME);
+        store.handle.spawn(listen(
+            listen_config,
+            tls(config)?,
+            store.pool.clone(),
+            store.caches.clone(),
+        ));
         let sink = audit::PgSink::new(
             store.pool.clone(),
             store.handle.clone(),
@@ -257,6 +375,33 @@ impl PgStore {
             .ok_or_else(|| StoreError::Unavailable("audit writer stopped".into()))
     }
 
+    /// Commits `tx` with `changes` announced: `pg_notify` in the transaction, so every
+    /// instance's listener hears of them exactly when they commit, and this instance's caches
+    /// drop them before it returns. Every write that changes a cached record (a payment
+    /// method, the set or status of its intents, a key row) commits through it.
+    pub(crate) async fn commit(
+        &self,
+        tx: deadpool_postgres::Transaction<'_>,
+        changes: &[Change],
+    ) -> StoreResult<()> {
+        let committed = commit_announced(tx, changes, self.announcing()).await;
+        for change in changes {
+            self.caches.forget(change);
+        }
+        committed
+    }
+
+    /// Whether changes are announced (always, but in a test that loses them).
+    fn announcing(&self) -> bool {
+        !self.quiet.load(Ordering::SeqCst)
+    }
+
+    /// From now on this instance announces nothing (a test's lost messages).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn lose_announcements(&self) {
+        self.quiet.store(true, Ordering::SeqCst);
+    }
+
     /// After a commit that wrote into the outbox: the writer moves it into the log.
     fn audited(&self) {
         self.writes.fetch_add(1, Ordering::Relaxed);
@@ -274,12 +419,8 @@ fn connect(config: &PostgresConfig) -> StoreResult<(tokio::runtime::Runtime, Poo
         .enable_all()
         .build()
         .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-    let mut pg_config = config.url.config().clone();
-    if pg_config.get_connect_timeout().is_none() {
-        pg_config.connect_timeout(OP_TIMEOUT);
-    }
     let manager = Manager::from_connect(
-        pg_config,
+        listen_config(config),
         ConnectOn {
             tls: tls(config)?,
             handle: runtime.handle().clone(),
@@ -297,6 +438,162 @@ fn connect(config: &PostgresConfig) -> StoreResult<(tokio::runtime::Runtime, Poo
         .build()
         .map_err(|e| StoreError::Unavailable(e.to_string()))?;
     Ok((runtime, pool))
+}
+
+/// [`PgStore::commit`] without the caches: `pg_notify` for each of `changes` (unless not
+/// `announce`), then the commit.
+async fn commit_announced(
+    tx: deadpool_postgres::Transaction<'_>,
+    changes: &[Change],
+    announce: bool,
+) -> StoreResult<()> {
+    if announce {
+        for change in changes {
+            timed(tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &json_text(change)?])).await?;
+        }
+    }
+    timed(tx.commit()).await
+}
+
+/// The connection settings of `config`, with [`OP_TIMEOUT`] to connect unless it names one.
+fn listen_config(config: &PostgresConfig) -> tokio_postgres::Config {
+    let mut pg_config = config.url.config().clone();
+    if pg_config.get_connect_timeout().is_none() {
+        pg_config.connect_timeout(OP_TIMEOUT);
+    }
+    pg_config
+}
+
+/// Every key row, into the caches.
+async fn read_keys_ahead(pool: &Pool, caches: &Caches) -> StoreResult<()> {
+    let c = client(pool).await?;
+    for (sql, cache) in [
+        ("SELECT project, keyring FROM keyrings", &caches.keyrings),
+        (
+            "SELECT project, keyset FROM client_keys",
+            &caches.client_keys,
+        ),
+    ] {
+        let rows = timed(c.query(sql, &[])).await?;
+        let now = std::time::Instant::now();
+        *cache.write() = rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), (r.get::<_, Vec<u8>>(1), now)))
+            .collect();
+    }
+    Ok(())
+}
+
+/// The listener of an instance, on the store's runtime for as long as it runs: LISTENs on
+/// [`CHANNEL`] over a connection of its own and drops from `caches` what each message names
+/// (a key row is read again at once instead). Every [`CACHE_TTL`] / 2 it checks that its
+/// connection answers and reads the key rows again. While the connection is down the record
+/// caches are paused; it connects again (after 0.1 s, doubling up to 2 s) and resumes them
+/// empty once it listens.
+async fn listen(
+    config: tokio_postgres::Config,
+    tls: postgres_openssl::MakeTlsConnector,
+    pool: Pool,
+    caches: Arc<Caches>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match listen_once(&config, &tls, &pool, &caches).await {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(e) => tracing::warn!(error = %e, "postgres change listener: reconnecting"),
+        }
+        caches.listening(false);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One connection of [`listen`]: returns when it is lost.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    tls: &postgres_openssl::MakeTlsConnector,
+    pool: &Pool,
+    caches: &Caches,
+) -> StoreResult<()> {
+    let (client, mut connection) = timed(config.connect(tls.clone())).await?;
+    let (tx, mut messages) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            match message {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                    if tx.send(n.payload().to_string()).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "postgres change listener: connection lost");
+                    break;
+                }
+            }
+        }
+    });
+    let listened = timed(client.batch_execute(&format!("LISTEN {CHANNEL}"))).await;
+    if let Err(e) = listened {
+        driver.abort();
+        return Err(e);
+    }
+    caches.listening(true);
+    let mut tick = tokio::time::interval(CACHE_TTL / 2);
+    let lost = loop {
+        tokio::select! {
+            message = messages.recv() => match message {
+                Some(payload) => apply(&payload, pool, caches).await,
+                None => break Ok(()),
+            },
+            _ = tick.tick() => {
+                if let Err(e) = timed(client.simple_query("SELECT 1")).await {
+                    break Err(e);
+                }
+                if let Err(e) = read_keys_ahead(pool, caches).await {
+                    tracing::warn!(error = %e, "postgres change listener: reading keys");
+                }
+            }
+        }
+    };
+    driver.abort();
+    lost
+}
+
+/// What one message on [`CHANNEL`] does to this instance's caches.
+async fn apply(payload: &str, pool: &Pool, caches: &Caches) {
+    let change: Change = match serde_json::from_str(payload) {
+        Ok(change) => change,
+        Err(e) => {
+            tracing::warn!(error = %e, "postgres change listener: unknown message");
+            return;
+        }
+    };
+    caches.forget(&change);
+    caches.heard.fetch_add(1, Ordering::Relaxed);
+    let (sql, cache, project) = match &change {
+        Change::PaymentMethod { .. } => return,
+        Change::Keyring { project } => (
+            "SELECT keyring FROM keyrings WHERE project = $1",
+            &caches.keyrings,
+            project,
+        ),
+        Change::ClientKeys { project } => (
+            "SELECT keyset FROM client_keys WHERE project = $1",
+            &caches.client_keys,
+            project,
+        ),
+    };
+    let read = async {
+        let c = client(pool).await?;
+        timed(c.query_opt(sql, &[project])).await
+    };
+    if let Ok(Some(row)) = read.await {
+        cache.write().insert(
+            project.clone(),
+            (row.get::<_, Vec<u8>>(0), std::time::Instant::now()),
+        );
+    }
 }
 
 /// [`PgStore::blocking`] on `handle`.
@@ -347,6 +644,10 @@ fn u32_of(n: i64) -> u32 {
 
 fn json<T: serde::Serialize>(value: &T) -> StoreResult<Value> {
     serde_json::to_value(value).map_err(corrupt)
+}
+
+fn json_text<T: serde::Serialize>(value: &T) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(corrupt)
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> StoreResult<T> {
@@ -430,7 +731,17 @@ impl Store for PgStore {
             timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
             Inserted::Existing(Box::new(refreshed))
         };
-        timed(tx.commit()).await?;
+        let changed = match &outcome {
+            Inserted::Existing(refreshed) => vec![Change::payment_method(
+                Scope {
+                    project: &pm.project,
+                    entity: &pm.entity,
+                },
+                &refreshed.id,
+            )],
+            Inserted::Created => Vec::new(),
+        };
+        self.commit(tx, &changed).await?;
         self.audited();
         Ok(outcome)
     }
@@ -440,13 +751,22 @@ impl Store for PgStore {
         scope: Scope<'_>,
         id: &str,
     ) -> StoreResult<Option<Arc<PaymentMethodRecord>>> {
+        let key = pm_key(scope.project, scope.entity, id);
+        if let Some(record) = self.caches.pms.get(&key) {
+            return Ok(Some(record));
+        }
+        let read_at = self.caches.pms.generation();
         let c = self.client().await?;
         let st = timed(c.prepare_cached(
             "SELECT record FROM payment_methods WHERE project = $1 AND entity = $2 AND id = $3",
         ))
         .await?;
         match timed(c.query_opt(&st, &[&scope.project, &scope.entity, &id])).await? {
-            Some(row) => Ok(Some(Arc::new(from_json(row.get(0))?))),
+            Some(row) => {
+                let record = Arc::new(from_json(row.get(0))?);
+                self.caches.pms.fill(&key, &record, read_at);
+                Ok(Some(record))
+            }
             None => Ok(None),
         }
     }
@@ -516,7 +836,8 @@ impl Store for PgStore {
             intent_end::end_row(&tx, scope, &mut rec, end, at).await?;
         }
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
-        timed(tx.commit()).await?;
+        self.commit(tx, &[Change::payment_method(scope, id)])
+            .await?;
         self.audited();
         Ok(true)
     }
@@ -557,7 +878,15 @@ impl Store for PgStore {
         }
         timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
         write_events(&tx, &event::intent_created(intent)).await?;
-        timed(tx.commit()).await?;
+        let scope = Scope {
+            project: &intent.project,
+            entity: &intent.entity,
+        };
+        self.commit(
+            tx,
+            &[Change::payment_method(scope, &intent.payment_method_id)],
+        )
+        .await?;
         self.audited();
         Ok(true)
     }
@@ -594,14 +923,21 @@ impl Store for PgStore {
         id: &str,
         status: IntentStatus,
     ) -> StoreResult<Option<IntentRecord>> {
-        let c = self.client().await?;
-        let row = timed(c.query_opt(
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let row = timed(tx.query_opt(
             "UPDATE intents SET status = $4 WHERE project = $1 AND entity = $2 AND id = $3 RETURNING status, uses, record",
             &[&scope.project, &scope.entity, &id, &status.as_str()],
         ))
         .await?;
+        let updated = row.as_ref().map(intent_of).transpose()?;
+        let changed: Vec<Change> = updated
+            .iter()
+            .map(|rec| Change::payment_method(scope, &rec.payment_method_id))
+            .collect();
+        self.commit(tx, &changed).await?;
         self.writes.fetch_add(1, Ordering::Relaxed);
-        row.as_ref().map(intent_of).transpose()
+        Ok(updated)
     }
 
     async fn record_verification(
@@ -648,7 +984,11 @@ impl Store for PgStore {
             &[&scope.project, &scope.entity, &id, &rec.status.as_str(), &json(&rec)?],
         ))
         .await?;
-        timed(tx.commit()).await?;
+        let changed = match rec.status {
+            IntentStatus::Active => vec![Change::payment_method(scope, &rec.payment_method_id)],
+            _ => Vec::new(),
+        };
+        self.commit(tx, &changed).await?;
         self.audited();
         Ok(Some(rec))
     }
@@ -727,6 +1067,18 @@ impl Store for PgStore {
         now: time::OffsetDateTime,
     ) -> StoreResult<Option<IntentRecord>> {
         let now = micros(now);
+        let key = newest_key(&pm_key(scope.project, scope.entity, pm_id), kind);
+        if let Some(found) = self.caches.newest.get(&key) {
+            match found.as_ref() {
+                None => return Ok(None),
+                Some(rec) if rec.status_at(now) == IntentStatus::Active => {
+                    return Ok(Some(rec.clone()))
+                }
+                // Ended by time or use since it was read: read again.
+                Some(_) => {}
+            }
+        }
+        let read_at = self.caches.newest.generation();
         let c = self.client().await?;
         let rows = timed(c.query(
             "SELECT status, uses, record, \
@@ -737,13 +1089,18 @@ impl Store for PgStore {
             &[&scope.project, &scope.entity, &pm_id, &now],
         ))
         .await?;
+        let mut newest = None;
         for row in &rows {
             let rec = intent_of(row)?;
             if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
-                return Ok(Some(rec));
+                newest = Some(rec);
+                break;
             }
         }
-        Ok(None)
+        self.caches
+            .newest
+            .fill(&key, &Arc::new(newest.clone()), read_at);
+        Ok(newest)
     }
 
     async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
@@ -871,14 +1228,14 @@ impl Store for PgStore {
 
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
         self.read_key_row(
-            &self.keyrings,
+            &self.caches.keyrings,
             "SELECT keyring FROM keyrings WHERE project = $1",
             project,
         )
     }
 
     fn reload_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
-        self.keyrings.write().remove(project);
+        self.caches.keyrings.write().remove(project);
         self.load_keyring(project)
     }
 
@@ -895,7 +1252,7 @@ impl Store for PgStore {
                 .await?;
             Ok(row.get::<_, Vec<u8>>(0))
         })?;
-        self.keyrings.write().insert(
+        self.caches.keyrings.write().insert(
             project.to_string(),
             (stored.clone(), std::time::Instant::now()),
         );
@@ -903,9 +1260,10 @@ impl Store for PgStore {
     }
 
     fn swap_keyring(&self, project: &str, expected: &[u8], keyring: &[u8]) -> StoreResult<bool> {
-        let swapped = self.swap_row("keyrings", "keyring", project, Some(expected), keyring)?;
-        self.keyrings.write().remove(project);
-        Ok(swapped)
+        let change = Change::Keyring {
+            project: project.to_string(),
+        };
+        self.swap_row("keyrings", "keyring", change, Some(expected), keyring)
     }
 
     async fn ready(&self) -> StoreResult<()> {
@@ -917,6 +1275,8 @@ impl Store for PgStore {
         StoreStats {
             durable_writes: self.writes.load(Ordering::Relaxed),
             flushes: 0,
+            cache_hits: self.caches.pms.hits() + self.caches.newest.hits(),
+            changes_heard: self.caches.heard.load(Ordering::Relaxed),
         }
     }
 
@@ -997,7 +1357,7 @@ impl Store for PgStore {
 
     fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
         self.read_key_row(
-            &self.client_keys,
+            &self.caches.client_keys,
             "SELECT keyset FROM client_keys WHERE project = $1",
             project,
         )
@@ -1009,9 +1369,10 @@ impl Store for PgStore {
         expected: Option<&[u8]>,
         keyset: &[u8],
     ) -> StoreResult<bool> {
-        let swapped = self.swap_row("client_keys", "keyset", project, expected, keyset)?;
-        self.client_keys.write().remove(project);
-        Ok(swapped)
+        let change = Change::ClientKeys {
+            project: project.to_string(),
+        };
+        self.swap_row("client_keys", "keyset", change, expected, keyset)
     }
 
     async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
@@ -1146,7 +1507,9 @@ impl Store for PgStore {
             return Ok(None);
         }
         intent_end::end_row(&tx, scope, &mut rec, end, now_micros).await?;
-        timed(tx.commit()).await?;
+        // Other instances drop the intent from their caches with the commit.
+        let ended = [Change::payment_method(scope, &rec.payment_method_id)];
+        self.commit(tx, &ended).await?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         Ok(Some(rec))
     }
@@ -1289,7 +1652,7 @@ impl PgStore {
         })
     }
 
-    /// One key row, from `cache` (read ahead at open) while younger than [`KEY_CACHE_TTL`],
+    /// One key row, from `cache` (read ahead at open) while younger than [`CACHE_TTL`],
     /// else from the database (`sql` selects the value by project), then kept in `cache`.
     /// (The vault keeps what it read: it asks again only for a project it has not loaded
     /// and for a value sealed under a key it does not know.)
@@ -1300,7 +1663,7 @@ impl PgStore {
         project: &str,
     ) -> StoreResult<Option<Vec<u8>>> {
         if let Some((value, read)) = cache.read().get(project) {
-            if read.elapsed() < KEY_CACHE_TTL {
+            if read.elapsed() < CACHE_TTL {
                 return Ok(Some(value.clone()));
             }
         }
@@ -1319,35 +1682,44 @@ impl PgStore {
         Ok(found)
     }
 
-    /// Replaces a key row (`table`, value column `column`) if it is still `expected` (absent
-    /// for `None`); `false` when it changed meanwhile.
+    /// Replaces the key row `change` names (`table`, value column `column`) if it is still
+    /// `expected` (absent for `None`), announcing the change; `false` when it changed
+    /// meanwhile.
     fn swap_row(
         &self,
         table: &'static str,
         column: &'static str,
-        project: &str,
+        change: Change,
         expected: Option<&[u8]>,
         new: &[u8],
     ) -> StoreResult<bool> {
-        let (pool, p) = (self.pool.clone(), project.to_string());
+        let (Change::Keyring { project } | Change::ClientKeys { project }) = &change else {
+            return Err(corrupt("a key row change names no project"));
+        };
+        let (pool, p) = (self.pool.clone(), project.clone());
         let (expected, new) = (expected.map(<[u8]>::to_vec), new.to_vec());
-        self.blocking(async move {
-            let c = client(&pool).await?;
+        let (announce, changes) = (self.announcing(), [change.clone()]);
+        let swapped = self.blocking(async move {
+            let mut c = client(&pool).await?;
+            let tx = timed(c.transaction()).await?;
             let n = match &expected {
                 Some(old) => {
                     let sql = format!("UPDATE {table} SET {column} = $3 WHERE project = $1 AND {column} = $2");
                     let params: [&(dyn ToSql + Sync); 3] = [&p, old, &new];
-                    timed(c.execute(sql.as_str(), &params)).await?
+                    timed(tx.execute(sql.as_str(), &params)).await?
                 }
                 None => {
                     let sql = format!(
                         "INSERT INTO {table} (project, {column}) VALUES ($1, $2) ON CONFLICT DO NOTHING"
                     );
-                    timed(c.execute(sql.as_str(), &[&p, &new])).await?
+                    timed(tx.execute(sql.as_str(), &[&p, &new])).await?
                 }
             };
+            commit_announced(tx, &changes, announce).await?;
             Ok(n == 1)
-        })
+        });
+        self.caches.forget(&change);
+        swapped
     }
 }
 
@@ -1367,6 +1739,7 @@ mod tests {
             url: crate::config::store::DatabaseUrl::parse(&url).unwrap(),
             pool_size: 2,
             ca_file: None,
+            cache_ttl: CACHE_TTL,
         };
         let e = PgStore::open(&config, HashFunction::Sha256)
             .expect_err("opened a database that does not exist")
@@ -1404,5 +1777,141 @@ mod tests {
         })
         .unwrap();
         assert_eq!(counts, i64::try_from(migrations::MIGRATIONS.len()).unwrap());
+    }
+
+    use crate::store::contract_tests::{ev, intent, keep, pm, SCOPE};
+
+    /// Two instances on one fresh database, each listening.
+    async fn two_instances() -> (PgStore, PgStore) {
+        let config = test_cluster::fresh_config(4).unwrap();
+        let a = PgStore::open(&config, HashFunction::Sha256).unwrap();
+        let b = PgStore::open(&config, HashFunction::Sha256).unwrap();
+        for store in [&a, &b] {
+            until(|| store.caches.pms.serving()).await;
+        }
+        (a, b)
+    }
+
+    /// Waits until `done` (at most 20 s, then fails).
+    async fn until(mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "not within 20 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stores payment method `pm_1` with an active intent `pi_1` through `a`, and has `b`
+    /// read both twice (the second time from its cache).
+    async fn warm(a: &PgStore, b: &PgStore) {
+        let heard = b.caches.pms.generation();
+        a.insert_payment_method(&pm("pm_1", "fp1", 1), ev("c"), &keep)
+            .await
+            .unwrap();
+        let pi = intent("pi_1", "pm_1", Some(3), IntentStatus::Active);
+        assert!(a.insert_intent(&pi, ev("c")).await.unwrap());
+        // The intent's message has reached b (it would drop what b reads before).
+        until(|| b.caches.pms.generation() > heard).await;
+        let hits = b.stats().cache_hits;
+        for _ in 0..2 {
+            assert!(b.get_payment_method(SCOPE, "pm_1").await.unwrap().is_some());
+            let newest = b
+                .newest_active_intent(SCOPE, "pm_1", CredentialType::VirtualCard, now())
+                .await
+                .unwrap();
+            assert_eq!(newest.unwrap().id, "pi_1");
+        }
+        assert_eq!(
+            b.stats().cache_hits,
+            hits + 2,
+            "b did not serve from its cache"
+        );
+    }
+
+    fn now() -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_on_one_instance_leaves_the_others_cache_by_its_message() {
+        let (a, b) = two_instances().await;
+        warm(&a, &b).await;
+        let before = b.caches.pms.generation();
+        assert!(a
+            .delete_payment_method(SCOPE, "pm_1", ev("d"))
+            .await
+            .unwrap());
+        // Only a message moves b's generation (nothing was written through b).
+        until(|| b.caches.pms.generation() > before).await;
+        assert!(b.get_payment_method(SCOPE, "pm_1").await.unwrap().is_none());
+        let newest = b
+            .newest_active_intent(SCOPE, "pm_1", CredentialType::VirtualCard, now())
+            .await
+            .unwrap();
+        assert!(newest.is_none(), "the canceled intent is still served");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_message_is_outlived_by_no_entry() {
+        let (a, b) = two_instances().await;
+        warm(&a, &b).await;
+        a.lose_announcements();
+        let canceled = a
+            .set_intent_status(SCOPE, "pi_1", IntentStatus::Canceled)
+            .await
+            .unwrap();
+        assert_eq!(canceled.unwrap().status, IntentStatus::Canceled);
+        assert!(a
+            .delete_payment_method(SCOPE, "pm_1", ev("d"))
+            .await
+            .unwrap());
+        let read = std::time::Instant::now();
+        // b has not heard: its entries are served until they are CACHE_TTL old...
+        assert!(b.get_payment_method(SCOPE, "pm_1").await.unwrap().is_some());
+        // ...but a use is decided by the database alone.
+        assert_eq!(
+            b.record_use(SCOPE, "pi_1", now()).await.unwrap(),
+            UseOutcome::NotActive
+        );
+        let mut gone = false;
+        while read.elapsed() < CACHE_TTL + Duration::from_secs(2) {
+            if b.get_payment_method(SCOPE, "pm_1").await.unwrap().is_none() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(gone, "a deleted payment method served past the cache's TTL");
+        let newest = b
+            .newest_active_intent(SCOPE, "pm_1", CredentialType::VirtualCard, now())
+            .await
+            .unwrap();
+        assert!(newest.is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listener_that_reconnects_starts_from_an_empty_cache() {
+        let (a, b) = two_instances().await;
+        warm(&a, &b).await;
+        a.lose_announcements();
+        let before = b.caches.pms.generation();
+        let c = a.client().await.unwrap();
+        let killed = c
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = $1 AND datname = current_database()",
+                &[&LISTENER_NAME],
+            )
+            .await
+            .unwrap();
+        assert_eq!(killed.len(), 2, "one listener per instance");
+        assert!(a
+            .delete_payment_method(SCOPE, "pm_1", ev("d"))
+            .await
+            .unwrap());
+        // Paused when the connection was lost (one step), resumed when listening again (one
+        // more); no message told b of the delete.
+        until(|| b.caches.pms.serving() && b.caches.pms.generation() >= before + 2).await;
+        assert!(b.get_payment_method(SCOPE, "pm_1").await.unwrap().is_none());
     }
 }

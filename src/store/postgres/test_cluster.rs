@@ -228,6 +228,7 @@ pub fn database_on(admin: &str) -> Result<String, String> {
 pub fn fresh_config(pool_size: usize) -> Result<crate::config::store::PostgresConfig, String> {
     let url = fresh_database()?;
     Ok(crate::config::store::PostgresConfig {
+        cache_ttl: super::CACHE_TTL,
         url: crate::config::store::DatabaseUrl::parse(&url)?,
         pool_size,
         ca_file: None,

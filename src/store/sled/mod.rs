@@ -789,6 +789,8 @@ impl Store for SledStore {
         StoreStats {
             durable_writes: self.commit.waits(),
             flushes: self.commit.flushes(),
+            cache_hits: self.pm_cache.hits(),
+            changes_heard: 0,
         }
     }
 
