@@ -7,6 +7,7 @@ use http::header;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde::Serialize;
+use std::time::Duration;
 
 /// A response produced by a handler, written by [`write_response`].
 #[derive(Debug, Clone)]
@@ -108,8 +109,12 @@ pub fn is_json_content_type(value: &[u8]) -> bool {
 ///
 /// Wrong or missing content type → 415; a declared or actual size over `max` → 413 (the
 /// connection is then not reused, so the unread rest is never parsed as a request).
-/// Answers `Expect: 100-continue` before reading.
-pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, ApiError> {
+/// Answers `Expect: 100-continue` before reading; waits at most `timeout` for each piece.
+pub async fn read_json_body(
+    session: &mut Session,
+    max: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
     let content_type = session
         .req_header()
         .headers
@@ -135,18 +140,26 @@ pub async fn read_json_body(session: &mut Session, max: usize) -> Result<Bytes, 
         session.set_keepalive(None);
         return Err(too_large(max));
     }
-    read_body(session, max).await
+    read_body(session, max, timeout).await
 }
 
 /// Reads a request body of at most `max` bytes (413 past that, and the connection is not
-/// reused), answering `Expect: 100-continue` first.
-pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, ApiError> {
-    Ok(join(read_body_pieces(session, max).await?))
+/// reused), answering `Expect: 100-continue` first; 408 when no piece comes for `timeout`.
+pub async fn read_body(
+    session: &mut Session,
+    max: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    Ok(join(read_body_pieces(session, max, timeout).await?))
 }
 
 /// [`read_body`], as the pieces it arrived in (none for an empty body): a caller that goes
 /// through the body once needs no copy of it joined.
-pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<Bytes>, ApiError> {
+pub async fn read_body_pieces(
+    session: &mut Session,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<Bytes>, ApiError> {
     let expects_continue = session
         .req_header()
         .headers
@@ -163,7 +176,7 @@ pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<B
     // Asked before each read: a read past the end would only arm a read timeout to learn
     // that there is nothing more.
     while !session.is_body_done() {
-        let chunk = session.read_request_body().await.map_err(|e| {
+        let chunk = read_piece(session, timeout).await.map_err(|e| {
             tracing::debug!(error = %e, "reading request body");
             session.set_keepalive(None);
             body_read_error(&e)
@@ -179,6 +192,26 @@ pub async fn read_body_pieces(session: &mut Session, max: usize) -> Result<Vec<B
         }
     }
     Ok(pieces)
+}
+
+/// The next piece of the caller's body, waiting at most `timeout`. pingora bounds an
+/// HTTP/1.1 read with the session's read timeout (set per request from
+/// `server.body_read_timeout`) but ignores that setting on HTTP/2 streams: there the wait
+/// is bounded here, with the same error.
+async fn read_piece(
+    session: &mut Session,
+    timeout: Duration,
+) -> Result<Option<Bytes>, Box<pingora::Error>> {
+    if !session.is_http2() {
+        return session.read_request_body().await;
+    }
+    match tokio::time::timeout(timeout, session.read_request_body()).await {
+        Ok(read) => read,
+        Err(_) => Err(pingora::Error::explain(
+            pingora::ErrorType::ReadTimedout,
+            "no request body piece in time",
+        )),
+    }
 }
 
 /// What a failed read of the caller's body answers: 408 when the caller sent nothing for the

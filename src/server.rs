@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::edge::live::{Live, Reloader};
 use crate::edge::metrics::MetricsPage;
 use arc_swap::ArcSwap;
+use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::listening::Service;
@@ -167,13 +168,7 @@ pub fn build_server(
         "paycred",
     );
     match tls {
-        Some(tls) => service
-            .add_tls(
-                &listen,
-                &tls.cert_file.display().to_string(),
-                &tls.key_file.display().to_string(),
-            )
-            .map_err(|e| StartError::Listener(e.to_string()))?,
+        Some(tls) => service.add_tls_with_settings(&listen, None, tls_settings(&tls)?),
         None => service.add_tcp(&listen),
     }
     server.add_service(service);
@@ -183,6 +178,21 @@ pub fn build_server(
         server.add_service(metrics);
     }
     Ok(server)
+}
+
+/// The TLS listener's settings: pingora's intermediate profile with the certificate and key
+/// of `tls`, offering `h2` and `http/1.1` by ALPN (the client's preference among them wins
+/// for h2), or `http/1.1` only when `tls.http2` is off.
+fn tls_settings(tls: &crate::config::TlsConfig) -> Result<TlsSettings, StartError> {
+    let mut settings = TlsSettings::intermediate(
+        &tls.cert_file.display().to_string(),
+        &tls.key_file.display().to_string(),
+    )
+    .map_err(|e| StartError::Listener(e.to_string()))?;
+    if tls.http2 {
+        settings.enable_h2();
+    }
+    Ok(settings)
 }
 
 /// The file holding the running server's process id (`paycred reload` signals it).

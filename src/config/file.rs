@@ -76,6 +76,13 @@ pub struct TlsFile {
     pub cert_file: PathBuf,
     /// PEM private key.
     pub key_file: PathBuf,
+    /// Offer HTTP/2 by ALPN next to HTTP/1.1 (`false`: HTTP/1.1 only).
+    #[serde(default = "default_true")]
+    pub http2: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// `store:`

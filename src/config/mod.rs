@@ -84,6 +84,8 @@ pub struct MetricsConfig {
 pub struct TlsConfig {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+    /// The listener offers `h2` by ALPN (and `http/1.1`); otherwise HTTP/1.1 only.
+    pub http2: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -235,6 +237,7 @@ impl Config {
                 Some(TlsConfig {
                     cert_file: t.cert_file,
                     key_file: t.key_file,
+                    http2: t.http2,
                 })
             }
             None => None,
@@ -671,5 +674,28 @@ mod tests {
         assert!(!valid_id(""));
         assert!(!valid_id("a/b"));
         assert!(!valid_id(&"x".repeat(129)));
+    }
+
+    #[test]
+    fn the_tls_listener_offers_http2_unless_told_otherwise() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        for f in [&cert, &key] {
+            std::fs::write(f, "").unwrap_or_else(|e| unreachable!("{e}"));
+        }
+        let http2 = |extra: &str| {
+            let yaml = format!(
+                "tls: {{cert_file: {}, key_file: {}{extra}}}",
+                cert.display(),
+                key.display()
+            );
+            Config::from_yaml(&yaml)
+                .map(|c| c.tls.map(|t| t.http2))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(http2(""), Ok(Some(true)));
+        assert_eq!(http2(", http2: false"), Ok(Some(false)));
+        assert_eq!(http2(", http2: true"), Ok(Some(true)));
+        assert!(http2(", http2: maybe").is_err());
     }
 }

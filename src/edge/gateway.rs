@@ -123,7 +123,9 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         // Every read of the body, REST or proxied, whoever reads it: a caller that sends
         // nothing for this long is answered 408 (`http::read_body_pieces`,
-        // `proxy::failure`).
+        // `proxy::failure`). pingora ignores it on HTTP/2 streams: paycred's own reads
+        // bound their wait themselves, and a body pingora streams to the target is ended by
+        // the project's proxy timeout.
         session.set_read_timeout(Some(ctx.live.app.config.server.body_read_timeout));
         let mut response = match self.answer(session, ctx).await {
             Ok(Answer::Response(r)) => r,

@@ -28,7 +28,14 @@ pub async fn answer(
     };
     let path = req.uri.path().to_string();
     let body = if method == Method::POST {
-        Some(read_json_body(session, app.config.rest_max_body).await?)
+        Some(
+            read_json_body(
+                session,
+                app.config.rest_max_body,
+                app.config.server.body_read_timeout,
+            )
+            .await?,
+        )
     } else {
         None
     };

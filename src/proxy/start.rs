@@ -76,7 +76,12 @@ pub async fn start(
         guard,
     };
     if !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
-        let pieces = read_body_pieces(session, PREFLIGHT_LIMIT).await?;
+        let pieces = read_body_pieces(
+            session,
+            PREFLIGHT_LIMIT,
+            app.config.server.body_read_timeout,
+        )
+        .await?;
         // The whole request, built in one buffer: the body is substituted (or copied) once,
         // in place, behind room for the head.
         let uri = target_uri(&ctx.target)?;

@@ -25,6 +25,7 @@ mod errors;
 mod events;
 mod files;
 mod form_props;
+mod h2;
 mod idempotency;
 mod keys;
 mod log_hygiene;

@@ -824,68 +824,6 @@ fn forbidden_targets_are_refused_without_a_connection() {
     assert_eq!(up.connections(), 0, "a forbidden target was connected to");
 }
 
-/// A test CA (`ca.pem`) and a server certificate for `localhost` signed by it (`srv.pem`,
-/// `srv.key`), made with the openssl command in `d`.
-fn tls_files(d: &std::path::Path) {
-    use std::process::{Command, Stdio};
-    let run = |args: &[&str]| {
-        let ok = Command::new("openssl")
-            .args(args)
-            .current_dir(d)
-            .stderr(Stdio::null())
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "openssl {args:?}");
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=paycred test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(d.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "srv.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "srv.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
-}
-
 /// The YAML of a project whose targets may be `localhost` (TLS tests), with `ca_line`.
 fn tls_project(id: &str, ca_line: &str) -> String {
     format!(
@@ -903,7 +841,7 @@ fn tls_project(id: &str, ca_line: &str) -> String {
 fn https_targets_are_verified_against_the_ca_file() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    tls_files(d);
+    crate::common::tls_files(d);
     let target_server = KeepAliveTls::start(&d.join("srv.pem"), &d.join("srv.key"));
     let ca = d.join("ca.pem").display().to_string();
     let extra = format!(
@@ -1052,7 +990,7 @@ fn a_body_in_pieces_reaches_an_https_target_whole() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    tls_files(d);
+    crate::common::tls_files(d);
     let mut acceptor = SslAcceptor::mozilla_intermediate(SslMethod::tls()).unwrap();
     acceptor
         .set_private_key_file(d.join("srv.key"), SslFiletype::PEM)

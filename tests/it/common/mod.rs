@@ -2,6 +2,7 @@
 //! dir, master key and JWT keys, and talks HTTP to it.
 
 pub mod chunked;
+pub mod tls;
 pub mod upstream;
 
 use once_cell::sync::Lazy;
@@ -127,6 +128,9 @@ pub struct Options {
     /// The master key (64 hex characters); a new one when `None`. Servers that share a
     /// database share it.
     pub master_key: Option<String>,
+    /// Serve HTTPS on `listen` with a certificate for `localhost` from a test CA made in the
+    /// server's directory (`ca.pem`); [`Server::base`] is then `https://localhost:PORT`.
+    pub tls: bool,
 }
 
 /// Which store a test server uses.
@@ -157,6 +161,7 @@ impl Default for Options {
             body_read_timeout: "5s",
             backend: Backend::Sled,
             master_key: None,
+            tls: false,
         }
     }
 }
@@ -183,6 +188,8 @@ pub struct Server {
     pub database_url: Option<String>,
     /// The master key (hex).
     pub master_key: String,
+    /// The test CA that signed the listener's certificate, when it serves TLS.
+    pub ca: Option<PathBuf>,
 }
 
 pub fn free_port() -> u16 {
@@ -245,7 +252,12 @@ impl Server {
             ),
             database_url,
             master_key,
+            ca: None,
         };
+        if opts.tls {
+            tls_files(server.dir.path());
+            server.ca = Some(server.dir.path().join("ca.pem"));
+        }
         server.write_config(&opts, free_port());
         server.spawn();
         server
@@ -263,6 +275,7 @@ impl Server {
              audit_hash: {audit_hash}\n\
              server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s, body_read_timeout: {body_read_timeout}}}\n\
              metrics: {metrics}\n\
+             {tls}\
              projects:\n\
              \x20 - id: {PROJECT}\n\
              \x20   jwt:\n\
@@ -298,13 +311,20 @@ impl Server {
             proxy_timeout = opts.proxy_timeout,
             body_read_timeout = opts.body_read_timeout,
             guard_hosts = GUARD_HOSTS,
+            tls = match &self.ca {
+                Some(_) => format!("tls: {{cert_file: {d}/srv.pem, key_file: {d}/srv.key}}\n"),
+                None => String::new(),
+            },
             store = match &self.database_url {
                 Some(url) => format!("store: {{kind: postgres, url: \"{url}\", pool_size: 8}}\n"),
                 None => String::new(),
             },
         );
         write(&self.config_path, &yaml);
-        self.base = format!("http://127.0.0.1:{port}");
+        self.base = match self.ca {
+            Some(_) => format!("https://localhost:{port}"),
+            None => format!("http://127.0.0.1:{port}"),
+        };
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -338,10 +358,8 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Ok(r) = self.agent.get(&format!("{}/health", self.base)).call() {
-                if r.status() == 200 {
-                    return;
-                }
+            if self.healthy() {
+                return;
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 panic!("server exited with {status}:\n{}", self.log());
@@ -349,6 +367,33 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("server did not become healthy:\n{}", self.log());
+    }
+
+    /// Whether `GET /health` answers 200 (over TLS, HTTP/1.1, when the listener serves it).
+    fn healthy(&self) -> bool {
+        match &self.ca {
+            Some(ca) => tls::h1_exchange(
+                self.port(),
+                ca,
+                tls::H1,
+                b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            )
+            .is_some_and(|(_, answer)| tls::h1_status(&answer) == 200),
+            None => self
+                .agent
+                .get(&format!("{}/health", self.base))
+                .call()
+                .is_ok_and(|r| r.status() == 200),
+        }
+    }
+
+    /// The listener's port.
+    pub fn port(&self) -> u16 {
+        self.base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Stops the server (SIGKILL when `kill`, else SIGTERM and wait).
@@ -708,4 +753,66 @@ pub fn strings<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
         .flatten()
         .filter_map(|item| item[field].as_str())
         .collect()
+}
+
+/// A test CA (`ca.pem`) and a server certificate for `localhost` signed by it (`srv.pem`,
+/// `srv.key`), made with the openssl command in `d`.
+pub fn tls_files(d: &std::path::Path) {
+    use std::process::{Command, Stdio};
+    let run = |args: &[&str]| {
+        let ok = Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=paycred test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(d.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
 }
