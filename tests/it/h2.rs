@@ -96,6 +96,34 @@ async fn proxy(
     .await
 }
 
+/// `GET` of payment method `id` over h2 with `auth`.
+async fn get(sender: &mut h2::client::SendRequest<bytes::Bytes>, auth: &str, id: &str) -> H2Reply {
+    let path = format!("/projects/{PROJECT}/payment-methods/{id}");
+    h2_request(
+        sender,
+        "GET",
+        &path,
+        &[("authorization", auth)],
+        &[],
+        Duration::ZERO,
+    )
+    .await
+    .unwrap()
+}
+
+/// A request the proxy must refuse: answered 400 or 502, or its stream reset, but in time.
+fn assert_refused(outcome: Result<H2Reply, String>, what: &str) {
+    match outcome {
+        Ok(r) => assert!(
+            r.status == 400 || r.status == 502,
+            "{what}: {} {:?}",
+            r.status,
+            r.body
+        ),
+        Err(e) => assert!(!e.contains("in time"), "{what}: {e}"),
+    }
+}
+
 #[test]
 fn rest_over_h2_and_http1_on_the_same_tls_listener() {
     let (server, t, _up) = setup();
@@ -121,16 +149,7 @@ fn rest_over_h2_and_http1_on_the_same_tls_listener() {
         .unwrap();
         assert_eq!(created.status, 201, "{:?}", created.body);
         let id = created.json()["id"].as_str().unwrap().to_string();
-        let got = h2_request(
-            &mut sender,
-            "GET",
-            &format!("/projects/{PROJECT}/payment-methods/{id}"),
-            &[("authorization", &auth)],
-            &[],
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+        let got = get(&mut sender, &auth, &id).await;
         assert_eq!(got.status, 200, "{:?}", got.body);
         assert_eq!(got.json()["id"], id.as_str());
         assert_eq!(
@@ -140,16 +159,7 @@ fn rest_over_h2_and_http1_on_the_same_tls_listener() {
             got.body
         );
         // An error keeps its envelope over h2.
-        let missing = h2_request(
-            &mut sender,
-            "GET",
-            &format!("/projects/{PROJECT}/payment-methods/pm_missing"),
-            &[("authorization", &auth)],
-            &[],
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+        let missing = get(&mut sender, &auth, "pm_missing").await;
         assert_eq!(missing.status, 404);
         assert_eq!(missing.json()["error"]["status"], 404);
         id
@@ -232,15 +242,7 @@ fn a_failed_template_on_h2_never_reaches_the_target_complete() {
         for (items, declared) in [(20, false), (600, true), (600, false)] {
             let mut fresh = h2_connect(port, &ca(&server)).await.unwrap();
             let outcome = proxy(&mut fresh, &t, &up.url("/x"), &bad(items), 6, declared).await;
-            match outcome {
-                Ok(r) => assert!(
-                    r.status == 400 || r.status == 502,
-                    "{items} items: {} {:?}",
-                    r.status,
-                    r.body
-                ),
-                Err(e) => assert!(!e.contains("in time"), "{items} items: {e}"),
-            }
+            assert_refused(outcome, &format!("{items} items"));
         }
         // The connection of the first refusal still serves.
         let (body, _) = body_with(&pm, 2, &|_| true);
@@ -286,15 +288,7 @@ fn an_h2_body_shorter_than_its_content_length_never_reaches_the_target_complete(
                 Duration::from_millis(20),
             )
             .await;
-            match outcome {
-                Ok(r) => assert!(
-                    r.status == 400 || r.status == 502,
-                    "{items} items: {} {:?}",
-                    r.status,
-                    r.body
-                ),
-                Err(e) => assert!(!e.contains("in time"), "{items} items: {e}"),
-            }
+            assert_refused(outcome, &format!("{items} items"));
         }
     });
     std::thread::sleep(Duration::from_millis(200));
@@ -344,7 +338,7 @@ fn an_h2_body_that_stops_coming_is_answered_in_bounded_time() {
             if let Some(length) = declared {
                 headers.push(("content-length", length));
             }
-            let r = h2_stalled(&mut sender, "POST", path, &headers, &[part])
+            let r = h2_stalled(&mut sender, path, &headers, part)
                 .await
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(r.status, want, "{name}: {:?}", r.body);

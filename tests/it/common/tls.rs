@@ -111,40 +111,65 @@ pub async fn h2_request(
     pieces: &[&[u8]],
     pause: Duration,
 ) -> Result<H2Reply, String> {
-    tokio::time::timeout(
-        WAIT,
-        exchange(sender, method, path, headers, pieces, pause, true),
-    )
-    .await
-    .map_err(|_| "no answer in time".to_string())?
+    let call = Call {
+        method,
+        path,
+        headers,
+        pieces,
+        pause,
+    };
+    bounded(exchange(sender, &call, true)).await
 }
 
-/// Like [`h2_request`], but the stream is left open after `pieces` (the body never ends):
-/// the answer the server gives a caller that stopped sending.
+/// A `POST` to `path` whose body stops after `part`: the stream is left open, and the answer
+/// is what the server gives a caller that stopped sending. Bounded by [`WAIT`].
 pub async fn h2_stalled(
     sender: &mut h2::client::SendRequest<Bytes>,
-    method: &str,
     path: &str,
     headers: &[(&str, &str)],
-    pieces: &[&[u8]],
+    part: &[u8],
 ) -> Result<H2Reply, String> {
-    tokio::time::timeout(
-        WAIT,
-        exchange(sender, method, path, headers, pieces, Duration::ZERO, false),
-    )
-    .await
-    .map_err(|_| "no answer in time".to_string())?
+    let call = Call {
+        method: "POST",
+        path,
+        headers,
+        pieces: &[part],
+        pause: Duration::ZERO,
+    };
+    bounded(exchange(sender, &call, false)).await
 }
 
+/// One request of [`exchange`].
+struct Call<'a> {
+    method: &'a str,
+    path: &'a str,
+    headers: &'a [(&'a str, &'a str)],
+    pieces: &'a [&'a [u8]],
+    pause: Duration,
+}
+
+/// `exchange`, given at most [`WAIT`].
+async fn bounded(
+    exchange: impl std::future::Future<Output = Result<H2Reply, String>>,
+) -> Result<H2Reply, String> {
+    tokio::time::timeout(WAIT, exchange)
+        .await
+        .map_err(|_| "no answer in time".to_string())?
+}
+
+/// Sends `call` on `sender`, ending the stream with its last piece when `end`; its answer.
 async fn exchange(
     sender: &mut h2::client::SendRequest<Bytes>,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    pieces: &[&[u8]],
-    pause: Duration,
+    call: &Call<'_>,
     end: bool,
 ) -> Result<H2Reply, String> {
+    let Call {
+        method,
+        path,
+        headers,
+        pieces,
+        pause,
+    } = *call;
     let mut request = http::Request::builder()
         .method(method)
         .uri(format!("https://localhost{path}"));
