@@ -357,15 +357,7 @@ fn card_number() -> String {
 /// The id of the data key a stored payment method's number is sealed under, read from the
 /// table.
 fn sealed_under(url: &str, pm: &str) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+    on_database(url, async |c| {
         let row = c
             .query_one(
                 "SELECT record->'card'->>'number_sealed' FROM payment_methods WHERE id = $1",

@@ -709,3 +709,18 @@ pub fn strings<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
         .filter_map(|item| item[field].as_str())
         .collect()
 }
+
+/// Runs `work` with a client of the database at `url` (the test's own).
+pub fn on_database<T>(url: &str, work: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        work(&c).await
+    })
+}
