@@ -15,6 +15,9 @@ use crate::secret::KeyMaterial;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// The command that accepts a recorded head the operator has verified (MACs it).
+pub const ACCEPT: &str = "paycred audit accept-head -c FILE";
+
 /// The label the MAC key is derived from the master key with.
 pub const LABEL: &str = "paycred/audit-head\u{1}";
 
@@ -43,14 +46,19 @@ pub enum MacCheck {
 }
 
 impl MacCheck {
-    /// Why a store refuses to open on this head: forged, or MACed by a key it does not
-    /// hold. A head without a MAC is let through (a head recorded before heads were MACed;
-    /// `paycred audit --verify` names it unauthenticated).
+    /// Why a store holding the master key refuses to open on this head, with what to do:
+    /// forged, without a MAC (recorded before heads were MACed, or stripped by whoever rewrote
+    /// the log), or MACed by a key it does not hold. `None` when the MAC verifies.
     pub fn refused(&self) -> Option<String> {
-        match self {
-            MacCheck::Missing => None,
-            other => other.problem(),
-        }
+        let problem = self.problem()?;
+        Some(match self {
+            MacCheck::Missing | MacCheck::Forged => format!(
+                "{problem}: check the log with `paycred audit --verify` (and `--head FILE` \
+                 against a head kept elsewhere); once it is the log you expect, accept its head \
+                 with `{ACCEPT}`"
+            ),
+            _ => problem,
+        })
     }
 
     /// Why the head is not authenticated, for an error; `None` when it is.
@@ -58,8 +66,8 @@ impl MacCheck {
         match self {
             MacCheck::Valid(_) => None,
             MacCheck::Missing => Some(
-                "the recorded audit head is unauthenticated: it carries no MAC (a head recorded \
-                 before heads were MACed gets one with the next entry)"
+                "the recorded audit head is unauthenticated: it carries no MAC (recorded before \
+                 heads were MACed, or stripped by whoever rewrote the log)"
                     .into(),
             ),
             MacCheck::UnknownKey { id, configured } => Some(format!(
@@ -90,6 +98,13 @@ impl HeadKeys {
     /// From `(master key id, derived key)` pairs, the current master key's first.
     pub fn new(keys: Vec<(String, KeyMaterial)>) -> Self {
         Self(keys)
+    }
+
+    /// Whether this process may record a head over `head`: with the master key, or over a
+    /// head that carries no MAC anyway (a store opened without the key never replaces a
+    /// MACed head by one without a MAC).
+    pub fn may_record_over(&self, head: &AuditHead) -> bool {
+        self.held() || head.mac.is_empty()
     }
 
     /// Whether any key is held (a store opened without the master key holds none: it
@@ -170,6 +185,9 @@ mod tests {
         };
         let k = keys(&[("k1", 1)]);
         assert_eq!(k.check(&head), MacCheck::Missing);
+        // Refused at start like a forged head, naming the check and the acceptance.
+        let refused = k.check(&head).refused().unwrap_or_default();
+        assert!(refused.contains("audit --verify") && refused.contains(ACCEPT));
         let signed = k.sign(&head);
         assert!(signed.mac.starts_with("k1:"));
         assert_eq!(k.check(&signed), MacCheck::Valid("k1".into()));

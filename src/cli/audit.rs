@@ -1,6 +1,8 @@
 //! `paycred audit -c FILE [--verify [--head EXPORTED]]`: prints the audit log and proves its
 //! chain and its recorded head's MAC; `paycred audit head -c FILE` prints the recorded head
-//! (seq, hash, MAC) as one JSON line, for the operator to keep apart from the deployment.
+//! (seq, hash, MAC) as one JSON line, for the operator to keep apart from the deployment;
+//! `paycred audit accept-head -c FILE` MACs a recorded head the store refuses at start (none,
+//! or a forged one) once the operator has verified the log.
 
 use crate::audit::head_mac::{HeadKeys, MacCheck};
 use crate::audit::{verify, verify_head, AuditEntry, AuditHead};
@@ -144,6 +146,43 @@ pub fn head(config: &crate::config::Config, out: &mut impl Write) -> Result<(), 
     check_mac(Some(&head), &keys)?;
     let line = serde_json::json!({"seq": head.seq, "hash": head.hash, "mac": head.mac});
     writeln!(out, "{line}").map_err(|e| e.to_string())
+}
+
+/// The check `paycred audit accept-head` makes before MACing a recorded head: the chain holds
+/// and ends at `head` (entries after it are events a crash left to record); what it proved.
+pub fn acceptable(entries: &[AuditEntry], head: &AuditHead) -> Result<String, String> {
+    let n = verify(entries).map_err(|b| format!("not accepted: {b}"))?;
+    verify_head(entries, Some(head)).map_err(|b| format!("not accepted: {b}"))?;
+    Ok(format!("audit log verified: {n} entries"))
+}
+
+/// `paycred audit accept-head -c FILE`: for a recorded head the store refuses at start (it
+/// carries no MAC, or one that does not verify) once the operator has checked the log: proves
+/// the chain and that it holds the head ([`acceptable`]), then MACs the head under the master
+/// key; prints what it proved and the head accepted (one JSON line, as `paycred audit head`).
+/// On sled, run with the server stopped.
+pub fn accept_head(config: &crate::config::Config, out: &mut impl Write) -> Result<(), String> {
+    let keys = head_keys(config)?;
+    let accepted = match &config.store {
+        crate::config::store::StoreConfig::Postgres(pg) => {
+            // Opened without the keys: the store's own start check would refuse the head.
+            let store =
+                crate::store::PgStore::open(pg, config.audit_hash).map_err(|e| e.to_string())?;
+            store.accept_audit_head(&keys, acceptable)?
+        }
+        _ => crate::store::SledStore::accept_audit_head(&config.data_dir, &keys, acceptable)?,
+    };
+    let Some((head, said)) = accepted else {
+        return writeln!(out, "no head recorded yet: nothing to accept").map_err(|e| e.to_string());
+    };
+    let by = head.mac.split_once(':').map_or("", |(id, _)| id);
+    let line = serde_json::json!({"seq": head.seq, "hash": head.hash, "mac": head.mac});
+    writeln!(
+        out,
+        "{said}\naccepted audit head seq {} (hash {}), now MACed by master key {by}\n{line}",
+        head.seq, head.hash
+    )
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

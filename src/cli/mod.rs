@@ -2,7 +2,7 @@
 //! commands work on the config, the keys and the store of a deployment.
 //!
 //! - [`keys`]: `data-key`, `client-key`, `master-key [rotate]`.
-//! - [`audit`]: `audit [--verify [--head FILE]]`, `audit head`.
+//! - [`audit`]: `audit [--verify [--head FILE]]`, `audit head`, `audit accept-head`.
 //!
 //! May import anything below it; nothing imports it but `main.rs`.
 
@@ -149,6 +149,14 @@ pub enum AuditAction {
     /// Print the recorded head (seq, hash, MAC) as one JSON line, to keep apart from the
     /// deployment and give to `paycred audit --verify --head FILE` later.
     Head {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
+    /// Accept the recorded head the server refuses at start (it carries no MAC, or one that
+    /// does not verify) once you have checked the log (`paycred audit --verify --head FILE`):
+    /// proves the chain and that it holds the head, then MACs the head under the master key.
+    /// On sled, run with the server stopped.
+    AcceptHead {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
     },
@@ -437,6 +445,16 @@ pub fn run() -> ExitCode {
             ..
         } => match Config::load(&config) {
             Ok(c) => match audit::head(&c, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            },
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::Audit {
+            action: Some(AuditAction::AcceptHead { config }),
+            ..
+        } => match Config::load(&config) {
+            Ok(c) => match audit::accept_head(&c, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e),
             },

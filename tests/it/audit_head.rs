@@ -2,7 +2,9 @@
 //! with its chain and its recorded head recomputed (by whoever can write the data directory
 //! but lacks the master key) is named forged by `paycred audit --verify` and refused by the
 //! server; a whole older copy of the data directory verifies, and only a head exported by
-//! `paycred audit head` before names it a rollback; a log cut at its tail is caught.
+//! `paycred audit head` before names it a rollback; a log cut at its tail is caught. A head
+//! without a MAC (stripped, or recorded before heads were MACed) is refused at start, on sled
+//! and on PostgreSQL, until `paycred audit accept-head` accepts it.
 
 use crate::common::*;
 use paycred::audit::chain::HashFunction;
@@ -27,28 +29,11 @@ fn stopped_with_entries(cards: &[&str]) -> Server {
     server
 }
 
-/// `paycred audit head -c CONFIG`: its one line.
-fn export_head(server: &Server) -> String {
+/// `paycred audit ARGS -c CONFIG`: whether it passed, stdout and stderr.
+fn audit(server: &Server, args: &[&std::ffi::OsStr]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["audit", "head", "-c"])
-        .arg(&server.config_path)
-        .env_remove("PAYCRED_MASTER_KEY")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
-/// `paycred audit -c CONFIG --verify --head FILE`: whether it passed, stdout and stderr.
-fn verify_against(server: &Server, head: &std::path::Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["audit", "--verify", "--head"])
-        .arg(head)
+        .arg("audit")
+        .args(args)
         .arg("-c")
         .arg(&server.config_path)
         .env_remove("PAYCRED_MASTER_KEY")
@@ -59,6 +44,60 @@ fn verify_against(server: &Server, head: &std::path::Path) -> (bool, String, Str
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `paycred audit head -c CONFIG`: its one line.
+fn export_head(server: &Server) -> String {
+    let (ok, text, err) = audit(server, &["head".as_ref()]);
+    assert!(ok, "{text}{err}");
+    text
+}
+
+/// `paycred audit -c CONFIG --verify --head FILE`: whether it passed, stdout and stderr.
+fn verify_against(server: &Server, head: &std::path::Path) -> (bool, String, String) {
+    audit(
+        server,
+        &["--verify".as_ref(), "--head".as_ref(), head.as_ref()],
+    )
+}
+
+/// `paycred audit accept-head -c CONFIG`: whether it passed, stdout and stderr.
+fn accept_head(server: &Server) -> (bool, String, String) {
+    audit(server, &["accept-head".as_ref()])
+}
+
+/// A head without a MAC is refused at start, naming the check and the acceptance command;
+/// `paycred audit accept-head` accepts it (its output names the head), and then the server
+/// starts and the log verifies with a valid MAC.
+fn refused_until_accepted(server: &mut Server) {
+    let said = refused_start(&server.config_path);
+    assert!(said.contains("unauthenticated"), "{said}");
+    assert!(
+        said.contains("paycred audit --verify") && said.contains("paycred audit accept-head"),
+        "{said}"
+    );
+    let (ok, out, err) = accept_head(server);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("audit log verified") && out.contains("accepted audit head seq"),
+        "{out}"
+    );
+    server.restart();
+    server.stop(false);
+    let (ok, out, err) = audit_cli(server, true);
+    assert!(ok && out.contains("head MAC valid"), "{out}{err}");
+}
+
+/// Drops the recorded head's MAC on sled, leaving the log as it is: a store from before heads
+/// were MACed.
+fn strip_sled_mac(server: &Server) {
+    let db = sled::open(server.dir.path().join("data")).unwrap();
+    let meta = db.open_tree("meta").unwrap();
+    let mut head: Value = serde_json::from_slice(&meta.get(HEAD_KEY).unwrap().unwrap()).unwrap();
+    head.as_object_mut().unwrap().remove("mac");
+    meta.insert(HEAD_KEY, serde_json::to_vec(&head).unwrap())
+        .unwrap();
+    db.flush().unwrap();
 }
 
 /// Changes entry 1 of the log, recomputes every hash after it with the chain's own code, and
@@ -117,13 +156,26 @@ fn a_log_rewritten_with_its_chain_and_head_recomputed_is_named_forged() {
     let said = refused_start(&server.config_path);
     assert!(said.contains("forged"), "{said}");
 
-    // The same with the MAC dropped: named unauthenticated.
+    // The same with the MAC dropped: named unauthenticated, and refused at start as well
+    // until the operator accepts it.
     std::fs::write(log_path(&server), intact).unwrap();
-    let server2 = server;
+    let mut server2 = server;
     rewrite_log_and_head(&server2, false);
     let (ok, out, err) = audit_cli(&server2, true);
     assert!(!ok, "{out}");
     assert!(err.contains("unauthenticated"), "{err}");
+    refused_until_accepted(&mut server2);
+}
+
+#[test]
+fn a_head_from_before_heads_were_maced_is_accepted_once_by_one_command() {
+    let mut server = stopped_with_entries(&[VISA]);
+    strip_sled_mac(&server);
+    refused_until_accepted(&mut server);
+    // Accepted once: it starts again without the command.
+    server.restart();
+    let t = server.token("user_1", "private");
+    server.add_card(&t, "user_1", MASTERCARD);
 }
 
 #[test]
@@ -166,4 +218,80 @@ fn a_rolled_back_store_is_named_only_against_an_exported_head_and_a_cut_tail_is_
     let (ok, out, err) = audit_cli(&server, true);
     assert!(!ok, "{out}");
     assert!(err.contains("cut off"), "{err}");
+    // accept-head MACs only a head the log holds.
+    let (ok, out, err) = accept_head(&server);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("not accepted") && err.contains("cut off"),
+        "{err}"
+    );
+}
+
+/// On PostgreSQL: changes entry 1 of `audit_log` and recomputes the chain and the head
+/// (`rewrite`), and drops the head's MAC: what whoever can write the database can do.
+fn strip_pg_mac(url: &str, rewrite: bool) {
+    on_database(url, async |c| {
+        if rewrite {
+            let rows = c
+                .query(
+                    "SELECT seq, event, prev_hash, hash FROM audit_log ORDER BY seq",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let mut prev = String::new();
+            for (i, r) in rows.iter().enumerate() {
+                let mut entry = AuditEntry {
+                    seq: r.get::<_, i64>(0) as u64,
+                    event: serde_json::from_value(r.get(1)).unwrap(),
+                    prev_hash: r.get(2),
+                    hash: r.get(3),
+                };
+                if i == 0 {
+                    entry.event.entity = "mallory".into();
+                }
+                let function = HashFunction::named_by(&entry.hash).unwrap();
+                let hash = function.hash_event(&prev, &entry.event).unwrap();
+                let event = serde_json::to_value(&entry.event).unwrap();
+                c.execute(
+                    "UPDATE audit_log SET event = $2, prev_hash = $3, hash = $4 WHERE seq = $1",
+                    &[&r.get::<_, i64>(0), &event, &prev, &hash],
+                )
+                .await
+                .unwrap();
+                prev = hash;
+            }
+            c.execute("UPDATE audit_head SET hash = $1", &[&prev])
+                .await
+                .unwrap();
+        }
+        c.execute("UPDATE audit_head SET mac = ''", &[])
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn on_postgresql_a_stripped_or_old_head_is_refused_until_accepted() {
+    let mut server = Server::start_with(Options::on(Backend::Postgres));
+    let t = server.token("user_1", "private");
+    server.add_card(&t, "user_1", VISA);
+    server.add_card(&t, "user_1", MASTERCARD);
+    server.stop(false);
+    let url = server.database_url.clone().unwrap();
+
+    // A head recorded before heads were MACed.
+    strip_pg_mac(&url, false);
+    refused_until_accepted(&mut server);
+
+    // The log rewritten with its chain and head recomputed, the MAC stripped.
+    strip_pg_mac(&url, true);
+    let (ok, out, err) = audit_cli(&server, true);
+    assert!(!ok && err.contains("unauthenticated"), "{out}{err}");
+    refused_until_accepted(&mut server);
+    let (_, out, _) = audit_cli(&server, true);
+    assert!(
+        out.contains("mallory"),
+        "the accepted log is the rewritten one: {out}"
+    );
 }

@@ -413,19 +413,8 @@ fn postgres_usage_limit_used_up_deletes_the_key_row() {
 
 /// Rows of `intent_keys` for the intent `id`.
 fn key_rows(url: &str, id: &str) -> i64 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .query_one("SELECT count(*) FROM intent_keys WHERE id = $1", &[&id])
-            .await
-            .unwrap()
-            .get(0)
+    on_database(url, async |c| {
+        let sql = "SELECT count(*) FROM intent_keys WHERE id = $1";
+        c.query_one(sql, &[&id]).await.unwrap().get(0)
     })
 }

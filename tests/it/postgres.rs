@@ -357,15 +357,7 @@ fn card_number() -> String {
 /// The id of the data key a stored payment method's number is sealed under, read from the
 /// table.
 fn sealed_under(url: &str, pm: &str) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+    on_database(url, async |c| {
         let row = c
             .query_one(
                 "SELECT record->'card'->>'number_sealed' FROM payment_methods WHERE id = $1",
@@ -570,4 +562,126 @@ fn store_copy_moves_a_sled_deployment_to_postgresql() {
     );
     let (ok, out, err) = audit_cli(&new, true);
     assert!(ok, "{out}{err}");
+}
+
+/// Three instances on one database end the same expired intents at once: the finalizer's pass
+/// ([`paycred::service::intents::end_due_intents`]) of three apps in this process, each over a
+/// store of its own on the database of three running servers, on a manual clock a day and a
+/// half ahead, started together. Every intent ends once: the passes' counts add up to the
+/// intents, one `purchase_intent.expired` event each on every server, no credential key row
+/// left, no error.
+#[test]
+fn three_finalizers_at_once_end_every_expired_intent_exactly_once() {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    const INTENTS: usize = 60;
+    let servers = three_instances();
+    let t = servers[0].token("user_1", "private");
+    let pm = servers[0].add_card(&t, "user_1", VISA);
+    let created: BTreeSet<String> = (0..INTENTS)
+        .map(|i| {
+            let pi = card_intent(&servers[i % 3], &t, &pm, 5);
+            pi["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(created.len(), INTENTS);
+    let url = servers[0].database_url.clone().unwrap();
+    let key_rows = || -> i64 {
+        on_database(&url, async |c| {
+            let row = c.query_one("SELECT count(*) FROM intent_keys", &[]).await;
+            row.unwrap().get(0)
+        })
+    };
+    assert_eq!(
+        key_rows(),
+        INTENTS as i64,
+        "one credential key per live intent"
+    );
+
+    let config = paycred::config::Config::load(&servers[0].config_path).unwrap();
+    let clock = Arc::new(paycred::clock::ManualClock::new(
+        time::OffsetDateTime::now_utc() + time::Duration::hours(36),
+    ));
+    let apps: Vec<Arc<paycred::app::App>> = (0..3)
+        .map(|_| {
+            let master = paycred::vault::master::MasterKey::from_hex(&servers[0].master_key);
+            let master = master.unwrap();
+            let store = paycred::store::open_with(&config, master.head_keys()).unwrap();
+            let vault = Arc::new(paycred::vault::Vault::new(
+                master,
+                store.clone(),
+                std::time::Duration::from_secs(3600),
+            ));
+            Arc::new(paycred::app::App::new(
+                config.clone(),
+                store,
+                vault,
+                clock.clone(),
+            ))
+        })
+        .collect();
+    let start = std::sync::Barrier::new(apps.len());
+    let ended: Vec<usize> = std::thread::scope(|s| {
+        let passes: Vec<_> = apps
+            .iter()
+            .map(|app| {
+                let start = &start;
+                s.spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    start.wait();
+                    rt.block_on(paycred::service::intents::end_due_intents(app))
+                        .unwrap()
+                })
+            })
+            .collect();
+        passes.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    assert_eq!(
+        ended.iter().sum::<usize>(),
+        INTENTS,
+        "ended per pass: {ended:?}"
+    );
+    // Nothing is left to end.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for app in &apps {
+        let again = rt.block_on(paycred::service::intents::end_due_intents(app));
+        assert_eq!(again.unwrap(), 0);
+    }
+    drop(apps);
+
+    assert_eq!(key_rows(), 0, "a credential key row outlived its intent");
+    for server in &servers {
+        let r = server.call(
+            "GET",
+            &format!("/projects/{PROJECT}/events?type=purchase_intent.expired&limit=100"),
+            Some(&t),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        let events = r.json.as_array().unwrap();
+        let ids: BTreeSet<String> = events
+            .iter()
+            .map(|e| e["data"]["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(events.len(), INTENTS, "one event per intent: {}", r.text);
+        assert_eq!(ids, created);
+    }
+    let pi = created.iter().next().unwrap();
+    let got = servers[2].call(
+        "GET",
+        &format!("/projects/{PROJECT}/purchase-intents/{pi}?entityId=user_1"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(
+        (got.status, got.json["status"].as_str()),
+        (200, Some("expired"))
+    );
+    assert!(got.json.get("card").is_none(), "{}", got.text);
 }

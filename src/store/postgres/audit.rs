@@ -78,10 +78,20 @@ async fn chain(
         })
         .collect::<StoreResult<_>>()?;
     waiting.sort_by_key(|(n, _)| *n);
-    let head = timed(tx.query_opt("SELECT seq, hash FROM audit_head", &[])).await?;
-    let (mut seq, mut prev) = head
-        .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)))
-        .unwrap_or((0, String::new()));
+    let head = timed(tx.query_opt("SELECT seq, hash, mac FROM audit_head", &[])).await?;
+    let head = head.as_ref().map(head_of).transpose()?.unwrap_or_default();
+    if head.seq > 0 && keys.held() {
+        // Chained on by an instance holding the master key only if its MAC verifies: a head
+        // stripped of its MAC or forged while instances run is not MACed with the next entry.
+        if let Some(problem) = keys.check(&head).refused() {
+            return Err(StoreError::Corrupt(problem));
+        }
+    }
+    if !keys.may_record_over(&head) {
+        // Left for an instance holding the master key.
+        return Ok(());
+    }
+    let (mut seq, mut prev) = (i64::try_from(head.seq).map_err(corrupt)?, head.hash);
     let insert = timed(
         tx.prepare("INSERT INTO audit_log (seq, event, prev_hash, hash) VALUES ($1, $2, $3, $4)"),
     )
@@ -139,6 +149,38 @@ pub async fn remac_head(pool: &Pool, keys: &HeadKeys) -> StoreResult<bool> {
     Ok(true)
 }
 
+/// `paycred audit accept-head` on the database: under the chain's lock, reads the log and the
+/// recorded head without checking the head's MAC, lets `check` prove them, and MACs the head
+/// with the first of `keys`; the head accepted (none: nothing recorded yet) and what `check`
+/// said.
+pub async fn accept_head(
+    pool: &Pool,
+    keys: &HeadKeys,
+    check: impl FnOnce(&[AuditEntry], &AuditHead) -> Result<String, String>,
+) -> StoreResult<Result<Option<(AuditHead, String)>, String>> {
+    let mut c = client(pool).await?;
+    let tx = timed(c.transaction()).await?;
+    timed(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CHAIN_LOCK])).await?;
+    let Some(row) = timed(tx.query_opt("SELECT seq, hash, mac FROM audit_head", &[])).await? else {
+        return Ok(Ok(None));
+    };
+    let head = head_of(&row)?;
+    let rows = timed(tx.query(
+        "SELECT seq, event, prev_hash, hash FROM audit_log ORDER BY seq",
+        &[],
+    ))
+    .await?;
+    let entries = rows.iter().map(entry_of).collect::<StoreResult<Vec<_>>>()?;
+    let said = match check(&entries, &head) {
+        Ok(said) => said,
+        Err(e) => return Ok(Err(e)),
+    };
+    let signed = keys.sign(&head);
+    timed(tx.execute("UPDATE audit_head SET mac = $1", &[&signed.mac])).await?;
+    timed(tx.commit()).await?;
+    Ok(Ok(Some((signed, said))))
+}
+
 impl Sink for PgSink {
     /// Moves the outbox into the log at once (its own transaction) and returns nothing: on the
     /// database the move is durable as it happens.
@@ -166,16 +208,17 @@ pub async fn read_log(pool: &Pool) -> StoreResult<Vec<AuditEntry>> {
         &[],
     ))
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(AuditEntry {
-                seq: u64::try_from(r.get::<_, i64>(0)).map_err(corrupt)?,
-                event: serde_json::from_value(r.get(1)).map_err(corrupt)?,
-                prev_hash: r.get(2),
-                hash: r.get(3),
-            })
-        })
-        .collect()
+    rows.iter().map(entry_of).collect()
+}
+
+/// A row of `audit_log` (seq, event, prev_hash, hash) as an entry.
+fn entry_of(r: &tokio_postgres::Row) -> StoreResult<AuditEntry> {
+    Ok(AuditEntry {
+        seq: u64::try_from(r.get::<_, i64>(0)).map_err(corrupt)?,
+        event: serde_json::from_value(r.get(1)).map_err(corrupt)?,
+        prev_hash: r.get(2),
+        hash: r.get(3),
+    })
 }
 
 /// The recorded head, if any entry was chained.

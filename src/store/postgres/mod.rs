@@ -312,11 +312,11 @@ impl PgStore {
             .blocking(async move { audit::read_head(&pool).await })
             .map_err(at)?;
         if let Some(problem) = recorded
-            .filter(|_| head_keys.held())
+            .filter(|head| head.seq > 0 && head_keys.held())
             .and_then(|head| head_keys.check(&head).refused())
         {
             return Err(StoreError::Corrupt(format!(
-                "database {describe}: {problem}: run `paycred audit --verify`"
+                "database {describe}: {problem}"
             )));
         }
         let mut listen_config = listen_config(config);
@@ -1541,6 +1541,19 @@ impl Store for PgStore {
     fn remac_audit_head(&self) -> StoreResult<bool> {
         let (pool, keys) = (self.pool.clone(), self.head_keys.clone());
         self.blocking(async move { audit::remac_head(&pool, &keys).await })
+    }
+}
+
+impl PgStore {
+    /// `paycred audit accept-head` on the database: see [`audit::accept_head`].
+    pub fn accept_audit_head(
+        &self,
+        keys: &HeadKeys,
+        check: impl FnOnce(&[AuditEntry], &AuditHead) -> Result<String, String> + Send + 'static,
+    ) -> Result<Option<(AuditHead, String)>, String> {
+        let (pool, keys) = (self.pool.clone(), keys.clone());
+        self.blocking(async move { audit::accept_head(&pool, &keys, check).await })
+            .map_err(|e| format!("database {}: {e}", self.describe))?
     }
 }
 

@@ -16,7 +16,7 @@
 use super::group_commit::GroupCommit;
 use crate::audit::chain::HashFunction;
 use crate::audit::file::{self as audit_file, AuditFile, AuditHead};
-use crate::audit::head_mac::{HeadKeys, MacCheck};
+use crate::audit::head_mac::HeadKeys;
 use crate::audit::writer::Sink;
 use crate::audit::AuditEvent;
 use crate::store::{corrupt, unavailable, StoreError, StoreResult};
@@ -59,7 +59,8 @@ pub fn recorded_head(meta: &sled::Tree) -> StoreResult<Option<AuditHead>> {
 }
 
 /// Records the head in `meta` again, MACed with the first of `keys`, when its MAC verifies
-/// under one of them but is not that key's; whether it did.
+/// under one of them but is not that key's; whether it did. A head without a MAC is refused
+/// as a forged one is (accepting one is [`accept_head`]'s).
 pub fn remac_head(meta: &sled::Tree, keys: &HeadKeys) -> StoreResult<bool> {
     let Some(head) = recorded_head(meta)? else {
         return Ok(false);
@@ -73,6 +74,35 @@ pub fn remac_head(meta: &sled::Tree, keys: &HeadKeys) -> StoreResult<bool> {
     let value = serde_json::to_vec(&keys.sign(&head)).map_err(corrupt)?;
     meta.insert(HEAD_KEY, value).map_err(unavailable)?;
     Ok(true)
+}
+
+/// `paycred audit accept-head` on the store in `dir` (the server stopped): reads the log and
+/// the recorded head without checking the head's MAC, lets `check` prove them (the chain, and
+/// that the log holds the head), and then records the head MACed with the first of `keys`;
+/// the head accepted (none: nothing recorded yet) and what `check` said.
+pub fn accept_head(
+    dir: &Path,
+    keys: &HeadKeys,
+    check: impl FnOnce(&[crate::audit::AuditEntry], &AuditHead) -> Result<String, String>,
+) -> Result<Option<(AuditHead, String)>, String> {
+    let at = |e: StoreError| format!("data_dir {}: {e}", dir.display());
+    let db = sled::Config::new()
+        .path(dir)
+        .open()
+        .map_err(|e| at(unavailable(e)))?;
+    let meta = db.open_tree("meta").map_err(|e| at(unavailable(e)))?;
+    move_tree_into_file(&db, dir, &meta).map_err(at)?;
+    let Some(head) = recorded_head(&meta).map_err(at)?.filter(|h| h.seq > 0) else {
+        return Ok(None);
+    };
+    let entries = audit_file::read_entries(&path(dir)).map_err(|e| at(corrupt(e)))?;
+    let said = check(&entries, &head)?;
+    let signed = keys.sign(&head);
+    let value = serde_json::to_vec(&signed).map_err(|e| at(corrupt(e)))?;
+    meta.insert(HEAD_KEY, value)
+        .map_err(|e| at(unavailable(e)))?;
+    db.flush().map_err(|e| at(unavailable(e)))?;
+    Ok(Some((signed, said)))
 }
 
 /// The log file of the store in `dir`.
@@ -188,19 +218,8 @@ impl LogSink {
     ) -> StoreResult<Self> {
         let mut recorded = recorded_head(&meta)?.unwrap_or_default();
         if recorded.seq > 0 && head_keys.held() {
-            match head_keys.check(&recorded) {
-                MacCheck::Missing => tracing::warn!(
-                    "the recorded audit head carries no MAC (recorded before heads were MACed, \
-                     or stripped): it gets one with the next entry; compare it with a head kept \
-                     elsewhere (`paycred audit --verify --head FILE`)"
-                ),
-                check => {
-                    if let Some(problem) = check.refused() {
-                        return Err(StoreError::Corrupt(format!(
-                            "{problem}: run `paycred audit --verify`"
-                        )));
-                    }
-                }
+            if let Some(problem) = head_keys.check(&recorded).refused() {
+                return Err(StoreError::Corrupt(problem));
             }
         }
         // Not current: MACed again at the next sync.

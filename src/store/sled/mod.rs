@@ -160,8 +160,8 @@ impl SledStore {
     /// The audit log (read with the server stopped: sled locks the directory) and the head
     /// recorded apart from it, without checking one against the other (`paycred audit`).
     /// Events of committed changes still in the outbox are moved into the log first, as a
-    /// start would (hashed with `audit_hash`), unless the log is damaged (then it is only
-    /// read).
+    /// start would (hashed with `audit_hash`), unless the log is damaged or its head is refused
+    /// (then it is only read), or the head is MACed and `head_keys` holds no key.
     pub fn read_audit(
         dir: &Path,
         audit_hash: HashFunction,
@@ -171,7 +171,9 @@ impl SledStore {
         let meta = db.open_tree("meta").map_err(unavailable)?;
         let outbox = db.open_tree(audit_log::OUTBOX).map_err(unavailable)?;
         audit_log::move_tree_into_file(&db, dir, &meta)?;
-        if !outbox.is_empty() {
+        // Without the master key, a MACed head is not recorded over (it would lose its MAC).
+        let head = audit_log::recorded_head(&meta)?.unwrap_or_default();
+        if !outbox.is_empty() && head_keys.may_record_over(&head) {
             let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
             if let Ok(mut sink) =
                 LogSink::open(dir, meta.clone(), outbox, commit, audit_hash, head_keys)
@@ -181,6 +183,16 @@ impl SledStore {
         }
         let entries = crate::audit::file::read_entries(&audit_log::path(dir)).map_err(corrupt)?;
         Ok((entries, audit_log::recorded_head(&meta)?))
+    }
+
+    /// `paycred audit accept-head` on the store in `dir` (the server stopped): see
+    /// [`audit_log::accept_head`].
+    pub fn accept_audit_head(
+        dir: &Path,
+        keys: &HeadKeys,
+        check: impl FnOnce(&[AuditEntry], &AuditHead) -> Result<String, String>,
+    ) -> Result<Option<(AuditHead, String)>, String> {
+        audit_log::accept_head(dir, keys, check)
     }
 
     /// Everything the store holds, for `paycred store copy` (records still sealed, keys still

@@ -816,3 +816,18 @@ pub fn tls_files(d: &std::path::Path) {
         "ext.cnf",
     ]);
 }
+
+/// Runs `work` with a client of the database at `url` (the test's own).
+pub fn on_database<T>(url: &str, work: impl AsyncFnOnce(&tokio_postgres::Client) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        work(&c).await
+    })
+}
