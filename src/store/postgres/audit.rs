@@ -92,18 +92,25 @@ async fn chain(
         return Ok(());
     }
     let (mut seq, mut prev) = (i64::try_from(head.seq).map_err(corrupt)?, head.hash);
-    let insert = timed(
-        tx.prepare("INSERT INTO audit_log (seq, event, prev_hash, hash) VALUES ($1, $2, $3, $4)"),
-    )
-    .await?;
+    // The whole batch in one statement (one round trip, however many entries are waiting).
+    let (mut seqs, mut values, mut prevs, mut hashes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for event in waiting.into_iter().map(|(_, e)| e).chain(own) {
         let json = serde_json::to_vec(&event).map_err(corrupt)?;
         let h = hash.hash(&prev, &json);
         seq += 1;
         let value: serde_json::Value = serde_json::from_slice(&json).map_err(corrupt)?;
-        timed(tx.execute(&insert, &[&seq, &value, &prev, &h])).await?;
-        prev = h;
+        seqs.push(seq);
+        values.push(value);
+        prevs.push(std::mem::replace(&mut prev, h.clone()));
+        hashes.push(h);
     }
+    timed(tx.execute(
+        "INSERT INTO audit_log (seq, event, prev_hash, hash) \
+         SELECT * FROM UNNEST($1::bigint[], $2::jsonb[], $3::text[], $4::text[])",
+        &[&seqs, &values, &prevs, &hashes],
+    ))
+    .await?;
     let mac = keys.mac(&AuditHead {
         seq: u64::try_from(seq).map_err(corrupt)?,
         hash: prev.clone(),
