@@ -34,6 +34,7 @@
 
 use super::held::{Encoding, Held, ParsedCache};
 use super::scanner::{find3, Failed, Resolver, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH};
+use wide::u8x16;
 
 /// What a bad reference in a template answers.
 const BAD_REFERENCE: &str = "invalid XML reference in template";
@@ -222,6 +223,65 @@ const COMMENT_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'-' | b'>' | b'{'
 const PI_STOP: [bool; 256] = byte_class!(|b| matches!(b, b'?' | b'>' | b'{' | 0));
 const CDATA_STOP: [bool; 256] = byte_class!(|b| matches!(b, b']' | b'>' | b'{'));
 
+/// Bytes of text read at a time by [`XmlScanner::skim_text`], one bit each in a `u64`.
+const BLOCK: usize = 64;
+
+/// Where the bytes of plain tags are in a block of [`BLOCK`] bytes of text: bit `k` stands for
+/// byte `k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TextBlock {
+    lt: u64,
+    gt: u64,
+    slash: u64,
+    /// Space, tab, line feed, carriage return.
+    space: u64,
+    /// `!` and `?`: after `<`, a declaration or a processing instruction.
+    special: u64,
+    /// What only [`XmlScanner::skip`] reads: `{`, NUL, an `&` before `#` or last in the block.
+    stop: u64,
+}
+
+impl TextBlock {
+    /// Compares 16 bytes at a time (SSE2 on x86_64, NEON on aarch64, through `wide`).
+    #[inline]
+    fn classify(bytes: &[u8; BLOCK]) -> TextBlock {
+        let (parts, _) = bytes.as_chunks::<16>();
+        let mut block = TextBlock {
+            lt: 0,
+            gt: 0,
+            slash: 0,
+            space: 0,
+            special: 0,
+            stop: 0,
+        };
+        let (mut amp, mut hash) = (0u64, 0u64);
+        for (k, part) in parts.iter().enumerate() {
+            let v = u8x16::new(*part);
+            let is = |b: u8| v.simd_eq(u8x16::splat(b));
+            let bits = |m: u8x16| u64::from(m.to_bitmask()) << (16 * k);
+            block.lt |= bits(is(b'<'));
+            block.gt |= bits(is(b'>'));
+            block.slash |= bits(is(b'/'));
+            block.space |= bits(is(b' ') | is(b'\t') | is(b'\n') | is(b'\r'));
+            block.special |= bits(is(b'!') | is(b'?'));
+            block.stop |= bits(is(b'{') | is(0));
+            amp |= bits(is(b'&'));
+            hash |= bits(is(b'#'));
+        }
+        block.stop |= amp & ((hash >> 1) | 1 << (BLOCK - 1));
+        block
+    }
+}
+
+/// The first bit of `mask` from bit `from` on; [`BLOCK`] if none.
+#[inline]
+fn next(mask: u64, from: usize) -> usize {
+    if from >= BLOCK {
+        return BLOCK;
+    }
+    (mask & (u64::MAX << from)).trailing_zeros() as usize
+}
+
 /// Where in the document the scanner is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -261,50 +321,96 @@ enum Reference {
     Hex(u32),
 }
 
-/// The element path for errors, bounded.
+/// The element path for errors, bounded: the open elements' names as written, kept as they
+/// are read and turned into the path of local names only when an error needs it.
 #[derive(Debug, Clone, Default)]
 struct Path {
-    /// `/a/b/c`, the first [`MAX_PATH_DEPTH`] levels.
-    text: Vec<u8>,
-    /// Where each kept level starts in `text`.
-    starts: Vec<usize>,
+    /// The names of the first [`MAX_PATH_DEPTH`] open elements one after another (each at
+    /// most [`MAX_KEY_LEN`] bytes), then the start tag's name being read.
+    names: Vec<u8>,
+    /// Where each kept level's name ends in `names`, and whether it was cut.
+    ends: Vec<(usize, bool)>,
     /// Open elements, kept or not.
     depth: usize,
+    /// The name being read was cut.
+    cut: bool,
 }
 
 impl Path {
-    fn push(&mut self, name: &[u8], cut: bool) {
+    /// Where the name being read starts.
+    #[inline]
+    fn base(&self) -> usize {
+        self.ends.last().map_or(0, |&(end, _)| end)
+    }
+
+    /// A start tag's name begins.
+    #[inline]
+    fn begin(&mut self) {
+        self.names.truncate(self.base());
+        self.cut = false;
+    }
+
+    /// Adds `run` to the name being read (if its level is kept).
+    #[inline]
+    fn name_bytes(&mut self, run: &[u8]) {
+        if self.ends.len() >= MAX_PATH_DEPTH {
+            return;
+        }
+        let room = MAX_KEY_LEN.saturating_sub(self.names.len() - self.base());
+        self.names
+            .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
+        self.cut |= run.len() > room;
+    }
+
+    /// The name being read is complete: its element is open.
+    #[inline]
+    fn push(&mut self) {
         self.depth += 1;
-        if self.starts.len() < MAX_PATH_DEPTH {
-            self.starts.push(self.text.len());
-            let local = match name.iter().rposition(|&b| b == b':') {
-                Some(colon) => name.get(colon + 1..).unwrap_or_default(),
-                None => name,
-            };
-            self.text.push(b'/');
-            self.text.extend_from_slice(local);
-            if cut {
-                self.text.extend_from_slice("…".as_bytes());
-            }
+        if self.ends.len() < MAX_PATH_DEPTH {
+            self.ends.push((self.names.len(), self.cut));
         }
     }
 
+    #[inline]
     fn pop(&mut self) {
         if self.depth == 0 {
             return;
         }
-        if self.depth <= self.starts.len() {
-            if let Some(start) = self.starts.pop() {
-                self.text.truncate(start);
-            }
+        if self.depth <= self.ends.len() {
+            self.ends.pop();
+            self.names.truncate(self.base());
         }
         self.depth -= 1;
     }
 
     fn clear(&mut self) {
-        self.text.clear();
-        self.starts.clear();
+        self.names.clear();
+        self.ends.clear();
         self.depth = 0;
+        self.cut = false;
+    }
+
+    /// `/a/b/c`: each open element's local name, `/…` for the levels not kept.
+    fn render(&self) -> String {
+        let mut field = String::new();
+        let mut start = 0;
+        for &(end, cut) in &self.ends {
+            let name = self.names.get(start..end).unwrap_or_default();
+            let local = match name.iter().rposition(|&b| b == b':') {
+                Some(colon) => name.get(colon + 1..).unwrap_or_default(),
+                None => name,
+            };
+            field.push('/');
+            field.push_str(&String::from_utf8_lossy(local));
+            if cut {
+                field.push('…');
+            }
+            start = end;
+        }
+        if self.depth > self.ends.len() {
+            field.push_str("/…");
+        }
+        field
     }
 }
 
@@ -315,9 +421,6 @@ pub struct XmlScanner {
     state: State,
     reference: Reference,
     path: Path,
-    /// The element or attribute name being read, at most [`MAX_KEY_LEN`] bytes.
-    name: Vec<u8>,
-    name_cut: bool,
     /// The attribute whose value is being read (or was last).
     attr: Vec<u8>,
     attr_cut: bool,
@@ -353,8 +456,6 @@ impl XmlScanner {
             state: State::Text,
             reference: Reference::None,
             path: Path::default(),
-            name: Vec::new(),
-            name_cut: false,
             attr: Vec::new(),
             attr_cut: false,
             attr_done: false,
@@ -375,8 +476,6 @@ impl XmlScanner {
         self.state = State::Text;
         self.reference = Reference::None;
         self.path.clear();
-        self.name.clear();
-        self.name_cut = false;
         self.attr.clear();
         self.attr_cut = false;
         self.attr_done = false;
@@ -465,6 +564,12 @@ impl XmlScanner {
             let Some(&first) = rest.first() else { break };
             state = match state {
                 State::Text | State::Value { .. } => {
+                    let rest = if state == State::Text {
+                        i = self.skim_text(chunk, i);
+                        chunk.get(i..).unwrap_or_default()
+                    } else {
+                        rest
+                    };
                     let end = if let State::Value { quote } = state {
                         quote
                     } else {
@@ -498,9 +603,8 @@ impl XmlScanner {
                         b'?' => State::Pi { question: false },
                         b'!' | b'{' | 0 => break,
                         b => {
-                            self.name.clear();
-                            self.name_cut = false;
-                            self.name_bytes(&[b]);
+                            self.path.begin();
+                            self.path.name_bytes(&[b]);
                             State::Name
                         }
                     };
@@ -509,7 +613,8 @@ impl XmlScanner {
                 }
                 State::Name => {
                     let k = stop(rest, &NAME_STOP);
-                    self.name_bytes(rest.get(..k.unwrap_or(rest.len())).unwrap_or_default());
+                    self.path
+                        .name_bytes(rest.get(..k.unwrap_or(rest.len())).unwrap_or_default());
                     let Some(k) = k else {
                         i = chunk.len();
                         break;
@@ -524,7 +629,7 @@ impl XmlScanner {
                             State::Tag { slash: false }
                         }
                     };
-                    self.path.push(&self.name, self.name_cut);
+                    self.path.push();
                     i += 1;
                     next
                 }
@@ -605,12 +710,58 @@ impl XmlScanner {
         i
     }
 
-    /// Adds `run` to the element name being read.
-    fn name_bytes(&mut self, run: &[u8]) {
-        let room = MAX_KEY_LEN.saturating_sub(self.name.len());
-        self.name
-            .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
-        self.name_cut |= run.len() > room;
+    /// Reads element text from `i` a block of [`BLOCK`] bytes at a time ([`TextBlock`]), with
+    /// the start and end tags that are plain (`<name>`, `</name>`, `<name/>`, whole in the
+    /// block); returns where [`XmlScanner::skip`] takes over, still in text: at a tag that is
+    /// not plain (attributes, `<!`, `<?`, one that crosses blocks), at a byte that may start
+    /// a template, a reference or a refusal (`{`, `&#`, NUL), or in the chunk's last bytes.
+    fn skim_text(&mut self, chunk: &[u8], mut i: usize) -> usize {
+        let bit = |mask: u64, k: usize| k < BLOCK && (mask >> k) & 1 == 1;
+        while let Some(bytes) = chunk.get(i..).and_then(|rest| rest.first_chunk::<BLOCK>()) {
+            let block = TextBlock::classify(bytes);
+            let limit = block.stop.trailing_zeros() as usize;
+            let name_stop = block.space | block.gt | block.slash;
+            let mut p = 0;
+            loop {
+                let q = next(block.lt, p);
+                if q >= limit {
+                    if limit < BLOCK {
+                        return i + limit;
+                    }
+                    break;
+                }
+                p = if bit(block.slash, q + 1) {
+                    let gt = next(block.gt, q + 2);
+                    if gt >= limit {
+                        return i + q;
+                    }
+                    self.path.pop();
+                    gt + 1
+                } else {
+                    if q + 1 >= limit || bit(name_stop | block.special, q + 1) {
+                        return i + q;
+                    }
+                    let e = next(name_stop, q + 2);
+                    if e >= limit {
+                        return i + q;
+                    }
+                    if bit(block.gt, e) {
+                        self.path.begin();
+                        self.path
+                            .name_bytes(bytes.get(q + 1..e).unwrap_or_default());
+                        self.path.push();
+                        e + 1
+                    } else if bit(block.slash, e) && e + 1 < limit && bit(block.gt, e + 1) {
+                        // An empty element: opened and closed, the path as it was.
+                        e + 2
+                    } else {
+                        return i + q;
+                    }
+                };
+            }
+            i += BLOCK;
+        }
+        i
     }
 
     /// Adds `run` to the attribute name being read, or starts the next one with it.
@@ -662,28 +813,27 @@ impl XmlScanner {
                 b'!' => State::Bang { cdata: false, n: 0 },
                 b'?' => State::Pi { question: false },
                 _ => {
-                    self.name.clear();
-                    self.name_cut = false;
-                    self.name_bytes(&[b]);
+                    self.path.begin();
+                    self.path.name_bytes(&[b]);
                     State::Name
                 }
             },
             State::Name => match b {
                 b'>' => {
-                    self.path.push(&self.name, self.name_cut);
+                    self.path.push();
                     State::Text
                 }
                 b'/' => {
-                    self.path.push(&self.name, self.name_cut);
+                    self.path.push();
                     State::Tag { slash: true }
                 }
                 b' ' | b'\t' | b'\n' | b'\r' => {
-                    self.path.push(&self.name, self.name_cut);
+                    self.path.push();
                     self.attr_done = true;
                     State::Tag { slash: false }
                 }
                 _ => {
-                    self.name_bytes(&[b]);
+                    self.path.name_bytes(&[b]);
                     State::Name
                 }
             },
@@ -869,10 +1019,7 @@ impl XmlScanner {
     }
 
     fn error(&self, message: &str) -> TemplateError {
-        let mut field = String::from_utf8_lossy(&self.path.text).into_owned();
-        if self.path.depth > self.path.starts.len() {
-            field.push_str("/…");
-        }
+        let mut field = self.path.render();
         if let State::Value { .. } = self.state {
             field.push_str("/@");
             field.push_str(&String::from_utf8_lossy(&self.attr));
@@ -1062,6 +1209,52 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn long_plain_markup_keeps_the_path() {
+        // Blocks of plain tags (read a block at a time) among tags with attributes, empty
+        // elements, references and punctuation (read byte by byte), cut everywhere.
+        let item = "<item><name>Widget &amp; co. ?!</name><price>19.99</price><empty/>\
+                    <q n=\"1\">3 > 2</q><x:y>a/b</x:y ></item>";
+        let envelope = |inner: &str| {
+            format!(
+                "<s:Envelope xmlns:s=\"u\"><s:Body><req>{}<card><deep>{inner}</deep></card>{}\
+                 </req></s:Body></s:Envelope>",
+                item.repeat(5),
+                item.repeat(2)
+            )
+        };
+        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
+        let deep = "/Envelope/Body/req/card/deep";
+        for (inner, field, message) in [
+            (t("nope"), deep.to_string(), "unknown payment method"),
+            (
+                format!("<n a=\"{}\"/>", t("nope")),
+                format!("{deep}/n/@a"),
+                "unknown payment method",
+            ),
+            ("&#123;".into(), deep.into(), XML_BRACE_REFERENCE),
+            ("<!DOCTYPE x>".into(), deep.into(), XML_DECLARATION),
+            ("<?pi {{ ?>".into(), deep.into(), XML_IN_COMMENT),
+            ("<n{{/>".into(), deep.into(), XML_IN_MARKUP),
+            ("</n\0>".into(), deep.into(), XML_NUL),
+        ] {
+            let err = run(&envelope(&inner)).unwrap_err();
+            assert_eq!(
+                (err.field.as_str(), err.message.as_str()),
+                (field.as_str(), message),
+                "{inner}"
+            );
+        }
+        // Cut short after a substitution, inside plain markup.
+        let body = envelope(&t("pm_1"));
+        let cut = &body[..body.len() - "</s:Body></s:Envelope>".len()];
+        let err = run(cut).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            ("/Envelope/Body", XML_ENDS_EARLY)
+        );
     }
 
     #[test]

@@ -273,4 +273,21 @@ proptest! {
     ) {
         chunked::chunking_does_not_matter(Format::Xml, &body, &cuts)?;
     }
+
+    /// Long runs of plain tags (which the scanner reads a block of bytes at a time) among the
+    /// markup it reads byte by byte: any chunking, byte by byte included, gives the same
+    /// outcome, the element path of an error included.
+    #[test]
+    fn plain_markup_in_blocks_is_read_alike(
+        body in prop::collection::vec(prop::sample::select(vec![
+            "<a>", "</a>", "<bb>", "</bb>", "<s:c>", "</s:c>", "<e/>", "</a >", "text ",
+            "&amp;", "!", "?", ">", "/", "'", "<", "< a>", "<a b='1'>", "<a\n>", "<!--x-->",
+            "<?p?>", "{", "&#123;", "&", "\0", "<!DOCTYPE a>",
+            "{{ paymentMethod: pm_0 | type: 'pan' | json: '$.number' }}",
+            "{{ paymentMethod: nope | type: 'pan' | json: '$.number' }}",
+        ]), 0..120).prop_map(|t| t.concat().into_bytes()),
+        cuts in prop::collection::vec(any::<usize>(), 0..6),
+    ) {
+        chunked::chunking_does_not_matter(Format::Xml, &body, &cuts)?;
+    }
 }
