@@ -109,6 +109,7 @@ fn limited_project() -> BTreeMap<String, Arc<ProjectConfig>> {
             entity: Some(wide),
         },
         cors_allowed_origins: Vec::new(),
+        passkeys: None,
     };
     BTreeMap::from([("p".to_string(), Arc::new(project))])
 }

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     BadGateway,
     StoreUnavailable,
     GatewayTimeout,
+    /// A passkey assertion or registration that does not verify.
+    InvalidPasskey,
 }
 
 impl ErrorKind {
@@ -50,6 +52,7 @@ impl ErrorKind {
             ErrorKind::BadGateway => 502,
             ErrorKind::StoreUnavailable => 503,
             ErrorKind::GatewayTimeout => 504,
+            ErrorKind::InvalidPasskey => 400,
         }
     }
 
@@ -71,6 +74,7 @@ impl ErrorKind {
             ErrorKind::BadGateway => "badGateway",
             ErrorKind::StoreUnavailable => "storeUnavailable",
             ErrorKind::GatewayTimeout => "gatewayTimeout",
+            ErrorKind::InvalidPasskey => "invalidPasskey",
         }
     }
 
@@ -92,6 +96,7 @@ impl ErrorKind {
             ErrorKind::BadGateway => "Bad gateway",
             ErrorKind::StoreUnavailable => "Store unavailable",
             ErrorKind::GatewayTimeout => "Gateway timeout",
+            ErrorKind::InvalidPasskey => "Invalid passkey",
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod client_encryption;
 pub mod events;
 pub mod openapi;
+pub mod passkeys;
 pub mod payment_methods;
 pub mod purchase_intents;
 pub mod sandbox;

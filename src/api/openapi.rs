@@ -11,8 +11,8 @@
 //! without a token).
 
 use super::{
-    client_encryption, events, payment_methods, purchase_intents, sandbox, tokens, verify,
-    webhook_endpoints,
+    client_encryption, events, passkeys, payment_methods, purchase_intents, sandbox, tokens,
+    verify, webhook_endpoints,
 };
 use once_cell::sync::Lazy;
 use utoipa::openapi::header::HeaderBuilder;
@@ -83,6 +83,10 @@ const ERRORS: [(u16, &str); 10] = [
         webhook_endpoints::get,
         webhook_endpoints::delete,
         webhook_endpoints::rotate_secret,
+        passkeys::registration_options,
+        passkeys::create,
+        passkeys::list,
+        passkeys::delete,
     ),
     security(("bearer" = [])),
     modifiers(&Edge)
@@ -235,12 +239,15 @@ impl Modify for Edge {
 /// The routes a browser page of another origin may call with a public-role token, as the path
 /// after `/projects/{projectId}` and the methods: the CORS preflight (`OPTIONS`) of each is
 /// described. The edge's CORS answers exactly these (a test there holds the two together).
-pub const BROWSER_ROUTES: [(&str, &str); 5] = [
+pub const BROWSER_ROUTES: [(&str, &str); 8] = [
     ("/payment-methods", "GET, POST"),
     ("/payment-methods/{id}", "GET"),
     ("/tokens", "POST"),
     ("/client-encryption-key", "GET"),
     ("/purchase-intents/{id}/verify", "POST"),
+    ("/passkeys", "GET, POST"),
+    ("/passkeys/registration-options", "POST"),
+    ("/passkeys/{id}", "DELETE"),
 ];
 
 /// The CORS preflight of a browser route that allows `methods`: answered before
@@ -452,7 +459,7 @@ mod tests {
     fn every_route_form_is_described_and_refs_resolve() {
         let doc: Value = serde_json::from_str(&DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 13 + 3 + 4);
+        assert_eq!(paths.len(), 2 * 16 + 3 + 4);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

@@ -21,6 +21,7 @@ use crate::auth::Principal;
 use crate::clock::micros;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
+use crate::service::passkeys;
 use crate::store::{IntentRecord, IntentStatus, OtpMethod, Scope, VerificationAttempt};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -37,6 +38,10 @@ pub const MAX_FAILED_VERIFICATIONS: u32 = 5;
 pub struct VerifyBody {
     /// The one-time code the end user received.
     pub code: Option<String>,
+    /// The passkey assertion: the `PublicKeyCredential` `navigator.credentials.get` made with
+    /// the options of `nextAction`, as JSON (binary members base64url).
+    #[schema(value_type = Option<Object>)]
+    pub assertion: Option<Value>,
     /// The reference client's step.
     #[schema(inline)]
     pub action: Option<ReferenceAction>,
@@ -64,7 +69,32 @@ pub enum ReferenceAction {
 pub struct VerifyAnswer {
     pub status: &'static str,
     /// The step to take, `null` once the intent is `active`.
-    pub next_action: Option<OtpStep>,
+    pub next_action: Option<NextAction>,
+}
+
+/// The step a purchase intent in `verify` waits for.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum NextAction {
+    Otp(OtpStep),
+    Passkey(PasskeyStep),
+}
+
+/// A passkey assertion (the entity has a passkey and the project `verification.passkeys`):
+/// pass `options` to `navigator.credentials.get({publicKey})` and post the credential as
+/// `{"assertion": ...}`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PasskeyStep {
+    /// `passkey`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `PublicKeyCredentialRequestOptions` (JSON, binary members base64url): a fresh
+    /// challenge, single-use, valid 5 minutes (at most until the intent expires), user
+    /// verification required.
+    #[schema(value_type = Object)]
+    pub options: Value,
+    pub attempts_remaining: u32,
 }
 
 /// The answer of the reference client's dialect.
@@ -113,6 +143,8 @@ pub struct OtpStep {
 enum Request {
     /// paycred's: the code, if any.
     Own(Option<Zeroizing<String>>),
+    /// paycred's: a passkey assertion.
+    Assertion(Value),
     Start,
     SelectOtp(OtpMethod),
     ValidateOtp(Zeroizing<String>),
@@ -159,7 +191,7 @@ pub async fn verify(
     match rec.status_at(micros(app.clock.now())) {
         IntentStatus::Active => {
             return match request {
-                Request::Own(_) => verify_answer("active", None),
+                Request::Own(_) | Request::Assertion(_) => verify_answer("active", None),
                 _ => reference_answer("VERIFIED", None, None),
             }
         }
@@ -191,7 +223,41 @@ pub async fn verify(
             .ok_or_else(|| ApiError::not_found("Purchase intent"))
     };
     match request {
-        Request::Own(None) => verify_answer("verify", Some(otp_step(&rec, None))),
+        Request::Own(None) => match passkeys::start_assertion(app, sc, &rec).await? {
+            Some(options) => verify_answer(
+                "verify",
+                Some(NextAction::Passkey(PasskeyStep {
+                    kind: "passkey",
+                    options,
+                    attempts_remaining: attempts_left(&rec),
+                })),
+            ),
+            None => verify_answer("verify", Some(otp_step(&rec, None))),
+        },
+        Request::Assertion(assertion) => {
+            let Err(mut refused) = passkeys::finish_assertion(app, sc, id, assertion).await else {
+                record(VerificationAttempt::Passed).await?;
+                return verify_answer("active", None);
+            };
+            if refused.kind != ErrorKind::InvalidPasskey {
+                return Err(refused);
+            }
+            let rec = record(VerificationAttempt::Failed).await?;
+            if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS {
+                return Err(locked());
+            }
+            if let Some(details) = refused.details.as_mut().and_then(|d| d.as_object_mut()) {
+                details.insert("attemptsRemaining".into(), json!(attempts_left(&rec)));
+            }
+            Err(refused)
+        }
+        Request::Own(Some(_)) if passkeys::uses_passkeys(app, sc).await? => {
+            Err(ApiError::invalid_field(
+                "code",
+                "this entity verifies with a passkey: send `assertion` (ask for the next step \
+                 with an empty body)",
+            ))
+        }
         Request::Own(Some(code)) => match record(attempt(&code)).await? {
             rec if rec.status == IntentStatus::Active => verify_answer("active", None),
             rec if rec.failed_verifications >= MAX_FAILED_VERIFICATIONS => Err(locked()),
@@ -248,8 +314,22 @@ fn parse(body: &[u8]) -> ApiResult<Request> {
     }
     let obj = super::json_object(body)?;
     let Some(action) = obj.get("action") else {
-        if let Some(k) = obj.keys().find(|k| k.as_str() != "code") {
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "code" | "assertion"))
+        {
             return Err(ApiError::invalid_field(k, "unknown field"));
+        }
+        match obj.get("assertion") {
+            None | Some(Value::Null) => {}
+            Some(_) if obj.get("code").is_some_and(|c| !c.is_null()) => {
+                return Err(ApiError::invalid_field(
+                    "assertion",
+                    "send either code or assertion",
+                ))
+            }
+            Some(a @ Value::Object(_)) => return Ok(Request::Assertion(a.clone())),
+            Some(_) => return Err(ApiError::invalid_field("assertion", "must be an object")),
         }
         return match obj.get("code") {
             None | Some(Value::Null) => Ok(Request::Own(None)),
@@ -346,17 +426,21 @@ fn locked() -> ApiError {
     )
 }
 
-fn otp_step(rec: &IntentRecord, error: Option<&'static str>) -> OtpStep {
-    OtpStep {
+fn attempts_left(rec: &IntentRecord) -> u32 {
+    MAX_FAILED_VERIFICATIONS.saturating_sub(rec.failed_verifications)
+}
+
+fn otp_step(rec: &IntentRecord, error: Option<&'static str>) -> NextAction {
+    NextAction::Otp(OtpStep {
         kind: "otp",
         channel: "sms",
         length: crate::domain::issuer::sandbox::SANDBOX_OTP.len(),
-        attempts_remaining: MAX_FAILED_VERIFICATIONS.saturating_sub(rec.failed_verifications),
+        attempts_remaining: attempts_left(rec),
         error,
-    }
+    })
 }
 
-fn verify_answer(status: &'static str, next_action: Option<OtpStep>) -> ApiResult<Response> {
+fn verify_answer(status: &'static str, next_action: Option<NextAction>) -> ApiResult<Response> {
     Response::json(
         200,
         &VerifyAnswer {

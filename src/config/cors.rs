@@ -20,7 +20,7 @@ pub fn validate(key: &str, file: &CorsFile) -> Result<Vec<String>, (String, Stri
 /// An origin as browsers send it in `Origin`: `http://` or `https://`, a lowercase host, a port
 /// only when it is not the scheme's default, nothing after it. Anything else would never
 /// match, so it is refused here rather than ignored.
-fn check_origin(text: &str) -> Result<(), &'static str> {
+pub(super) fn check_origin(text: &str) -> Result<(), &'static str> {
     if text == "*" || text == "null" {
         return Err("is not an origin: list each page's exact origin (a token must not be usable from any page)");
     }

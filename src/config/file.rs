@@ -196,6 +196,29 @@ pub struct ProjectFile {
     /// Browser pages of other origins that may call the routes of the public role.
     #[serde(default)]
     pub cors: CorsFile,
+    /// How end users verify purchase intents beside the one-time code.
+    #[serde(default)]
+    pub verification: VerificationFile,
+}
+
+/// `projects[].verification:`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationFile {
+    /// Passkeys (WebAuthn); absent: no passkeys in this project.
+    #[serde(default)]
+    pub passkeys: Option<PasskeysFile>,
+}
+
+/// `projects[].verification.passkeys:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasskeysFile {
+    /// The relying party: the domain passkeys are bound to (`shop.example`).
+    pub rp_id: String,
+    /// The exact origins of the pages that register and use passkeys, each on `rp_id` or
+    /// a subdomain of it.
+    pub origins: Vec<String>,
 }
 
 /// `projects[].cors:`

@@ -11,6 +11,7 @@
 pub mod cors;
 pub mod file;
 pub mod keys;
+pub mod passkeys;
 pub mod private;
 pub mod rate_limits;
 pub mod store;
@@ -110,6 +111,8 @@ pub struct ProjectConfig {
     pub rate_limits: rate_limits::RateLimits,
     /// Origins whose pages may call the public role's routes (`cors.allowed_origins`).
     pub cors_allowed_origins: Vec<String>,
+    /// Passkeys (`verification.passkeys`); `None`: off.
+    pub passkeys: Option<passkeys::Passkeys>,
 }
 
 /// A project's JWT verification key. The algorithm comes from the key, never the token.
@@ -470,6 +473,8 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         .map_err(|(k, message)| invalid(k, message))?;
     let cors_allowed_origins =
         cors::validate(key, &p.cors).map_err(|(k, message)| invalid(k, message))?;
+    let passkeys = passkeys::validate(key, p.verification.passkeys.as_ref())
+        .map_err(|(k, message)| invalid(k, message))?;
     let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
     if timeout.is_zero() {
         return Err(invalid(format!("{key}.proxy.timeout"), "must be positive"));
@@ -482,6 +487,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         token_vault_key: p.token_vault_key,
         rate_limits,
         cors_allowed_origins,
+        passkeys,
         proxy: ProxyConfig {
             allowed_hosts,
             allow_http: p.proxy.allow_http,

@@ -82,6 +82,18 @@ pub fn prepare(
         .iter()
         .map(|o| serde_json::Value::from(o.as_str()).to_string())
         .collect();
+    // Passkeys on localhost (a secure context over http): the demo page on this port, and the
+    // allowed origins on localhost.
+    let own = format!("http://localhost:{}", listen.port());
+    let mut passkey_origins = vec![serde_json::Value::from(own.as_str()).to_string()];
+    for o in &origins {
+        let on_localhost = o
+            .strip_prefix("http://localhost")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'));
+        if on_localhost && *o != own {
+            passkey_origins.push(serde_json::Value::from(o.as_str()).to_string());
+        }
+    }
     let config_file = dir.join("paycred.yaml");
     let config = format!(
         "# Written by `paycred serve --dev`: a local development setup. Not for production.\n\
@@ -104,11 +116,15 @@ pub fn prepare(
          \x20   # Browser pages that may call the public role's routes (--allow-origin).\n\
          \x20   cors:\n\
          \x20     allowed_origins: [{origins}]\n\
+         \x20   # Passkeys beside the one-time code, on localhost (open the demo as localhost).\n\
+         \x20   verification:\n\
+         \x20     passkeys: {{rp_id: localhost, origins: [{passkey_origins}]}}\n\
          # /metrics for a caller with the bearer token in metrics.token.\n\
          metrics: {{bearer_token_file: metrics.token}}\n\
          # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
          demo: {{project: dev, kid: dev-1, private_key_file: dev-private.pem}}\n",
         origins = quoted.join(", "),
+        passkey_origins = passkey_origins.join(", "),
     );
     std::fs::write(&config_file, config)?;
     Ok(DevSetup {
@@ -164,5 +180,17 @@ mod tests {
             "https://a.example".to_string(),
         ];
         assert_eq!(origins(&given).1, given);
+        // Passkeys on localhost: this port's page and the given localhost origins.
+        let config = crate::config::Config::load(&dir.path().join("paycred.yaml"))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let passkeys = config
+            .project("dev")
+            .and_then(|p| p.passkeys.clone())
+            .unwrap_or_else(|| unreachable!());
+        assert_eq!(passkeys.rp_id, "localhost");
+        assert_eq!(
+            passkeys.origins,
+            ["http://localhost:8080", "http://localhost:3001"]
+        );
     }
 }

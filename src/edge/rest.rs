@@ -74,8 +74,8 @@ pub struct ApiRequest<'a> {
 /// Runs the handler of an authenticated request.
 pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
     use crate::api::{
-        client_encryption, events, payment_methods as pm, purchase_intents, sandbox, tokens,
-        verify, webhook_endpoints as hooks,
+        client_encryption, events, passkeys, payment_methods as pm, purchase_intents, sandbox,
+        tokens, verify, webhook_endpoints as hooks,
     };
     match (&req.route.resource, req.method) {
         (Resource::PaymentMethods, &Method::GET) => pm::list(app, req.principal, req.query).await,
@@ -116,6 +116,15 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
         (Resource::WebhookEndpointRotate(id), &Method::POST) => {
             hooks::rotate_secret(app, req.principal, id).await
         }
+        (Resource::Passkeys, &Method::GET) => passkeys::list(app, req.principal).await,
+        (Resource::Passkeys, &Method::POST) => {
+            passkeys::create(app, req.principal, req.body.as_deref().unwrap_or_default()).await
+        }
+        (Resource::PasskeyRegistrationOptions, &Method::POST) => {
+            let body = req.body.as_deref().unwrap_or_default();
+            passkeys::registration_options(app, req.principal, body).await
+        }
+        (Resource::Passkey(id), &Method::DELETE) => passkeys::delete(app, req.principal, id).await,
         _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
     }
 }

@@ -36,6 +36,12 @@ pub enum Resource {
     WebhookEndpoint(String),
     /// `POST .../webhook-endpoints/:id/rotate-secret`
     WebhookEndpointRotate(String),
+    /// `/projects/:projectId/passkeys` (the token's entity's)
+    Passkeys,
+    /// `POST .../passkeys/registration-options`
+    PasskeyRegistrationOptions,
+    /// `DELETE .../passkeys/:id`
+    Passkey(String),
 }
 
 /// A matched path.
@@ -59,6 +65,9 @@ impl Route {
             Resource::WebhookEndpoints => &[Method::GET, Method::POST],
             Resource::WebhookEndpoint(_) => &[Method::GET, Method::DELETE],
             Resource::WebhookEndpointRotate(_) => &[Method::POST],
+            Resource::Passkeys => &[Method::GET, Method::POST],
+            Resource::PasskeyRegistrationOptions => &[Method::POST],
+            Resource::Passkey(_) => &[Method::DELETE],
             Resource::Tokens => &[Method::POST],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
@@ -86,6 +95,9 @@ impl Route {
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) | Resource::ClientEncryptionKey => &[Method::GET],
             Resource::Tokens | Resource::PurchaseIntentVerify(_) => &[Method::POST],
+            Resource::Passkeys => &[Method::GET, Method::POST],
+            Resource::PasskeyRegistrationOptions => &[Method::POST],
+            Resource::Passkey(_) => &[Method::DELETE],
             Resource::Health
             | Resource::Ready
             | Resource::Metrics
@@ -130,6 +142,9 @@ impl Route {
             Resource::WebhookEndpoints => "webhook_endpoints",
             Resource::WebhookEndpoint(_) => "webhook_endpoint",
             Resource::WebhookEndpointRotate(_) => "webhook_endpoint_rotate",
+            Resource::Passkeys => "passkeys",
+            Resource::PasskeyRegistrationOptions => "passkey_registration_options",
+            Resource::Passkey(_) => "passkey",
         }
     }
 
@@ -181,6 +196,9 @@ pub fn route(path: &str) -> Option<Route> {
                 ["webhook-endpoints", id, "rotate-secret"] if valid_id(id) => {
                     Resource::WebhookEndpointRotate(id.to_string())
                 }
+                ["passkeys"] => Resource::Passkeys,
+                ["passkeys", "registration-options"] => Resource::PasskeyRegistrationOptions,
+                ["passkeys", id] if valid_id(id) => Resource::Passkey(id.to_string()),
                 _ => return None,
             };
             Some(Route {
@@ -221,6 +239,15 @@ mod tests {
             (
                 "/projects/p1/sandbox/authorizations",
                 Resource::SandboxAuthorizations,
+            ),
+            ("/projects/p1/passkeys", Resource::Passkeys),
+            (
+                "/projects/p1/passkeys/registration-options",
+                Resource::PasskeyRegistrationOptions,
+            ),
+            (
+                "/tenants/p1/passkeys/pk_1",
+                Resource::Passkey("pk_1".into()),
             ),
         ] {
             assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");

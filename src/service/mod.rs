@@ -9,6 +9,7 @@
 pub mod aad;
 pub mod intake;
 pub mod intents;
+pub mod passkeys;
 pub mod target;
 
 use crate::app::App;

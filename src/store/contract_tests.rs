@@ -610,6 +610,105 @@ async fn webhook_endpoints_are_kept_per_project(store: Arc<dyn Store>) {
     assert_eq!(actions, ["w", "w", "w", "wd"]);
 }
 
+/// Passkeys: stored once per id, replaced (a use) only while stored, listed oldest first per
+/// entity, deleted with their audit entry; ceremony states taken once, not after expiry.
+async fn passkeys_and_webauthn_states(store: Arc<dyn Store>) {
+    let passkey = |id: &str, entity: &str, created: i64| PasskeyRecord {
+        id: id.into(),
+        project: SCOPE.project.into(),
+        entity: entity.into(),
+        created_micros: created,
+        last_used_micros: None,
+        name: Some("laptop".into()),
+        credential: serde_json::json!({"cred": {"counter": 0}}),
+    };
+    let a = passkey("pk_a", "e1", 2);
+    assert!(store.put_passkey(&a, Some(ev("pc"))).await.unwrap());
+    assert!(!store.put_passkey(&a, Some(ev("pc"))).await.unwrap());
+    assert!(!store
+        .put_passkey(&passkey("pk_none", "e1", 1), None)
+        .await
+        .unwrap());
+    assert!(store
+        .put_passkey(&passkey("pk_b", "e1", 1), Some(ev("pc")))
+        .await
+        .unwrap());
+    assert!(store
+        .put_passkey(&passkey("pk_c", "e2", 1), Some(ev("pc")))
+        .await
+        .unwrap());
+    let mut used = a.clone();
+    used.last_used_micros = Some(9);
+    used.credential = serde_json::json!({"cred": {"counter": 7}});
+    assert!(store.put_passkey(&used, None).await.unwrap());
+    let listed = store.list_passkeys(SCOPE).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(),
+        ["pk_b", "pk_a"]
+    );
+    assert_eq!(listed[1], used);
+    assert!(!store.delete_passkey(SCOPE, "pk_c", ev("pd")).await.unwrap());
+    assert!(store.delete_passkey(SCOPE, "pk_a", ev("pd")).await.unwrap());
+    assert!(!store.put_passkey(&used, None).await.unwrap());
+    let actions: Vec<String> = store
+        .audit_log()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event.action)
+        .collect();
+    assert_eq!(actions, ["pc", "pc", "pc", "pd"]);
+
+    let state = |expires: i64| WebauthnStateRecord {
+        expires_micros: expires,
+        state: serde_json::json!({"challenge": expires}),
+    };
+    store
+        .put_webauthn_state(SCOPE, "r1", &state(100), 0)
+        .await
+        .unwrap();
+    store
+        .put_webauthn_state(SCOPE, "r1", &state(200), 0)
+        .await
+        .unwrap();
+    store
+        .put_webauthn_state(SCOPE, "r2", &state(50), 0)
+        .await
+        .unwrap();
+    let other = Scope {
+        project: "p1",
+        entity: "e2",
+    };
+    assert_eq!(
+        store.take_webauthn_state(other, "r1", 10).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.take_webauthn_state(SCOPE, "r1", 10).await.unwrap(),
+        Some(state(200))
+    );
+    assert_eq!(
+        store.take_webauthn_state(SCOPE, "r1", 10).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.take_webauthn_state(SCOPE, "r2", 50).await.unwrap(),
+        None
+    );
+    // An expired one is dropped when the entity starts another.
+    store
+        .put_webauthn_state(SCOPE, "r3", &state(60), 0)
+        .await
+        .unwrap();
+    store
+        .put_webauthn_state(SCOPE, "r4", &state(500), 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.take_webauthn_state(SCOPE, "r3", 0).await.unwrap(),
+        None
+    );
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -636,5 +735,6 @@ on_both!(
     keys_idempotency_tokens_and_audit,
     intents_end_once_and_keep_no_credential,
     changes_write_their_events,
-    webhook_endpoints_are_kept_per_project
+    webhook_endpoints_are_kept_per_project,
+    passkeys_and_webauthn_states
 );

@@ -368,4 +368,51 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.remac_audit_head()
     }
+
+    async fn put_passkey(
+        &self,
+        passkey: &super::PasskeyRecord,
+        audit: Option<AuditEvent>,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.put_passkey(passkey, audit).await
+    }
+
+    async fn list_passkeys(&self, scope: Scope<'_>) -> StoreResult<Vec<super::PasskeyRecord>> {
+        self.read()?;
+        self.inner.list_passkeys(scope).await
+    }
+
+    async fn delete_passkey(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.delete_passkey(scope, id, audit).await
+    }
+
+    async fn put_webauthn_state(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        state: &super::WebauthnStateRecord,
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        self.write()?;
+        self.inner
+            .put_webauthn_state(scope, key, state, now_micros)
+            .await
+    }
+
+    async fn take_webauthn_state(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<super::WebauthnStateRecord>> {
+        self.write()?;
+        self.inner.take_webauthn_state(scope, key, now_micros).await
+    }
 }

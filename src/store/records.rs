@@ -386,3 +386,29 @@ pub struct WebhookSecret {
     /// When an older secret stops signing; `None` for the newest.
     pub expires_micros: Option<i64>,
 }
+
+/// A passkey of an entity (`api::passkeys`): the WebAuthn credential as the WebAuthn library
+/// serialises it (credential id, public key, signature counter, flags). Nothing in it is
+/// secret (a public key), so it is stored as it is, not sealed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PasskeyRecord {
+    /// `pk_` and 32 hex digits.
+    pub id: String,
+    pub project: String,
+    pub entity: String,
+    pub created_micros: i64,
+    /// The last assertion that verified an intent with it.
+    pub last_used_micros: Option<i64>,
+    /// A name the caller gave it.
+    pub name: Option<String>,
+    /// The credential (its counter updated after each use).
+    pub credential: serde_json::Value,
+}
+
+/// A WebAuthn ceremony under way (a passkey registration, or the assertion an intent waits
+/// for): the library's state, taken once, and refused after `expires_micros`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebauthnStateRecord {
+    pub expires_micros: i64,
+    pub state: serde_json::Value,
+}

@@ -63,10 +63,15 @@ fn config(dir: &std::path::Path, pan: &str) -> Config {
 }
 
 fn env() -> Env {
+    env_from(|dir| config(dir, "enabled"))
+}
+
+/// An [`Env`] of the config `make` writes for the temp dir (its `ed.pem` written).
+fn env_from(make: impl FnOnce(&std::path::Path) -> Config) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let (_, public) = crate::auth::mint::generate_ed25519().unwrap();
     std::fs::write(dir.path().join("ed.pem"), public).unwrap();
-    let config = config(dir.path(), "enabled");
+    let config = make(dir.path());
     let store: Arc<dyn Store> =
         Arc::new(SledStore::open(&dir.path().join("data"), Default::default()).unwrap());
     let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();
@@ -175,4 +180,5 @@ fn declined(v: &Value) -> &str {
 
 mod authorizations;
 mod intents;
+mod passkeys;
 mod verify;

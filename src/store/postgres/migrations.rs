@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "events and webhook endpoints",
         include_str!("migrations/0005_events.sql"),
     ),
+    (7, "passkeys", include_str!("migrations/0007_passkeys.sql")),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).

@@ -1542,6 +1542,138 @@ impl Store for PgStore {
         let (pool, keys) = (self.pool.clone(), self.head_keys.clone());
         self.blocking(async move { audit::remac_head(&pool, &keys).await })
     }
+
+    async fn put_passkey(
+        &self,
+        passkey: &crate::store::PasskeyRecord,
+        audit: Option<AuditEvent>,
+    ) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let record = json(passkey)?;
+        let args: [&(dyn ToSql + Sync); 5] = [
+            &passkey.project,
+            &passkey.entity,
+            &passkey.id,
+            &passkey.created_micros,
+            &record,
+        ];
+        let stored = match &audit {
+            None => {
+                timed(tx.execute(
+                    "UPDATE passkeys SET record = $5 \
+                     WHERE project = $1 AND entity = $2 AND id = $3 AND created_micros = $4",
+                    &args,
+                ))
+                .await?
+            }
+            Some(_) => {
+                timed(tx.execute(
+                    "INSERT INTO passkeys (project, entity, id, created_micros, record) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    &args,
+                ))
+                .await?
+            }
+        };
+        if stored == 0 {
+            return Ok(false);
+        }
+        if let Some(audit) = &audit {
+            timed(tx.execute(OUTBOX, &[&json(audit)?])).await?;
+        }
+        timed(tx.commit()).await?;
+        if audit.is_some() {
+            self.audited();
+        }
+        Ok(true)
+    }
+
+    async fn list_passkeys(
+        &self,
+        scope: Scope<'_>,
+    ) -> StoreResult<Vec<crate::store::PasskeyRecord>> {
+        let c = self.client().await?;
+        let rows = timed(c.query(
+            "SELECT record FROM passkeys WHERE project = $1 AND entity = $2 \
+             ORDER BY created_micros, id",
+            &[&scope.project, &scope.entity],
+        ))
+        .await?;
+        rows.iter().map(|r| from_json(r.get(0))).collect()
+    }
+
+    async fn delete_passkey(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        let deleted = timed(tx.execute(
+            "DELETE FROM passkeys WHERE project = $1 AND entity = $2 AND id = $3",
+            &[&scope.project, &scope.entity, &id],
+        ))
+        .await?;
+        if deleted == 0 {
+            return Ok(false);
+        }
+        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+        timed(tx.commit()).await?;
+        self.audited();
+        Ok(true)
+    }
+
+    async fn put_webauthn_state(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        state: &crate::store::WebauthnStateRecord,
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        timed(tx.execute(
+            "DELETE FROM webauthn_states \
+             WHERE project = $1 AND entity = $2 AND expires_micros <= $3",
+            &[&scope.project, &scope.entity, &now_micros],
+        ))
+        .await?;
+        timed(tx.execute(
+            "INSERT INTO webauthn_states (project, entity, key, expires_micros, record) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project, entity, key) \
+             DO UPDATE SET expires_micros = $4, record = $5",
+            &[
+                &scope.project,
+                &scope.entity,
+                &key,
+                &state.expires_micros,
+                &json(state)?,
+            ],
+        ))
+        .await?;
+        timed(tx.commit()).await?;
+        Ok(())
+    }
+
+    async fn take_webauthn_state(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<crate::store::WebauthnStateRecord>> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "DELETE FROM webauthn_states WHERE project = $1 AND entity = $2 AND key = $3 \
+             RETURNING record",
+            &[&scope.project, &scope.entity, &key],
+        ))
+        .await?;
+        let state: Option<crate::store::WebauthnStateRecord> =
+            row.map(|r| from_json(r.get(0))).transpose()?;
+        Ok(state.filter(|s| s.expires_micros > now_micros))
+    }
 }
 
 impl PgStore {

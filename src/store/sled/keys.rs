@@ -17,6 +17,7 @@
 //! | `meta`     | `audit_file_head`                           | the audit log's recorded head: seq, hash, file length (JSON) |
 //! | `events`   | project, sequence number (u64 BE)           | event of a committed change (JSON, `super::events`) |
 //! | `webhooks` | project, id                                 | webhook endpoint (JSON) |
+//! | `passkeys`, `webauthn_states` | scope, id                | `super::passkeys` |
 //!
 //! The audit log itself is the file `audit.log` beside the trees (`super::audit_file`).
 //! Data dirs from before it kept it in an `audit` tree (seq of a value's first entry →

@@ -10,6 +10,7 @@ pub mod idempotency;
 mod intent_end;
 pub mod key_file;
 pub mod keys;
+pub mod passkeys;
 
 use crate::audit::chain::HashFunction;
 use crate::audit::head_mac::HeadKeys;
@@ -66,6 +67,9 @@ pub struct SledStore {
     events: sled::Tree,
     /// Webhook endpoints: `project \0 id` → record (JSON).
     webhooks: sled::Tree,
+    /// Passkeys and WebAuthn ceremony states ([`passkeys`]).
+    passkeys: sled::Tree,
+    webauthn_states: sled::Tree,
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
@@ -134,6 +138,8 @@ impl SledStore {
             client_keys: tree("client_keys")?,
             events: tree(events::TREE)?,
             webhooks: tree("webhooks")?,
+            passkeys: tree("passkeys")?,
+            webauthn_states: tree("webauthn_states")?,
             audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
             head_keys: keys_kept,
             commit,
@@ -950,6 +956,93 @@ impl Store for SledStore {
         let changed = audit_log::remac_head(&self.meta, &self.head_keys)?;
         self.db.flush().map_err(unavailable)?;
         Ok(changed)
+    }
+
+    async fn put_passkey(
+        &self,
+        passkey: &crate::store::PasskeyRecord,
+        audit: Option<AuditEvent>,
+    ) -> StoreResult<bool> {
+        let scope = Scope {
+            project: &passkey.project,
+            entity: &passkey.entity,
+        };
+        let key = keys::pm(scope, &passkey.id);
+        let value = serde_json::to_vec(passkey).map_err(corrupt)?;
+        let stored = (&self.passkeys, &self.outbox)
+            .transaction(|(t_keys, t_outbox)| {
+                if t_keys.get(&key)?.is_some() == audit.is_some() {
+                    return Ok(false);
+                }
+                t_keys.insert(key.as_slice(), value.as_slice())?;
+                if let Some(audit) = &audit {
+                    to_outbox(t_outbox, audit)?;
+                }
+                Ok(true)
+            })
+            .map_err(tx_error)?;
+        if stored {
+            self.durable_audited().await?;
+        }
+        Ok(stored)
+    }
+
+    async fn list_passkeys(
+        &self,
+        scope: Scope<'_>,
+    ) -> StoreResult<Vec<crate::store::PasskeyRecord>> {
+        let mut all = self
+            .passkeys
+            .scan_prefix(keys::scope_prefix(scope))
+            .values()
+            .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
+            .collect::<StoreResult<Vec<crate::store::PasskeyRecord>>>()?;
+        all.sort_by(|a, b| (a.created_micros, &a.id).cmp(&(b.created_micros, &b.id)));
+        Ok(all)
+    }
+
+    async fn delete_passkey(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let key = keys::pm(scope, id);
+        let deleted = (&self.passkeys, &self.outbox)
+            .transaction(|(t_keys, t_outbox)| {
+                if t_keys.remove(key.as_slice())?.is_none() {
+                    return Ok(false);
+                }
+                to_outbox(t_outbox, &audit)?;
+                Ok(true)
+            })
+            .map_err(tx_error)?;
+        if deleted {
+            self.durable_audited().await?;
+        }
+        Ok(deleted)
+    }
+
+    async fn put_webauthn_state(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        state: &crate::store::WebauthnStateRecord,
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        passkeys::put_state(&self.webauthn_states, scope, key, state, now_micros)?;
+        self.durable().await
+    }
+
+    async fn take_webauthn_state(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<crate::store::WebauthnStateRecord>> {
+        let taken = passkeys::take_state(&self.webauthn_states, scope, key, now_micros)?;
+        self.durable().await?;
+        Ok(taken)
     }
 }
 
