@@ -28,11 +28,13 @@ export interface ClientEncryptionKey {
 
 /** A verification step asked for by the service. */
 export interface NextAction {
-  type: "otp" | string;
+  type: "otp" | "passkey" | string;
   channel?: "sms" | "email" | string;
   length?: number;
   attemptsRemaining?: number;
   error?: "invalidCode" | string;
+  /** `passkey`: `PublicKeyCredentialRequestOptions` as JSON (binary members base64url). */
+  options?: Record<string, unknown>;
 }
 
 /** What verifyPurchaseIntent resolves with. */
@@ -67,6 +69,16 @@ export interface PaycredOptions {
   fetch?: typeof fetch;
   crypto?: Crypto;
   document?: Document;
+  /** The WebAuthn API; default `navigator.credentials`. */
+  credentials?: CredentialsContainer;
+}
+
+/** A registered passkey of the JWT's entity (never its key). */
+export interface Passkey {
+  id: string;
+  createdAt: string;
+  lastUsedAt: string | null;
+  name?: string;
 }
 
 /** Every rejection: `type` is the service's error envelope `type`, or an SDK one. */
@@ -85,7 +97,12 @@ export class Paycred {
   encryptCard(card: Card): Promise<string>;
   createCardToken(card: Card): Promise<CardToken>;
   createPaymentMethod(card: Card | { tokenId: string }): Promise<PaymentMethod>;
+  /** Follows `nextAction`: a passkey (`navigator.credentials.get`) or a one-time code. */
   verifyPurchaseIntent(tenantId: string, purchaseIntentId: string): Promise<VerifiedPurchaseIntent>;
+  /** Options → `navigator.credentials.create` → finish; the JWT's entity's new passkey. */
+  registerPasskey(tenantId?: string, options?: { name?: string }): Promise<Passkey>;
+  listPasskeys(tenantId?: string): Promise<Passkey[]>;
+  deletePasskey(tenantId: string | undefined, passkeyId: string): Promise<void>;
 }
 
 export function encryptJwe(
@@ -105,4 +122,14 @@ export function otpDialog(action: NextAction, options?: { document?: Document })
 export function jwtClaims(jwt: string): Record<string, unknown>;
 export function base64url(bytes: Uint8Array | ArrayBuffer): string;
 export function base64urlDecode(text: string): Uint8Array;
+/** The service's creation options (JSON) as `navigator.credentials.create` takes them. */
+export function creationOptionsFromJson(
+  options: Record<string, unknown>,
+): PublicKeyCredentialCreationOptions;
+/** The service's request options (JSON) as `navigator.credentials.get` takes them. */
+export function requestOptionsFromJson(
+  options: Record<string, unknown>,
+): PublicKeyCredentialRequestOptions;
+/** A PublicKeyCredential as the JSON the service reads (binary members base64url). */
+export function credentialToJson(credential: PublicKeyCredential): Record<string, unknown>;
 export default Paycred;

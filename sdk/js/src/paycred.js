@@ -5,6 +5,7 @@
 //   const paycred = new Paycred({ baseUrl: "https://paycred.example", jwt: publicJwt });
 //   const token = await paycred.createCardToken({ number, expirationMonth, expirationYear, cvc });
 //   const intent = await paycred.verifyPurchaseIntent(tenantId, purchaseIntentId);
+//   const passkey = await paycred.registerPasskey(tenantId); // then intents verify with it
 
 const enc = new TextEncoder();
 
@@ -220,6 +221,83 @@ export function otpDialog(action, { document: doc = globalThis.document } = {}) 
   });
 }
 
+/** Drops `null` members (WebAuthn's dictionaries refuse `null` where a member is optional). */
+function withoutNulls(value) {
+  if (Array.isArray(value)) return value.map(withoutNulls);
+  if (value && typeof value === "object") {
+    const out = {};
+    for (const [k, v] of Object.entries(value)) {
+      if (v !== null && v !== undefined) out[k] = withoutNulls(v);
+    }
+    return out;
+  }
+  return value;
+}
+
+/**
+ * The service's `PublicKeyCredentialCreationOptions` (JSON, binary members base64url) as
+ * `navigator.credentials.create({publicKey})` takes them (ArrayBuffers).
+ */
+export function creationOptionsFromJson(options) {
+  const o = withoutNulls(options);
+  o.challenge = base64urlDecode(o.challenge);
+  o.user = { ...o.user, id: base64urlDecode(o.user.id) };
+  if (o.excludeCredentials) {
+    o.excludeCredentials = o.excludeCredentials.map((c) => ({ ...c, id: base64urlDecode(c.id) }));
+  }
+  return o;
+}
+
+/**
+ * The service's `PublicKeyCredentialRequestOptions` (JSON, binary members base64url) as
+ * `navigator.credentials.get({publicKey})` takes them.
+ */
+export function requestOptionsFromJson(options) {
+  const o = withoutNulls(options);
+  o.challenge = base64urlDecode(o.challenge);
+  if (o.allowCredentials) {
+    o.allowCredentials = o.allowCredentials.map((c) => ({ ...c, id: base64urlDecode(c.id) }));
+  }
+  return o;
+}
+
+/** A `PublicKeyCredential` (made by create or get) as the JSON the service reads. */
+export function credentialToJson(credential) {
+  const r = credential.response;
+  const response = { clientDataJSON: base64url(r.clientDataJSON) };
+  if (r.attestationObject) response.attestationObject = base64url(r.attestationObject);
+  if (r.authenticatorData) response.authenticatorData = base64url(r.authenticatorData);
+  if (r.signature) response.signature = base64url(r.signature);
+  if (r.userHandle) response.userHandle = base64url(r.userHandle);
+  if (typeof r.getTransports === "function") response.transports = r.getTransports();
+  const extensions =
+    typeof credential.getClientExtensionResults === "function"
+      ? credential.getClientExtensionResults()
+      : {};
+  return {
+    id: credential.id,
+    rawId: base64url(credential.rawId),
+    type: credential.type,
+    response,
+    extensions,
+  };
+}
+
+/** Runs a WebAuthn call; the user's refusal or a timeout is `canceled`. */
+async function ceremony(run) {
+  let credential;
+  try {
+    credential = await run();
+  } catch (e) {
+    if (e && (e.name === "NotAllowedError" || e.name === "AbortError")) {
+      throw new PaycredError("canceled", "The passkey prompt was canceled or timed out.");
+    }
+    throw new PaycredError("passkeyError", (e && e.message) || "The passkey could not be used.");
+  }
+  if (!credential) throw new PaycredError("canceled", "No passkey was chosen.");
+  return credential;
+}
+
 export class Paycred {
   /**
    * @param {object} options
@@ -227,8 +305,17 @@ export class Paycred {
    * @param {string} options.jwt      a public-role JWT of the end user (its `iss` is the project)
    * @param {function} [options.onOtp] `(nextAction) => Promise<string|null>`: asks the user for
    *   the one-time code instead of the built-in dialog; `null` cancels.
+   * @param {object} [options.credentials] the WebAuthn API (default `navigator.credentials`).
    */
-  constructor({ baseUrl, jwt, onOtp, fetch: fetchImpl, crypto: cryptoImpl, document: doc } = {}) {
+  constructor({
+    baseUrl,
+    jwt,
+    onOtp,
+    fetch: fetchImpl,
+    crypto: cryptoImpl,
+    document: doc,
+    credentials,
+  } = {}) {
     if (!baseUrl || !jwt) throw new PaycredError("invalidOptions", "baseUrl and jwt are required.");
     this.baseUrl = String(baseUrl).replace(/\/+$/, "");
     this.jwt = jwt;
@@ -239,6 +326,7 @@ export class Paycred {
     this._fetch = fetchImpl || globalThis.fetch.bind(globalThis);
     this._crypto = cryptoImpl || globalThis.crypto;
     this._document = doc || globalThis.document;
+    this._credentials = credentials || globalThis.navigator?.credentials;
     this._key = null;
   }
 
@@ -327,7 +415,8 @@ export class Paycred {
 
   /**
    * Runs the verification of a purchase intent in `verify`: follows the service's
-   * `nextAction` steps (one-time code: the built-in dialog, or `onOtp`) until none is left.
+   * `nextAction` steps (a passkey: `navigator.credentials.get`; a one-time code: the built-in
+   * dialog, or `onOtp`) until none is left. A refused passkey rejects with `invalidPasskey`.
    * Resolves with the purchase intent `{id, status, nextAction: null}`; rejects with a
    * PaycredError whose `type` is the service's error type (or `canceled`).
    */
@@ -341,6 +430,10 @@ export class Paycred {
       if (!action) {
         return { ...step, id: purchaseIntentId, nextAction: null };
       }
+      if (action.type === "passkey") {
+        step = await this._request("POST", path, { assertion: await this._assert(action.options) });
+        continue;
+      }
       if (action.type !== "otp") {
         throw new PaycredError("unsupportedAction", `Unsupported verification step: ${action.type}`);
       }
@@ -352,6 +445,51 @@ export class Paycred {
       step = await this._request("POST", path, { code: String(code) });
     }
     throw new PaycredError("verificationFailed", "Too many verification steps.");
+  }
+
+  _webauthn() {
+    if (!this._credentials) {
+      throw new PaycredError("unsupportedEnvironment", "This browser has no WebAuthn (passkeys).");
+    }
+    return this._credentials;
+  }
+
+  async _assert(options) {
+    const api = this._webauthn();
+    const publicKey = requestOptionsFromJson(options);
+    return credentialToJson(await ceremony(() => api.get({ publicKey })));
+  }
+
+  _passkeys(tenantId) {
+    return `/tenants/${encodeURIComponent(tenantId || this.projectId)}/passkeys`;
+  }
+
+  /**
+   * Registers a passkey for the JWT's entity: the service's options, then
+   * `navigator.credentials.create`, then the finish. Resolves with the passkey
+   * `{id, createdAt, lastUsedAt, name?}`; from then on its purchase intents verify with it.
+   */
+  async registerPasskey(tenantId = this.projectId, { name } = {}) {
+    const api = this._webauthn();
+    const path = this._passkeys(tenantId);
+    const start = await this._request("POST", `${path}/registration-options`, {
+      entityId: this.entityId,
+    });
+    const publicKey = creationOptionsFromJson(start.options);
+    const credential = credentialToJson(await ceremony(() => api.create({ publicKey })));
+    const body = { registrationId: start.registrationId, credential };
+    if (name) body.name = name;
+    return this._request("POST", path, body);
+  }
+
+  /** The JWT's entity's passkeys. */
+  async listPasskeys(tenantId = this.projectId) {
+    return this._request("GET", this._passkeys(tenantId));
+  }
+
+  /** Deletes one of the JWT's entity's passkeys; unusable at once. */
+  async deletePasskey(tenantId = this.projectId, passkeyId) {
+    await this._request("DELETE", `${this._passkeys(tenantId)}/${encodeURIComponent(passkeyId)}`);
   }
 }
 

@@ -8,6 +8,8 @@ import {
   base64urlDecode,
   concatKdf,
   encryptJwe,
+  creationOptionsFromJson,
+  requestOptionsFromJson,
 } from "../src/paycred.js";
 
 const subtle = globalThis.crypto.subtle;
@@ -210,4 +212,51 @@ test("errors reject with the envelope's type; cancel rejects with canceled", asy
   const p4 = new Paycred({ baseUrl: "http://svc", jwt: JWT, fetch: down });
   await assert.rejects(p4.clientEncryptionKey(), { type: "networkError" });
   assert.throws(() => new Paycred({ baseUrl: "http://svc" }), { type: "invalidOptions" });
+});
+
+test("passkeys: verifyPurchaseIntent runs navigator.credentials.get and posts the assertion", async () => {
+  const jwt = `x.${base64url(new TextEncoder().encode(JSON.stringify({ iss: "p1", sub: "e1" })))}.y`;
+  const challenge = base64url(new Uint8Array([1, 2, 3]));
+  const posted = [];
+  const answers = [
+    { status: "verify", nextAction: { type: "passkey", options: { challenge, rpId: "localhost",
+      allowCredentials: [{ type: "public-key", id: "AQI" }], hints: null } } },
+    { status: "active", nextAction: null },
+  ];
+  const fetchImpl = async (url, init) => {
+    posted.push({ url, body: JSON.parse(init.body) });
+    return new Response(JSON.stringify(answers.shift()), { status: 200 });
+  };
+  let asked;
+  const bytes = (...b) => new Uint8Array(b).buffer;
+  const credentials = {
+    get: async ({ publicKey }) => {
+      asked = publicKey;
+      return {
+        id: "AQI", rawId: bytes(1, 2), type: "public-key",
+        response: { clientDataJSON: bytes(9), authenticatorData: bytes(8), signature: bytes(7), userHandle: null },
+        getClientExtensionResults: () => ({}),
+      };
+    },
+  };
+  const p = new Paycred({ baseUrl: "https://pc.example", jwt, fetch: fetchImpl, credentials });
+  const done = await p.verifyPurchaseIntent("p1", "pi_1");
+  assert.equal(done.status, "active");
+  assert.deepEqual([...new Uint8Array(asked.challenge)], [1, 2, 3]);
+  assert.deepEqual([...new Uint8Array(asked.allowCredentials[0].id)], [1, 2]);
+  assert.ok(!("hints" in asked), "null members dropped");
+  assert.deepEqual(posted[1].body.assertion, {
+    id: "AQI", rawId: "AQI", type: "public-key", extensions: {},
+    response: { clientDataJSON: "CQ", authenticatorData: "CA", signature: "Bw" },
+  });
+  // The options helpers decode what the service sends.
+  const created = creationOptionsFromJson({ challenge, user: { id: "AQI", name: "e1" },
+    excludeCredentials: [{ type: "public-key", id: "AQI" }] });
+  assert.deepEqual([...new Uint8Array(created.user.id)], [1, 2]);
+  assert.deepEqual([...new Uint8Array(requestOptionsFromJson({ challenge }).challenge)], [1, 2, 3]);
+  // The user's refusal is `canceled`.
+  answers.push({ status: "verify", nextAction: { type: "passkey", options: { challenge } } });
+  const refusing = new Paycred({ baseUrl: "https://pc.example", jwt, fetch: fetchImpl,
+    credentials: { get: async () => { throw Object.assign(new Error("no"), { name: "NotAllowedError" }); } } });
+  await assert.rejects(refusing.verifyPurchaseIntent("p1", "pi_2"), (e) => e.type === "canceled");
 });
