@@ -33,7 +33,8 @@ const ID_PATTERN: &str = "^[A-Za-z0-9_.-]{1,128}$";
 const ERRORS: [(u16, &str); 10] = [
     (
         400,
-        "invalidRequest (details.fields names each bad field) or invalidTemplate",
+        "invalidRequest (details.fields names each bad field), invalidTemplate, or \
+         invalidPasskey (details.reason names the failed check)",
     ),
     (401, "unauthorized: token missing or invalid"),
     (

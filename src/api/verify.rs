@@ -1,8 +1,9 @@
 //! `POST /projects/:projectId/purchase-intents/:id/verify`: the HTTP calls behind a browser's
 //! `verifyPurchaseIntent` (`verify` → `active`), in two dialects on the same route:
 //!
-//! - paycred's own (`sdk/js`): `{}` asks for the next step, `{"code": "..."}` sends the code;
-//!   answers `{status, nextAction}`.
+//! - paycred's own (`sdk/js`): `{}` asks for the next step, `{"code": "..."}` sends the code,
+//!   `{"assertion": ...}` a passkey's (`service::passkeys`, docs/passkeys.md); answers
+//!   `{status, nextAction}`.
 //! - the reference client's (`@basis-theory-ai/react`): a body with `action`. `START` →
 //!   `OTP_REQUIRED` with the methods (`data.methods[]`: `identifier`, `method` `OTPSMS` /
 //!   `OTPEMAIL`, `value`); `SELECT_OTP` with `payload.methodId` → `OTP_PENDING`;
@@ -10,7 +11,8 @@
 //!   wrong code. `VALIDATE_OTP` before `SELECT_OTP` is 400; `START` clears the choice. The
 //!   choice lives in the intent record, so any instance can serve the next call.
 //!
-//! The same rules behind both: the sandbox's one step is `otp`. Wrong codes are counted; after
+//! The same rules behind both: the sandbox's one step is `otp` (`passkey` for an entity with a
+//! passkey, in paycred's dialect). Wrong codes and refused assertions are counted; after
 //! [`MAX_FAILED_VERIFICATIONS`] the intent is locked (it stays `verify`, and every further
 //! attempt answers 409 `conflict`). Not in `verify`: 409 (an `active` one answers its success).
 //! Two verifications of one intent at once: 409.
@@ -153,9 +155,11 @@ enum Request {
 /// Verification step of a purchase intent in status verify.
 ///
 /// Public or private role of the intent's entity. paycred's dialect: body `{"code": "..."}`
-/// (optional; an empty body or `{}` asks for the next step); answers 200 `{status,
-/// nextAction}`: `nextAction` is `{"type": "otp", ...}` while a code is needed and `null` once
-/// the intent is `active`. The reference client's dialect: `{"action": "START" | "SELECT_OTP"
+/// or `{"assertion": {...}}` (optional; an empty body or `{}` asks for the next step);
+/// answers 200 `{status, nextAction}`: `nextAction` is `{"type": "otp", ...}` while a code is
+/// needed, `{"type": "passkey", "options": {...}}` for an entity with a passkey (in a project
+/// with passkeys), and `null` once the intent is `active`. A refused assertion: 400
+/// `invalidPasskey` with `details.reason` and `details.attemptsRemaining`. The reference client's dialect: `{"action": "START" | "SELECT_OTP"
 /// | "VALIDATE_OTP", "payload": {...}}`; answers 200 `{status, data?, error?}` (`OTP_REQUIRED`,
 /// `OTP_PENDING`, `VERIFIED`, `ERROR` for a wrong code); an unknown action, or `VALIDATE_OTP`
 /// before `SELECT_OTP`: 400 naming the field. 409 `conflict`: the intent is locked after five

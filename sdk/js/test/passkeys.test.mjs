@@ -26,6 +26,7 @@ let server;
 let serverLog = "";
 let work;
 let base;
+let port;
 let browser;
 /** Static pages (a blank page and the SDK) on two ports: one origin paycred lists, one not. */
 let pages = [];
@@ -59,7 +60,7 @@ async function staticPages(sdk) {
 before(async () => {
   work = await mkdtemp(join(tmpdir(), "paycred-passkeys-"));
   await mkdir(shots, { recursive: true });
-  const port = await freePort();
+  port = await freePort();
   base = `http://127.0.0.1:${port}`;
   const sdk = await readFile(join(here, "../dist/paycred.js"));
   shopOrigin = await staticPages(sdk);
@@ -250,6 +251,28 @@ test("register a passkey, verify an intent with it; wrong origin, replay and a d
     assert.equal(r.json.nextAction.type, "otp");
     assert.equal((await backend("GET", `/projects/dev/purchase-intents/${second}`)).json.status, "verify");
     assert.match(serverLog, /route=passkey_registration_options status=200/);
+  } finally {
+    await context.close();
+  }
+});
+
+test("the demo page on localhost: register a passkey, then the purchase verifies with it", async () => {
+  const { context, page, posted } = await pageWithAuthenticator();
+  try {
+    await page.goto(`http://localhost:${port}/demo`);
+    await page.waitForSelector("#passkey:not([disabled])");
+    assert.equal(await page.locator("#passkey-status").textContent(), "Verification: one-time code");
+    await page.click("#passkey");
+    await page.waitForFunction(() => document.querySelector("#passkey-status")?.dataset.passkey);
+    assert.match(await page.locator("#passkey-status").textContent(), /^Verification: passkey \(pk_/);
+    await page.fill("#number", "5555 5555 5555 4444");
+    await page.click("#pay");
+    await page.locator("#result").waitFor({ state: "visible" });
+    assert.match(await page.locator("#result").textContent(), /^Active network token •••• \d{4}$/);
+    assert.match(await page.locator("#steps").textContent(), /Verifying in the browser with a passkey/);
+    assert.equal(await page.locator("[data-paycred-otp]").count(), 0, "no code was asked for");
+    assert.ok(posted.some((r) => r.url.endsWith("/verify") && r.body.includes("assertion")));
+    await page.screenshot({ path: join(shots, "demo-passkey.png"), fullPage: true });
   } finally {
     await context.close();
   }

@@ -26,6 +26,20 @@ const paycred = new Paycred({ baseUrl: location.origin, jwt: session.publicToken
 window.paycred = paycred; // for the browser tests
 window.demoSession = { projectId: session.projectId, entityId: session.entityId };
 $("pay").disabled = false;
+$("passkey").disabled = false;
+
+$("passkey").addEventListener("click", async () => {
+  $("passkey").disabled = true;
+  $("error").textContent = "";
+  try {
+    const key = await paycred.registerPasskey(session.projectId, { name: "Demo device" });
+    $("passkey-status").textContent = `Verification: passkey (${key.id} registered)`;
+    $("passkey-status").dataset.passkey = key.id;
+  } catch (e) {
+    $("error").textContent = `Passkey: ${e.type || "error"}: ${e.message}`;
+    $("passkey").disabled = false;
+  }
+});
 
 $("card-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -53,7 +67,8 @@ $("card-form").addEventListener("submit", async (event) => {
     s.done(`: ${pi.id}, status ${pi.status}`);
 
     if (pi.status === "verify") {
-      s = step("Verifying in the browser (verifyPurchaseIntent)");
+      const way = $("passkey-status").dataset.passkey ? "a passkey" : "a one-time code";
+      s = step(`Verifying in the browser with ${way} (verifyPurchaseIntent)`);
       const verified = await paycred.verifyPurchaseIntent(session.projectId, pi.id);
       s.done(`: ${verified.status}`);
     }
