@@ -3,25 +3,13 @@
 // (default: ../../target/debug/paycred). Every process started here is stopped in `after`.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtemp, mkdir, rm, readFile } from "node:fs/promises";
 import { createServer as createHttp } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve, dirname } from "node:path";
-import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
-import { CHROMIUM_ARGS } from "./chromium.mjs";
-
-const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, "../../..");
-const bin = process.env.PAYCRED_BIN || join(repo, "target/debug/paycred");
-const shots = join(repo, "target/browser");
-const STEP = 15_000;
+import { join } from "node:path";
+import { STEP, bin, freePort, here, launchChromium, shots, startPaycred } from "./harness.mjs";
 
 let server;
-let serverLog = "";
-let serverStderr = "";
 let work;
 let base;
 let browser;
@@ -29,36 +17,9 @@ let browser;
 let shop;
 let shopOrigin;
 
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
-
-async function waitHealthy(url, deadline) {
-  while (Date.now() < deadline) {
-    try {
-      const r = await fetch(`${url}/health`);
-      if (r.ok) return;
-    } catch {
-      // not yet
-    }
-    if (server.exitCode !== null) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`paycred did not start:\n${serverLog}`);
-}
-
 before(async () => {
   work = await mkdtemp(join(tmpdir(), "paycred-browser-"));
   await mkdir(shots, { recursive: true });
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
   const sdk = await readFile(join(here, "../dist/paycred.js"));
   shop = createHttp((req, res) => {
     if (req.url === "/paycred.js") {
@@ -69,41 +30,20 @@ before(async () => {
   });
   await new Promise((r) => shop.listen(0, "127.0.0.1", r));
   shopOrigin = `http://localhost:${shop.address().port}`;
-  const listen = ["--listen", `127.0.0.1:${port}`, "--allow-origin", shopOrigin];
-  server = spawn(bin, ["serve", "--dev", "--dev-dir", join(work, "dev"), ...listen], {
-    cwd: work,
-    env: { ...process.env, RUST_LOG: "info" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  server.stdout.on("data", (d) => (serverLog += d));
-  server.stderr.on("data", (d) => {
-    serverLog += d;
-    serverStderr += d;
-  });
-  await waitHealthy(base, Date.now() + 30_000);
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: CHROMIUM_ARGS,
-    headless: true,
-    timeout: 60_000,
-  });
+  server = await startPaycred(bin, work, await freePort(), ["--allow-origin", shopOrigin]);
+  base = server.base;
+  browser = await launchChromium();
 });
 
 after(async () => {
   if (browser) await browser.close().catch(() => {});
-  if (server && server.exitCode === null) {
-    const exited = new Promise((r) => server.once("exit", r));
-    server.kill("SIGTERM");
-    const timer = setTimeout(() => server.kill("SIGKILL"), 5_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  if (server) await server.stop();
   if (shop) await new Promise((r) => shop.close(r));
   if (work) await rm(work, { recursive: true, force: true });
   // The server's log (stderr; stdout is the --dev banner with its curl example) must never
   // carry a card number.
   for (const n of ["4242424242424242", "5555555555554444", "378282246310005"]) {
-    assert.ok(!serverStderr.includes(n), "a card number was logged");
+    assert.ok(!(server?.stderr || "").includes(n), "a card number was logged");
   }
 });
 
@@ -271,7 +211,7 @@ test("from a page of another origin: encrypt a card, a card token, verifyPurchas
     const after = await backend("GET", `/projects/dev/purchase-intents/${pi.json.id}`);
     assert.equal(after.json.status, "active");
     // The preflights were paycred's own answers.
-    assert.match(serverLog, /method=OPTIONS route=purchase_intent_verify status=204/);
+    assert.match(server.log, /method=OPTIONS route=purchase_intent_verify status=204/);
   } finally {
     await context.close();
   }

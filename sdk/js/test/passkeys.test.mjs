@@ -6,24 +6,13 @@
 // process started here is stopped in `after`.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtemp, mkdir, rm, readFile } from "node:fs/promises";
 import { createServer as createHttp } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve, dirname } from "node:path";
-import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
-import { CHROMIUM_ARGS } from "./chromium.mjs";
-
-const here = dirname(fileURLToPath(import.meta.url));
-const repo = resolve(here, "../../..");
-const bin = resolve(process.env.PAYCRED_BIN || join(repo, "target/debug/paycred"));
-const shots = join(repo, "target/browser");
-const STEP = 15_000;
+import { join } from "node:path";
+import { STEP, bin, freePort, here, launchChromium, shots, startPaycred } from "./harness.mjs";
 
 let server;
-let serverLog = "";
 let work;
 let base;
 let port;
@@ -32,17 +21,6 @@ let browser;
 let pages = [];
 let shopOrigin;
 let strangerOrigin;
-
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
 
 async function staticPages(sdk) {
   const s = createHttp((req, res) => {
@@ -60,45 +38,18 @@ async function staticPages(sdk) {
 before(async () => {
   work = await mkdtemp(join(tmpdir(), "paycred-passkeys-"));
   await mkdir(shots, { recursive: true });
-  port = await freePort();
-  base = `http://127.0.0.1:${port}`;
   const sdk = await readFile(join(here, "../dist/paycred.js"));
   shopOrigin = await staticPages(sdk);
   strangerOrigin = await staticPages(sdk);
-  const listen = ["--listen", `127.0.0.1:${port}`, "--allow-origin", shopOrigin];
-  server = spawn(bin, ["serve", "--dev", "--dev-dir", join(work, "dev"), ...listen], {
-    cwd: work,
-    env: { ...process.env, RUST_LOG: "info" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  server.stdout.on("data", (d) => (serverLog += d));
-  server.stderr.on("data", (d) => (serverLog += d));
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const up = await fetch(`${base}/health`).then((r) => r.ok, () => false);
-    if (up) break;
-    if (server.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`paycred did not start:\n${serverLog}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: CHROMIUM_ARGS,
-    headless: true,
-    timeout: 60_000,
-  });
+  port = await freePort();
+  server = await startPaycred(bin, work, port, ["--allow-origin", shopOrigin]);
+  base = server.base;
+  browser = await launchChromium();
 });
 
 after(async () => {
   if (browser) await browser.close().catch(() => {});
-  if (server && server.exitCode === null) {
-    const exited = new Promise((r) => server.once("exit", r));
-    server.kill("SIGTERM");
-    const timer = setTimeout(() => server.kill("SIGKILL"), 5_000);
-    await exited;
-    clearTimeout(timer);
-  }
+  if (server) await server.stop();
   for (const s of pages) await new Promise((r) => s.close(r));
   if (work) await rm(work, { recursive: true, force: true });
 });
@@ -250,7 +201,7 @@ test("register a passkey, verify an intent with it; wrong origin, replay and a d
     r = await browserCall("POST", `/projects/dev/purchase-intents/${second}/verify`, {});
     assert.equal(r.json.nextAction.type, "otp");
     assert.equal((await backend("GET", `/projects/dev/purchase-intents/${second}`)).json.status, "verify");
-    assert.match(serverLog, /route=passkey_registration_options status=200/);
+    assert.match(server.log, /route=passkey_registration_options status=200/);
   } finally {
     await context.close();
   }

@@ -409,6 +409,29 @@ impl PgStore {
             w.wake();
         }
     }
+
+    /// Runs `sql` (an insert, update or delete of one row) and, when it changed a row, writes
+    /// `audit` (if any) in the same transaction; whether it changed one.
+    async fn change_audited(
+        &self,
+        sql: &str,
+        args: &[&(dyn ToSql + Sync)],
+        audit: Option<&AuditEvent>,
+    ) -> StoreResult<bool> {
+        let mut c = self.client().await?;
+        let tx = timed(c.transaction()).await?;
+        if timed(tx.execute(sql, args)).await? == 0 {
+            return Ok(false);
+        }
+        if let Some(audit) = audit {
+            timed(tx.execute(OUTBOX, &[&json(audit)?])).await?;
+        }
+        timed(tx.commit()).await?;
+        if audit.is_some() {
+            self.audited();
+        }
+        Ok(true)
+    }
 }
 
 /// The store's runtime and its pool of connections (none opened yet).
@@ -1403,8 +1426,6 @@ impl Store for PgStore {
         replace: bool,
         audit: AuditEvent,
     ) -> StoreResult<bool> {
-        let mut c = self.client().await?;
-        let tx = timed(c.transaction()).await?;
         let record = json(endpoint)?;
         let args: [&(dyn ToSql + Sync); 4] = [
             &endpoint.project,
@@ -1412,28 +1433,14 @@ impl Store for PgStore {
             &endpoint.created_micros,
             &record,
         ];
-        let stored = if replace {
-            timed(tx.execute(
-                "UPDATE webhook_endpoints SET created_micros = $3, record = $4 \
-                 WHERE project = $1 AND id = $2",
-                &args,
-            ))
-            .await?
+        let sql = if replace {
+            "UPDATE webhook_endpoints SET created_micros = $3, record = $4 \
+             WHERE project = $1 AND id = $2"
         } else {
-            timed(tx.execute(
-                "INSERT INTO webhook_endpoints (project, id, created_micros, record) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                &args,
-            ))
-            .await?
+            "INSERT INTO webhook_endpoints (project, id, created_micros, record) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"
         };
-        if stored == 0 {
-            return Ok(false);
-        }
-        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
-        timed(tx.commit()).await?;
-        self.audited();
-        Ok(true)
+        self.change_audited(sql, &args, Some(&audit)).await
     }
 
     async fn get_webhook_endpoint(
@@ -1470,20 +1477,12 @@ impl Store for PgStore {
         id: &str,
         audit: AuditEvent,
     ) -> StoreResult<bool> {
-        let mut c = self.client().await?;
-        let tx = timed(c.transaction()).await?;
-        let deleted = timed(tx.execute(
+        self.change_audited(
             "DELETE FROM webhook_endpoints WHERE project = $1 AND id = $2",
             &[&project, &id],
-        ))
-        .await?;
-        if deleted == 0 {
-            return Ok(false);
-        }
-        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
-        timed(tx.commit()).await?;
-        self.audited();
-        Ok(true)
+            Some(&audit),
+        )
+        .await
     }
 
     async fn end_intent(
@@ -1548,8 +1547,6 @@ impl Store for PgStore {
         passkey: &crate::store::PasskeyRecord,
         audit: Option<AuditEvent>,
     ) -> StoreResult<bool> {
-        let mut c = self.client().await?;
-        let tx = timed(c.transaction()).await?;
         let record = json(passkey)?;
         let args: [&(dyn ToSql + Sync); 5] = [
             &passkey.project,
@@ -1558,35 +1555,17 @@ impl Store for PgStore {
             &passkey.created_micros,
             &record,
         ];
-        let stored = match &audit {
+        let sql = match audit {
             None => {
-                timed(tx.execute(
-                    "UPDATE passkeys SET record = $5 \
-                     WHERE project = $1 AND entity = $2 AND id = $3 AND created_micros = $4",
-                    &args,
-                ))
-                .await?
+                "UPDATE passkeys SET record = $5 \
+                 WHERE project = $1 AND entity = $2 AND id = $3 AND created_micros = $4"
             }
             Some(_) => {
-                timed(tx.execute(
-                    "INSERT INTO passkeys (project, entity, id, created_micros, record) \
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                    &args,
-                ))
-                .await?
+                "INSERT INTO passkeys (project, entity, id, created_micros, record) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING"
             }
         };
-        if stored == 0 {
-            return Ok(false);
-        }
-        if let Some(audit) = &audit {
-            timed(tx.execute(OUTBOX, &[&json(audit)?])).await?;
-        }
-        timed(tx.commit()).await?;
-        if audit.is_some() {
-            self.audited();
-        }
-        Ok(true)
+        self.change_audited(sql, &args, audit.as_ref()).await
     }
 
     async fn list_passkeys(
@@ -1609,20 +1588,12 @@ impl Store for PgStore {
         id: &str,
         audit: AuditEvent,
     ) -> StoreResult<bool> {
-        let mut c = self.client().await?;
-        let tx = timed(c.transaction()).await?;
-        let deleted = timed(tx.execute(
+        self.change_audited(
             "DELETE FROM passkeys WHERE project = $1 AND entity = $2 AND id = $3",
             &[&scope.project, &scope.entity, &id],
-        ))
-        .await?;
-        if deleted == 0 {
-            return Ok(false);
-        }
-        timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
-        timed(tx.commit()).await?;
-        self.audited();
-        Ok(true)
+            Some(&audit),
+        )
+        .await
     }
 
     async fn put_webauthn_state(

@@ -293,6 +293,42 @@ impl SledStore {
             .collect()
     }
 
+    /// Stores `value` at `key` of `tree` (only while a value is there with `replace`, only
+    /// while none is without) or, with no `value`, removes the one there; with `audit` (if
+    /// any) in the same transaction, durable. Whether it changed.
+    async fn change_audited(
+        &self,
+        tree: &sled::Tree,
+        key: &[u8],
+        value: Option<(&[u8], bool)>,
+        audit: Option<&AuditEvent>,
+    ) -> StoreResult<bool> {
+        let changed = (tree, &self.outbox)
+            .transaction(|(t_tree, t_outbox)| {
+                let done = match value {
+                    Some((value, replace)) => {
+                        if t_tree.get(key)?.is_some() != replace {
+                            return Ok(false);
+                        }
+                        t_tree.insert(key, value)?;
+                        true
+                    }
+                    None => t_tree.remove(key)?.is_some(),
+                };
+                if done {
+                    if let Some(audit) = audit {
+                        to_outbox(t_outbox, audit)?;
+                    }
+                }
+                Ok(done)
+            })
+            .map_err(tx_error)?;
+        if changed {
+            self.durable_audited().await?;
+        }
+        Ok(changed)
+    }
+
     /// Reads, changes and writes back one intent in a transaction; `None` when absent.
     fn update_intent<T>(
         &self,
@@ -864,20 +900,8 @@ impl Store for SledStore {
     ) -> StoreResult<bool> {
         let key = keys::webhook(&endpoint.project, &endpoint.id);
         let value = serde_json::to_vec(endpoint).map_err(corrupt)?;
-        let stored = (&self.webhooks, &self.outbox)
-            .transaction(|(t_hooks, t_outbox)| {
-                if t_hooks.get(&key)?.is_some() != replace {
-                    return Ok(false);
-                }
-                t_hooks.insert(key.as_slice(), value.as_slice())?;
-                to_outbox(t_outbox, &audit)?;
-                Ok(true)
-            })
-            .map_err(tx_error)?;
-        if stored {
-            self.durable_audited().await?;
-        }
-        Ok(stored)
+        self.change_audited(&self.webhooks, &key, Some((&value, replace)), Some(&audit))
+            .await
     }
 
     async fn get_webhook_endpoint(
@@ -913,19 +937,8 @@ impl Store for SledStore {
         audit: AuditEvent,
     ) -> StoreResult<bool> {
         let key = keys::webhook(project, id);
-        let deleted = (&self.webhooks, &self.outbox)
-            .transaction(|(t_hooks, t_outbox)| {
-                if t_hooks.remove(key.as_slice())?.is_none() {
-                    return Ok(false);
-                }
-                to_outbox(t_outbox, &audit)?;
-                Ok(true)
-            })
-            .map_err(tx_error)?;
-        if deleted {
-            self.durable_audited().await?;
-        }
-        Ok(deleted)
+        self.change_audited(&self.webhooks, &key, None, Some(&audit))
+            .await
     }
 
     async fn end_intent(
@@ -969,22 +982,14 @@ impl Store for SledStore {
         };
         let key = keys::pm(scope, &passkey.id);
         let value = serde_json::to_vec(passkey).map_err(corrupt)?;
-        let stored = (&self.passkeys, &self.outbox)
-            .transaction(|(t_keys, t_outbox)| {
-                if t_keys.get(&key)?.is_some() == audit.is_some() {
-                    return Ok(false);
-                }
-                t_keys.insert(key.as_slice(), value.as_slice())?;
-                if let Some(audit) = &audit {
-                    to_outbox(t_outbox, audit)?;
-                }
-                Ok(true)
-            })
-            .map_err(tx_error)?;
-        if stored {
-            self.durable_audited().await?;
-        }
-        Ok(stored)
+        let replace = audit.is_none();
+        self.change_audited(
+            &self.passkeys,
+            &key,
+            Some((&value, replace)),
+            audit.as_ref(),
+        )
+        .await
     }
 
     async fn list_passkeys(
@@ -1008,19 +1013,8 @@ impl Store for SledStore {
         audit: AuditEvent,
     ) -> StoreResult<bool> {
         let key = keys::pm(scope, id);
-        let deleted = (&self.passkeys, &self.outbox)
-            .transaction(|(t_keys, t_outbox)| {
-                if t_keys.remove(key.as_slice())?.is_none() {
-                    return Ok(false);
-                }
-                to_outbox(t_outbox, &audit)?;
-                Ok(true)
-            })
-            .map_err(tx_error)?;
-        if deleted {
-            self.durable_audited().await?;
-        }
-        Ok(deleted)
+        self.change_audited(&self.passkeys, &key, None, Some(&audit))
+            .await
     }
 
     async fn put_webauthn_state(
