@@ -31,6 +31,7 @@ mod keys;
 mod log_hygiene;
 mod master_key;
 mod operations;
+mod passkeys;
 mod payment_methods;
 mod postgres;
 mod proxy;
