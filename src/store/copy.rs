@@ -6,7 +6,9 @@
 //! audit log starts with the copied one and verifies as one chain.
 
 use crate::audit::AuditEntry;
-use crate::store::{EventRecord, IntentRecord, PaymentMethodRecord, WebhookEndpointRecord};
+use crate::store::{
+    EventRecord, IntentRecord, PasskeyRecord, PaymentMethodRecord, WebhookEndpointRecord,
+};
 
 /// A record of a scoped tree (card tokens, idempotent answers).
 #[derive(Debug, Clone)]
@@ -32,11 +34,13 @@ pub struct Export {
     pub webhook_endpoints: Vec<WebhookEndpointRecord>,
     /// With their sequence numbers (their ids), oldest first.
     pub events: Vec<EventRecord>,
+    /// Passkeys (ceremonies under way are not copied: they expire within minutes).
+    pub passkeys: Vec<PasskeyRecord>,
 }
 
 impl Export {
     /// (what, its PostgreSQL table, how many), for the report and the check.
-    pub fn counts(&self) -> [(&'static str, &'static str, usize); 9] {
+    pub fn counts(&self) -> [(&'static str, &'static str, usize); 10] {
         [
             (
                 "payment methods",
@@ -55,6 +59,7 @@ impl Export {
                 self.webhook_endpoints.len(),
             ),
             ("events", "events", self.events.len()),
+            ("passkeys", "passkeys", self.passkeys.len()),
         ]
     }
 }

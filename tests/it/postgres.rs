@@ -531,6 +531,7 @@ fn store_copy_moves_a_sled_deployment_to_postgresql() {
         assert!(text.contains("payment methods: 1"), "{text}");
         assert!(text.contains("webhook endpoints: 1"), "{text}");
         assert!(text.contains("events: 2"), "{text}");
+        assert!(text.contains("passkeys: 0"), "{text}");
         assert!(text.contains("audit log verified"), "{text}");
     }
     let new = Server::start_with(Options {

@@ -1740,6 +1740,14 @@ impl PgStore {
                 ))
                 .await?;
             }
+            for k in &export.passkeys {
+                timed(tx.execute(
+                    "INSERT INTO passkeys (project, entity, id, created_micros, record) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    &[&k.project, &k.entity, &k.id, &k.created_micros, &json(k)?],
+                ))
+                .await?;
+            }
             for e in &export.events {
                 let seq = i64::try_from(e.seq).map_err(corrupt)?;
                 timed(tx.execute(

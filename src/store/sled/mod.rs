@@ -256,7 +256,14 @@ impl SledStore {
             .values()
             .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
             .collect::<StoreResult<Vec<_>>>()?;
+        let passkeys = self
+            .passkeys
+            .iter()
+            .values()
+            .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
+            .collect::<StoreResult<Vec<_>>>()?;
         Ok(crate::store::copy::Export {
+            passkeys,
             webhook_endpoints,
             events: events::all(&self.events)?,
             payment_methods,

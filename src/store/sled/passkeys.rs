@@ -47,3 +47,37 @@ pub fn take_state(
     let state: WebauthnStateRecord = serde_json::from_slice(&v).map_err(corrupt)?;
     Ok((state.expires_micros > now_micros).then_some(state))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use crate::audit::AuditEvent;
+    use crate::store::{PasskeyRecord, SledStore, Store};
+
+    /// `paycred store copy` takes the passkeys along.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passkeys_are_exported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path(), Default::default()).unwrap();
+        let passkey = PasskeyRecord {
+            id: "pk_a".into(),
+            project: "p".into(),
+            entity: "e".into(),
+            created_micros: 1,
+            last_used_micros: None,
+            name: None,
+            credential: serde_json::json!({"cred": {}}),
+        };
+        let audit = AuditEvent {
+            at_micros: 1,
+            action: "passkey.create".into(),
+            project: "p".into(),
+            entity: "e".into(),
+            resource: "pk_a".into(),
+        };
+        assert!(store.put_passkey(&passkey, Some(audit)).await.unwrap());
+        let export = store.export().unwrap();
+        assert_eq!(export.passkeys, [passkey]);
+        assert!(export.counts().contains(&("passkeys", "passkeys", 1)));
+    }
+}
