@@ -226,6 +226,21 @@ pub async fn verify(
             .await?
             .ok_or_else(|| ApiError::not_found("Purchase intent"))
     };
+    // A code is never taken in place of an entity's passkey, in either dialect.
+    let code_field = match request {
+        Request::Own(Some(_)) => Some("code"),
+        Request::Start | Request::SelectOtp(_) | Request::ValidateOtp(_) => Some("action"),
+        Request::Own(None) | Request::Assertion(_) => None,
+    };
+    if let Some(field) = code_field {
+        if passkeys::uses_passkeys(app, sc).await? {
+            return Err(ApiError::invalid_field(
+                field,
+                "this entity verifies with a passkey, not a one-time code: send `{}` for the \
+                 passkey options, then `{\"assertion\": ...}`",
+            ));
+        }
+    }
     match request {
         Request::Own(None) => match passkeys::start_assertion(app, sc, &rec).await? {
             Some(options) => verify_answer(
@@ -254,13 +269,6 @@ pub async fn verify(
                 details.insert("attemptsRemaining".into(), json!(attempts_left(&rec)));
             }
             Err(refused)
-        }
-        Request::Own(Some(_)) if passkeys::uses_passkeys(app, sc).await? => {
-            Err(ApiError::invalid_field(
-                "code",
-                "this entity verifies with a passkey: send `assertion` (ask for the next step \
-                 with an empty body)",
-            ))
         }
         Request::Own(Some(code)) => match record(attempt(&code)).await? {
             rec if rec.status == IntentStatus::Active => verify_answer("active", None),

@@ -239,9 +239,19 @@ async fn an_intent_is_verified_with_the_entitys_passkey() {
     assert_eq!(options["rpId"], RP_ID);
     assert_eq!(options["userVerification"], "required");
     assert_eq!(options["allowCredentials"][0]["id"], B64.encode(&soft.id));
-    // The code is not taken in place of the passkey.
-    let (status, _) = post_verify(&env, &public, &id, json!({"code": "123456"})).await;
+    // The code is not taken in place of the passkey, in either dialect.
+    let (status, e) = post_verify(&env, &public, &id, json!({"code": "123456"})).await;
     assert_eq!(status, 400);
+    assert!(e["error"]["details"]["fields"]["code"].is_string(), "{e}");
+    for action in [
+        json!({"action": "START"}),
+        json!({"action": "VALIDATE_OTP", "payload": {"otpCode": "123456"}}),
+    ] {
+        let (status, e) = post_verify(&env, &public, &id, action).await;
+        assert_eq!(status, 400, "{e}");
+        assert!(e["error"]["details"]["fields"]["action"].is_string(), "{e}");
+    }
+    assert_eq!(get_intent(&env, &p, &id).await.1["status"], "verify");
     let assertion = soft.assert(&options, ORIGIN, 1);
     let (status, done) = post_verify(&env, &public, &id, json!({ "assertion": assertion })).await;
     assert_eq!(status, 200, "{done}");
