@@ -1,0 +1,194 @@
+//! Webhook deliveries ([`crate::store::deliveries`]) in two trees: `webhook_deliveries`, key
+//! the delivery's number (u64 BE, sled's id generator), value the record (JSON); and
+//! `webhook_due`, key the next attempt's time and the delivery's number (both u64 BE), one
+//! key per pending delivery, so the due ones are the tree's first range. One process owns a
+//! sled store, so claims never race another instance.
+
+use super::events;
+use super::{abort, tx_error};
+use crate::store::deliveries::{sends, DeliveryRecord, DeliveryStatus};
+use crate::store::{corrupt, unavailable, StoreError, StoreResult, WebhookEndpointRecord};
+use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use sled::Transactional;
+
+/// Names of the trees.
+pub const ALL: &str = "webhook_deliveries";
+pub const DUE: &str = "webhook_due";
+
+/// The two trees.
+#[derive(Debug)]
+pub struct Deliveries {
+    pub all: sled::Tree,
+    pub due: sled::Tree,
+}
+
+fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&u64::try_from(next_micros.max(0)).unwrap_or(0).to_be_bytes());
+    k[8..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn decode(v: &[u8]) -> StoreResult<DeliveryRecord> {
+    serde_json::from_slice(v).map_err(corrupt)
+}
+
+/// Stores `d` (a new one numbered first) and its due key while pending.
+fn put(
+    all: &TransactionalTree,
+    due: &TransactionalTree,
+    d: &mut DeliveryRecord,
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    if d.id == 0 {
+        d.id = all.generate_id()?.max(1);
+    }
+    let value = serde_json::to_vec(&*d).map_err(|e| abort(corrupt(e)))?;
+    all.insert(&d.id.to_be_bytes(), value)?;
+    if d.status == DeliveryStatus::Pending {
+        due.insert(&due_key(d.next_micros, d.id), &[])?;
+    }
+    Ok(())
+}
+
+impl Deliveries {
+    pub fn open(db: &sled::Db) -> StoreResult<Self> {
+        Ok(Deliveries {
+            all: db.open_tree(ALL).map_err(unavailable)?,
+            due: db.open_tree(DUE).map_err(unavailable)?,
+        })
+    }
+
+    /// Fans out up to `limit` markers of `events` to the endpoints `endpoints` lists for a
+    /// project; how many.
+    pub fn fan_out(
+        &self,
+        events_tree: &sled::Tree,
+        endpoints: impl Fn(&str) -> StoreResult<Vec<WebhookEndpointRecord>>,
+        now_micros: i64,
+        limit: usize,
+    ) -> StoreResult<usize> {
+        let markers = events::markers(events_tree, limit)?;
+        for (seq, project) in &markers {
+            let kind = events::get(events_tree, project, *seq)?.map(|e| e.event.kind);
+            let targets: Vec<String> = match &kind {
+                Some(kind) => endpoints(project)?
+                    .into_iter()
+                    .filter(|e| sends(e, kind))
+                    .map(|e| e.id)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let marker = events::marker(*seq);
+            (events_tree, &self.all, &self.due)
+                .transaction(|(t_events, t_all, t_due)| {
+                    if t_events.remove(&marker)?.is_none() {
+                        return Ok(());
+                    }
+                    for endpoint in &targets {
+                        let mut d = DeliveryRecord::new(project, *seq, endpoint, now_micros);
+                        put(t_all, t_due, &mut d)?;
+                    }
+                    Ok(())
+                })
+                .map_err(tx_error)?;
+        }
+        Ok(markers.len())
+    }
+
+    /// New pending deliveries of event `seq` to `endpoints`.
+    pub fn queue(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        (&self.all, &self.due)
+            .transaction(|(t_all, t_due)| {
+                for endpoint in endpoints {
+                    let mut d = DeliveryRecord::new(project, seq, endpoint, now_micros);
+                    put(t_all, t_due, &mut d)?;
+                }
+                Ok(())
+            })
+            .map_err(tx_error)
+    }
+
+    /// [`crate::store::Store::claim_deliveries`].
+    pub fn claim(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let end = due_key(now_micros, u64::MAX);
+        let mut claimed = Vec::new();
+        for item in self.due.range(..=end.as_slice()) {
+            if claimed.len() >= limit {
+                break;
+            }
+            let (k, _) = item.map_err(unavailable)?;
+            let id = k
+                .get(8..)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| corrupt("bad webhook_due key"))?;
+            let Some(v) = self.all.get(id.to_be_bytes()).map_err(unavailable)? else {
+                continue;
+            };
+            let mut d = decode(&v)?;
+            if skip.contains(&d.endpoint_id) {
+                continue;
+            }
+            let old_due = due_key(d.next_micros, d.id);
+            d.next_micros = lease_until_micros;
+            (&self.all, &self.due)
+                .transaction(|(t_all, t_due)| {
+                    t_due.remove(&old_due)?;
+                    put(t_all, t_due, &mut d.clone())
+                })
+                .map_err(tx_error)?;
+            claimed.push(d);
+        }
+        Ok(claimed)
+    }
+
+    /// [`crate::store::Store::record_delivery`].
+    pub fn record(&self, d: &DeliveryRecord, claimed_until_micros: i64) -> StoreResult<bool> {
+        let key = d.id.to_be_bytes();
+        (&self.all, &self.due)
+            .transaction(|(t_all, t_due)| {
+                let Some(v) = t_all.get(key)? else {
+                    return Ok(false);
+                };
+                let stored = decode(&v).map_err(abort)?;
+                if stored.status != DeliveryStatus::Pending
+                    || stored.next_micros != claimed_until_micros
+                {
+                    return Ok(false);
+                }
+                t_due.remove(&due_key(stored.next_micros, stored.id))?;
+                put(t_all, t_due, &mut d.clone())?;
+                Ok(true)
+            })
+            .map_err(tx_error)
+    }
+
+    /// The deliveries of event `seq` of `project`, oldest first.
+    pub fn of_event(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
+        let mut found = Vec::new();
+        for item in self.all.iter().values() {
+            let d = decode(&item.map_err(unavailable)?)?;
+            if d.event_seq == seq && d.project == project {
+                found.push(d);
+            }
+        }
+        Ok(found)
+    }
+
+    /// How many are pending.
+    pub fn pending(&self) -> u64 {
+        u64::try_from(self.due.len()).unwrap_or(u64::MAX)
+    }
+}
