@@ -1,0 +1,266 @@
+//! Webhook delivery end to end: a real server sends its events to receivers on 127.0.0.1
+//! over TLS (a test CA, trusted through the project's `proxy.ca_file`). Retry delays are
+//! shortened with `PAYCRED_TEST_WEBHOOK_RETRY_SCALE` (honored by debug builds only).
+
+use crate::common::receiver::Receiver;
+use crate::common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const HOOKS: &str = "proj_hooks";
+
+/// A server with project [`HOOKS`] trusting the test CA made in `tls` (whose `srv.pem`
+/// receivers serve), its retry delays scaled by `scale`.
+fn server(tls: &std::path::Path, scale: &str, backend: Backend) -> Server {
+    let ca = tls.join("ca.pem").display().to_string();
+    Server::start_with(Options {
+        extra_project_yaml: format!(
+            "  - id: {HOOKS}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: KEYS_DIR/ed.pem}}]\n    pan: enabled\n    proxy:\n      allowed_hosts: [localhost]\n      allow_private_networks: true\n      ca_file: {ca}\n"
+        ),
+        env: vec![("PAYCRED_TEST_WEBHOOK_RETRY_SCALE", scale.to_string())],
+        backend,
+        ..Options::default()
+    })
+}
+
+fn test_ca() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    tls_files(dir.path());
+    dir
+}
+
+fn token() -> String {
+    ed_token(HOOKS, "user_1", "private")
+}
+
+/// Creates an endpoint for `url` taking every event; its id and secret.
+fn endpoint(server: &Server, url: &str) -> (String, String) {
+    let r = server.call(
+        "POST",
+        &format!("/projects/{HOOKS}/webhook-endpoints"),
+        Some(&token()),
+        Some(&json!({ "url": url })),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    (
+        r.json["id"].as_str().unwrap().to_string(),
+        r.json["secret"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Stores a card of `entity` (one `payment_method.created` event); its id.
+fn card(server: &Server, entity: &str) -> String {
+    let r = server.call(
+        "POST",
+        &format!("/projects/{HOOKS}/payment-methods"),
+        Some(&ed_token(HOOKS, entity, "private")),
+        Some(&card_body(entity, VISA, CVC)),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    r.json["id"].as_str().unwrap().to_string()
+}
+
+/// The project's event ids, oldest first.
+fn event_ids(server: &Server) -> Vec<String> {
+    let r = server.call(
+        "GET",
+        &format!("/projects/{HOOKS}/events?limit=100"),
+        Some(&token()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut ids: Vec<String> = strings(&r.json, "id")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    ids.reverse();
+    ids
+}
+
+/// How often each id occurs.
+fn counts(ids: &[String]) -> BTreeMap<String, usize> {
+    let mut c = BTreeMap::new();
+    for id in ids {
+        *c.entry(id.clone()).or_insert(0) += 1;
+    }
+    c
+}
+
+/// Whether every one of `events` was answered 200 by `r`.
+fn all_delivered(r: &Receiver, events: &[String]) -> bool {
+    let got = counts(&r.delivered());
+    events.iter().all(|e| got.contains_key(e))
+}
+
+/// The value of a metric line `name` on `/metrics`.
+fn metric(server: &Server, name: &str) -> f64 {
+    let m = server.metrics();
+    m.text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// Every delivery a receiver got carries the Standard Webhooks headers and the event as
+/// `GET /events` shows it, and its signature verifies with Python's `standardwebhooks`
+/// (PyPI, pinned in `scripts/webhooks-venv`) under the endpoint's secret: the receiver's
+/// check is an independent implementation. The same deliveries checked with another secret
+/// do not verify.
+#[test]
+fn deliveries_verify_with_the_standardwebhooks_library() {
+    let tls = test_ca();
+    let server = server(tls.path(), "0.001", Backend::Sled);
+    let receiver = Receiver::start(tls.path(), 0);
+    let (_, secret) = endpoint(&server, &receiver.url());
+    let pm = card(&server, "user_1");
+    card(&server, "user_2");
+    let r = server.call(
+        "POST",
+        &format!("/projects/{HOOKS}/purchase-intents"),
+        Some(&token()),
+        Some(
+            &json!({"credentialType": "virtual-card", "paymentMethodId": pm,
+            "mandates": [{"type": "maxAmount", "value": "10.00", "details": {"currency": "840"}}]}),
+        ),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let events = event_ids(&server);
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        eventually(Duration::from_secs(30), || all_delivered(
+            &receiver, &events
+        )),
+        "delivered {:?} of {events:?}",
+        receiver.delivered()
+    );
+    let listed = server.call(
+        "GET",
+        &format!("/projects/{HOOKS}/events?limit=100"),
+        Some(&token()),
+        None,
+    );
+    let mut deliveries = Vec::new();
+    for req in receiver.requests() {
+        assert_eq!(req.method, "POST");
+        assert_eq!(req.path, "/hooks?source=paycred");
+        assert_eq!(req.header("content-type"), Some("application/json"));
+        let id = req.header("webhook-id").unwrap().to_string();
+        let body: Value = serde_json::from_slice(&req.body).unwrap();
+        assert_eq!(body["id"], id.as_str());
+        let shown = listed
+            .json
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id.as_str());
+        assert_eq!(Some(&body), shown, "{id}");
+        let sig = req.header("webhook-signature").unwrap();
+        assert!(sig.starts_with("v1,"), "{sig}");
+        deliveries.push(json!({
+            "id": id,
+            "timestamp": req.header("webhook-timestamp").unwrap(),
+            "signature": sig,
+            "body": String::from_utf8(req.body.clone()).unwrap(),
+        }));
+    }
+    let other = paycred::domain::webhook::shown_secret(&[9u8; 32]);
+    assert_eq!(
+        verify_all(&secret, &deliveries),
+        vec!["valid"; deliveries.len()]
+    );
+    assert!(verify_all(&other, &deliveries)
+        .iter()
+        .all(|v| v.starts_with("invalid")));
+}
+
+/// Each delivery checked by `standardwebhooks.Webhook(secret).verify`: `valid` or
+/// `invalid <error>`.
+fn verify_all(secret: &str, deliveries: &[Value]) -> Vec<String> {
+    use std::io::Write;
+    let venv = std::process::Command::new("./scripts/webhooks-venv")
+        .output()
+        .unwrap();
+    assert!(
+        venv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let script = r#"
+import json, sys
+from standardwebhooks import Webhook
+hook = Webhook(sys.argv[1])
+for d in json.load(sys.stdin):
+    try:
+        hook.verify(d["body"], {"webhook-id": d["id"], "webhook-timestamp": d["timestamp"],
+                                "webhook-signature": d["signature"]})
+        print("valid")
+    except Exception as e:
+        print("invalid", type(e).__name__)
+"#;
+    let mut child = std::process::Command::new(python)
+        .args(["-c", script, secret])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(deliveries).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A receiver that fails 3 times: the event is delivered once, at the 4th attempt, every
+/// attempt with the same `webhook-id`; the metrics count 3 retries and 1 delivery.
+#[test]
+fn a_failing_receiver_gets_the_event_again_until_it_takes_it() {
+    let tls = test_ca();
+    let server = server(tls.path(), "0.001", Backend::Sled);
+    let receiver = Receiver::start(tls.path(), 3);
+    endpoint(&server, &receiver.url());
+    card(&server, "user_1");
+    let events = event_ids(&server);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        eventually(Duration::from_secs(30), || all_delivered(
+            &receiver, &events
+        )),
+        "{:?}",
+        receiver.requests().len()
+    );
+    let ids: Vec<String> = receiver
+        .requests()
+        .iter()
+        .map(|r| r.header("webhook-id").unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ids, vec![events[0].clone(); 4]);
+    assert_eq!(receiver.delivered(), events);
+    assert!(eventually(Duration::from_secs(5), || metric(
+        &server,
+        "paycred_webhook_deliveries_total{outcome=\"delivered\"}"
+    ) == 1.0));
+    assert_eq!(
+        metric(
+            &server,
+            "paycred_webhook_deliveries_total{outcome=\"retry\"}"
+        ),
+        3.0
+    );
+    // Nothing more is sent.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(receiver.requests().len(), 4);
+}
