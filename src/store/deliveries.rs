@@ -11,7 +11,8 @@
 //!    to the end of a lease, so a claim whose instance died expires by itself and the
 //!    delivery is due again. It records the outcome of each attempt with the lease as its
 //!    proof of claim ([`crate::store::Store::record_delivery`]): a claim lost meanwhile records
-//!    nothing.
+//!    nothing. (sled, which one process owns, keeps its claims in memory: a restart frees
+//!    them all, and what was being sent is due at once.)
 
 use super::WebhookEndpointRecord;
 use serde::{Deserialize, Serialize};

@@ -411,7 +411,7 @@ pub trait Store: Send + Sync + 'static {
     /// Claims up to `limit` pending deliveries due at `now_micros`, none to an endpoint of
     /// `skip`: each one's next attempt moves to `lease_until_micros`, which the returned
     /// records carry. Several instances claim each delivery once; a claim not recorded by
-    /// the end of its lease is due again.
+    /// the end of its lease (or, on a store one process owns, after a restart) is due again.
     async fn claim_deliveries(
         &self,
         now_micros: i64,

@@ -264,3 +264,95 @@ fn a_failing_receiver_gets_the_event_again_until_it_takes_it() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(receiver.requests().len(), 4);
 }
+
+/// An endpoint that never answers does not hold back another's deliveries: every event
+/// reaches the healthy endpoint while the hanging one still holds its first attempts (at
+/// most 4 at once), and the API answers meanwhile.
+#[test]
+fn a_hanging_endpoint_delays_no_other() {
+    let tls = test_ca();
+    let server = server(tls.path(), "0.001", Backend::Sled);
+    let hanging = Receiver::hanging(tls.path());
+    let healthy = Receiver::start(tls.path(), 0);
+    endpoint(&server, &hanging.url());
+    endpoint(&server, &healthy.url());
+    for i in 0..6 {
+        card(&server, &format!("user_{i}"));
+    }
+    let events = event_ids(&server);
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert!(
+        eventually(Duration::from_secs(30), || all_delivered(&healthy, &events)),
+        "healthy got {:?}",
+        healthy.delivered()
+    );
+    // The hanging endpoint still holds its attempts, no more than its share of them.
+    let held = hanging.hanging_now();
+    assert!((1..=4).contains(&held), "{held}");
+    assert!(
+        hanging.requests().len() <= 4,
+        "{}",
+        hanging.requests().len()
+    );
+    assert!(hanging.delivered().is_empty());
+    let r = server.call(
+        "GET",
+        &format!("/projects/{HOOKS}/events"),
+        Some(&token()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(counts(&healthy.delivered()).len(), 6);
+}
+
+/// kill -9 of paycred while its deliveries wait for a retry: after the restart every event
+/// is delivered. Sent, delivered, duplicated and lost are counted (the log of the test run
+/// prints them).
+#[test]
+fn a_kill_during_retries_loses_no_event() {
+    let tls = test_ca();
+    let mut server = server(tls.path(), "0.01", Backend::Sled);
+    let receiver = Receiver::start(tls.path(), usize::MAX);
+    endpoint(&server, &receiver.url());
+    for i in 0..3 {
+        card(&server, &format!("user_{i}"));
+    }
+    let events = event_ids(&server);
+    assert_eq!(events.len(), 3, "{events:?}");
+    // Every event has failed at least once (so each is in retry), then the kill.
+    assert!(eventually(Duration::from_secs(30), || {
+        let tried = counts(
+            &receiver
+                .requests()
+                .iter()
+                .map(|r| r.header("webhook-id").unwrap_or("").to_string())
+                .collect::<Vec<_>>(),
+        );
+        events.iter().all(|e| tried.contains_key(e))
+    }));
+    server.stop(true);
+    let before = receiver.requests().len();
+    receiver.fail_next(0);
+    server.restart();
+    assert!(
+        eventually(Duration::from_secs(120), || all_delivered(
+            &receiver, &events
+        )),
+        "delivered {:?} of {events:?}",
+        receiver.delivered()
+    );
+    let delivered = counts(&receiver.delivered());
+    let duplicated: usize = delivered.values().map(|n| n - 1).sum();
+    let lost = events
+        .iter()
+        .filter(|e| !delivered.contains_key(*e))
+        .count();
+    println!(
+        "kill -9 mid-retry: sent {} events, delivered {}, duplicated {duplicated}, lost {lost} \
+         ({before} failed attempts before the kill)",
+        events.len(),
+        delivered.len(),
+    );
+    assert_eq!(lost, 0);
+    assert_eq!(delivered.len(), events.len());
+}

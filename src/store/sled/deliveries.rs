@@ -1,8 +1,11 @@
 //! Webhook deliveries ([`crate::store::deliveries`]) in two trees: `webhook_deliveries`, key
 //! the delivery's number (u64 BE, sled's id generator), value the record (JSON); and
 //! `webhook_due`, key the next attempt's time and the delivery's number (both u64 BE), one
-//! key per pending delivery, so the due ones are the tree's first range. One process owns a
-//! sled store, so claims never race another instance.
+//! key per pending delivery, so the due ones are the tree's first range.
+//!
+//! One process owns a sled store, so a claim is kept in memory only (the delivery's number
+//! and the end of its lease): claims never race another instance, and after a restart (or a
+//! kill) nothing is claimed, so a delivery whose attempt was cut short is due at once.
 
 use super::events;
 use super::{abort, tx_error};
@@ -15,11 +18,13 @@ use sled::Transactional;
 pub const ALL: &str = "webhook_deliveries";
 pub const DUE: &str = "webhook_due";
 
-/// The two trees.
+/// The two trees, and the claims held now.
 #[derive(Debug)]
 pub struct Deliveries {
     pub all: sled::Tree,
     pub due: sled::Tree,
+    /// Claimed deliveries: number → end of the lease.
+    claims: parking_lot::Mutex<std::collections::HashMap<u64, i64>>,
 }
 
 fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
@@ -55,6 +60,7 @@ impl Deliveries {
         Ok(Deliveries {
             all: db.open_tree(ALL).map_err(unavailable)?,
             due: db.open_tree(DUE).map_err(unavailable)?,
+            claims: Default::default(),
         })
     }
 
@@ -124,6 +130,7 @@ impl Deliveries {
     ) -> StoreResult<Vec<DeliveryRecord>> {
         let end = due_key(now_micros, u64::MAX);
         let mut claimed = Vec::new();
+        let mut claims = self.claims.lock();
         for item in self.due.range(..=end.as_slice()) {
             if claimed.len() >= limit {
                 break;
@@ -134,6 +141,9 @@ impl Deliveries {
                 .and_then(|b| <[u8; 8]>::try_from(b).ok())
                 .map(u64::from_be_bytes)
                 .ok_or_else(|| corrupt("bad webhook_due key"))?;
+            if claims.get(&id).is_some_and(|until| *until > now_micros) {
+                continue;
+            }
             let Some(v) = self.all.get(id.to_be_bytes()).map_err(unavailable)? else {
                 continue;
             };
@@ -141,14 +151,8 @@ impl Deliveries {
             if skip.contains(&d.endpoint_id) {
                 continue;
             }
-            let old_due = due_key(d.next_micros, d.id);
+            claims.insert(id, lease_until_micros);
             d.next_micros = lease_until_micros;
-            (&self.all, &self.due)
-                .transaction(|(t_all, t_due)| {
-                    t_due.remove(&old_due)?;
-                    put(t_all, t_due, &mut d.clone())
-                })
-                .map_err(tx_error)?;
             claimed.push(d);
         }
         Ok(claimed)
@@ -156,6 +160,11 @@ impl Deliveries {
 
     /// [`crate::store::Store::record_delivery`].
     pub fn record(&self, d: &DeliveryRecord, claimed_until_micros: i64) -> StoreResult<bool> {
+        let mut claims = self.claims.lock();
+        if claims.get(&d.id) != Some(&claimed_until_micros) {
+            return Ok(false);
+        }
+        claims.remove(&d.id);
         let key = d.id.to_be_bytes();
         (&self.all, &self.due)
             .transaction(|(t_all, t_due)| {
@@ -163,9 +172,7 @@ impl Deliveries {
                     return Ok(false);
                 };
                 let stored = decode(&v).map_err(abort)?;
-                if stored.status != DeliveryStatus::Pending
-                    || stored.next_micros != claimed_until_micros
-                {
+                if stored.status != DeliveryStatus::Pending {
                     return Ok(false);
                 }
                 t_due.remove(&due_key(stored.next_micros, stored.id))?;

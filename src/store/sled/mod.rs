@@ -985,13 +985,8 @@ impl Store for SledStore {
         skip: &[String],
         limit: usize,
     ) -> StoreResult<Vec<crate::store::DeliveryRecord>> {
-        let claimed = self
-            .deliveries
-            .claim(now_micros, lease_until_micros, skip, limit)?;
-        if !claimed.is_empty() {
-            self.durable().await?;
-        }
-        Ok(claimed)
+        self.deliveries
+            .claim(now_micros, lease_until_micros, skip, limit)
     }
 
     async fn record_delivery(
