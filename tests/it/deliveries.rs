@@ -356,3 +356,113 @@ fn a_kill_during_retries_loses_no_event() {
     assert_eq!(lost, 0);
     assert_eq!(delivered.len(), events.len());
 }
+
+/// The deliveries of an event as `GET …/events/:id/deliveries` shows them.
+fn deliveries_of(server: &Server, event: &str) -> Value {
+    let r = server.call(
+        "GET",
+        &format!("/projects/{HOOKS}/events/{event}/deliveries"),
+        Some(&token()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json
+}
+
+fn redeliver(server: &Server, event: &str, body: Option<&Value>) -> Reply {
+    server.call(
+        "POST",
+        &format!("/projects/{HOOKS}/events/{event}/redeliver"),
+        Some(&token()),
+        Some(body.unwrap_or(&json!({}))),
+    )
+}
+
+/// A delivery whose every attempt failed is `failed` (9 attempts); a redelivery sends the
+/// event again, with the same `webhook-id`, and it is delivered; a delivered event can be
+/// redelivered too, to one endpoint. An unknown event or endpoint is 404.
+#[test]
+fn redeliver_sends_a_failed_or_delivered_event_again() {
+    let tls = test_ca();
+    let mut server = server(tls.path(), "0.00001", Backend::Sled);
+    let receiver = Receiver::start(tls.path(), usize::MAX);
+    let (we, _) = endpoint(&server, &receiver.url());
+    card(&server, "user_1");
+    let events = event_ids(&server);
+    let event = events[0].clone();
+    assert!(
+        eventually(Duration::from_secs(60), || deliveries_of(&server, &event)
+            [0]["status"]
+            == "failed"),
+        "{}",
+        deliveries_of(&server, &event)
+    );
+    let failed = deliveries_of(&server, &event);
+    assert_eq!(failed[0]["attempts"], 9, "{failed}");
+    assert_eq!(failed[0]["lastOutcome"], "http_500", "{failed}");
+    assert_eq!(failed[0]["endpointId"], we.as_str());
+    assert_eq!(receiver.requests().len(), 9);
+    assert_eq!(
+        metric(
+            &server,
+            "paycred_webhook_deliveries_total{outcome=\"failed\"}"
+        ),
+        1.0
+    );
+
+    receiver.fail_next(0);
+    let r = redeliver(&server, &event, None);
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json["endpointIds"], json!([we]));
+    assert!(eventually(Duration::from_secs(30), || receiver.delivered()
+        == [event.clone()]));
+    let r = redeliver(&server, &event, Some(&json!({ "endpointId": we })));
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert!(eventually(Duration::from_secs(30), || receiver.delivered()
+        == [event.clone(), event.clone()]));
+    assert!(receiver
+        .requests()
+        .iter()
+        .all(|r| r.header("webhook-id") == Some(event.as_str())));
+    assert!(
+        eventually(Duration::from_secs(10), || strings(
+            &deliveries_of(&server, &event),
+            "status"
+        ) == [
+            "failed",
+            "delivered",
+            "delivered"
+        ]),
+        "{}",
+        deliveries_of(&server, &event)
+    );
+
+    redeliver(&server, "evt_00000000000fffff", None).assert_error(404, "notFound");
+    redeliver(&server, "pm_1", None).assert_error(404, "notFound");
+    redeliver(&server, &event, Some(&json!({"endpointId": "we_none"})))
+        .assert_error(404, "notFound");
+    redeliver(&server, &event, Some(&json!({"endpoint": we}))).assert_error(400, "invalidRequest");
+    let public = ed_token(HOOKS, "user_1", "public");
+    server
+        .call(
+            "POST",
+            &format!("/projects/{HOOKS}/events/{event}/redeliver"),
+            Some(&public),
+            Some(&json!({})),
+        )
+        .assert_error(403, "forbidden");
+
+    // The audit log names each final outcome and the redeliveries, by event and endpoint.
+    server.stop(false);
+    let audit = audit_cli(&server, false).1;
+    let line = |action: &str| {
+        audit
+            .lines()
+            .filter(|l| l.contains(&format!("\"{action}\"")))
+            .count()
+    };
+    assert_eq!(line("webhook.failed"), 1, "{audit}");
+    assert_eq!(line("webhook.delivered"), 2, "{audit}");
+    assert_eq!(line("event.redeliver"), 2, "{audit}");
+    assert!(audit.contains(&format!("{event} {we} attempts=9 outcome=http_500")));
+}
