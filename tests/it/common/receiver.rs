@@ -21,6 +21,8 @@ struct Shared {
     /// Requests held without an answer now.
     hanging: AtomicUsize,
     stop: AtomicBool,
+    /// How long each answer waits, ms.
+    delay_ms: AtomicUsize,
 }
 
 pub struct Receiver {
@@ -86,6 +88,12 @@ impl Receiver {
         self.shared.hanging.load(Ordering::SeqCst)
     }
 
+    /// Waits `d` before each answer from now on (a slow receiver).
+    pub fn set_delay(&self, d: Duration) {
+        let ms = usize::try_from(d.as_millis()).unwrap_or(usize::MAX);
+        self.shared.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// Fails the next `n` requests (0: answers 200 from now on).
     pub fn fail_next(&self, n: usize) {
         self.shared.fail_first.store(n, Ordering::SeqCst);
@@ -142,6 +150,8 @@ fn serve(conn: TcpStream, s: &Shared, acceptor: &openssl::ssl::SslAcceptor) {
             s.hanging.fetch_sub(1, Ordering::SeqCst);
             return;
         }
+        let delay = s.delay_ms.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(u64::try_from(delay).unwrap_or(0)));
         let fail = s
             .fail_first
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
