@@ -98,6 +98,15 @@ fn all_delivered(r: &Receiver, events: &[String]) -> bool {
     events.iter().all(|e| got.contains_key(e))
 }
 
+/// Waits up to `secs` seconds for every one of `events` to be answered 200 by `r`.
+fn wait_delivered(r: &Receiver, events: &[String], secs: u64) {
+    assert!(
+        eventually(Duration::from_secs(secs), || all_delivered(r, events)),
+        "delivered {:?} of {events:?}",
+        r.delivered()
+    );
+}
+
 /// The value of a metric line `name` on `/metrics`.
 fn metric(server: &Server, name: &str) -> f64 {
     let m = server.metrics();
@@ -132,13 +141,7 @@ fn deliveries_verify_with_the_standardwebhooks_library() {
     assert_eq!(r.status, 201, "{}", r.text);
     let events = event_ids(&server);
     assert_eq!(events.len(), 3, "{events:?}");
-    assert!(
-        eventually(Duration::from_secs(30), || all_delivered(
-            &receiver, &events
-        )),
-        "delivered {:?} of {events:?}",
-        receiver.delivered()
-    );
+    wait_delivered(&receiver, &events, 30);
     let listed = server.call(
         "GET",
         &format!("/projects/{HOOKS}/events?limit=100"),
@@ -183,15 +186,7 @@ fn deliveries_verify_with_the_standardwebhooks_library() {
 /// `invalid <error>`.
 fn verify_all(secret: &str, deliveries: &[Value]) -> Vec<String> {
     use std::io::Write;
-    let venv = std::process::Command::new("./scripts/webhooks-venv")
-        .output()
-        .unwrap();
-    assert!(
-        venv.status.success(),
-        "{}",
-        String::from_utf8_lossy(&venv.stderr)
-    );
-    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let python = webhooks_python();
     let script = r#"
 import json, sys
 from standardwebhooks import Webhook
@@ -240,13 +235,7 @@ fn a_failing_receiver_gets_the_event_again_until_it_takes_it() {
     card(&server, "user_1");
     let events = event_ids(&server);
     assert_eq!(events.len(), 1, "{events:?}");
-    assert!(
-        eventually(Duration::from_secs(30), || all_delivered(
-            &receiver, &events
-        )),
-        "{:?}",
-        receiver.requests().len()
-    );
+    wait_delivered(&receiver, &events, 30);
     let ids: Vec<String> = receiver
         .requests()
         .iter()
@@ -286,11 +275,7 @@ fn a_hanging_endpoint_delays_no_other() {
     }
     let events = event_ids(&server);
     assert_eq!(events.len(), 6, "{events:?}");
-    assert!(
-        eventually(Duration::from_secs(30), || all_delivered(&healthy, &events)),
-        "healthy got {:?}",
-        healthy.delivered()
-    );
+    wait_delivered(&healthy, &events, 30);
     // The hanging endpoint still holds its attempts, no more than its share of them.
     let held = hanging.hanging_now();
     assert!((1..=4).contains(&held), "{held}");
@@ -339,13 +324,7 @@ fn a_kill_during_retries_loses_no_event() {
     let before = receiver.requests().len();
     receiver.fail_next(0);
     server.restart();
-    assert!(
-        eventually(Duration::from_secs(120), || all_delivered(
-            &receiver, &events
-        )),
-        "delivered {:?} of {events:?}",
-        receiver.delivered()
-    );
+    wait_delivered(&receiver, &events, 120);
     let delivered = counts(&receiver.delivered());
     let duplicated: usize = delivered.values().map(|n| n - 1).sum();
     let lost = events
@@ -493,13 +472,7 @@ fn two_instances_share_the_outbox_on_postgres() {
     }
     let events = event_ids(&b);
     assert_eq!(events.len(), 10, "{events:?}");
-    assert!(
-        eventually(Duration::from_secs(60), || all_delivered(
-            &receiver, &events
-        )),
-        "delivered {:?} of {events:?}",
-        receiver.delivered()
-    );
+    wait_delivered(&receiver, &events, 60);
     // Anything still due would arrive within a few polls.
     std::thread::sleep(Duration::from_secs(1));
     let delivered = counts(&receiver.delivered());

@@ -136,11 +136,7 @@ impl Deliveries {
                 break;
             }
             let (k, _) = item.map_err(unavailable)?;
-            let id = k
-                .get(8..)
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map(u64::from_be_bytes)
-                .ok_or_else(|| corrupt("bad webhook_due key"))?;
+            let id = events::u64_at(&k, 8).ok_or_else(|| corrupt("bad webhook_due key"))?;
             if claims.get(&id).is_some_and(|until| *until > now_micros) {
                 continue;
             }

@@ -59,11 +59,7 @@ pub fn markers(tree: &sled::Tree, limit: usize) -> StoreResult<Vec<(u64, String)
         .take(limit)
         .map(|item| {
             let (k, v) = item.map_err(unavailable)?;
-            let seq = k
-                .get(1..)
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map(u64::from_be_bytes)
-                .ok_or_else(|| corrupt("bad fan-out marker"))?;
+            let seq = u64_at(&k, 1).ok_or_else(|| corrupt("bad fan-out marker"))?;
             let project = String::from_utf8(v.to_vec()).map_err(corrupt)?;
             Ok((seq, project))
         })
@@ -93,12 +89,17 @@ pub fn all(tree: &sled::Tree) -> StoreResult<Vec<EventRecord>> {
         .collect()
 }
 
+/// The number a key ends with: the 8 bytes (big-endian) from `at` to its end.
+pub fn u64_at(k: &[u8], at: usize) -> Option<u64> {
+    k.get(at..)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+}
+
 /// The event stored at `k` (its sequence number after `start(k)` bytes) with value `v`.
 fn decode(k: &[u8], v: &[u8], start: impl Fn(&[u8]) -> Option<usize>) -> StoreResult<EventRecord> {
     let seq = start(k)
-        .and_then(|i| k.get(i..))
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(u64::from_be_bytes)
+        .and_then(|i| u64_at(k, i))
         .ok_or_else(|| corrupt("bad events key"))?;
     let event: NewEvent = serde_json::from_slice(v).map_err(corrupt)?;
     Ok(EventRecord { seq, event })

@@ -667,6 +667,18 @@ pub fn card_body(entity: &str, number: &str, cvc: &str) -> Value {
     })
 }
 
+/// The python of the venv holding Python's `standardwebhooks` (`scripts/webhooks-venv`,
+/// which creates it the first time).
+pub fn webhooks_python() -> String {
+    let venv = Command::new("./scripts/webhooks-venv").output().unwrap();
+    assert!(
+        venv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    String::from_utf8_lossy(&venv.stdout).trim().to_string()
+}
+
 /// `paycred audit -c CONFIG [--verify]` on a stopped server's store: whether it succeeded,
 /// its stdout (one JSON entry per line) and its stderr.
 pub fn audit_cli(server: &Server, verify: bool) -> (bool, String, String) {

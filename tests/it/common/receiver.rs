@@ -4,7 +4,7 @@
 //! open until the receiver is dropped, at most 30 s).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::upstream::{read_head, Recorded};
+use super::upstream::{read_head, tls_acceptor, Recorded};
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -34,15 +34,7 @@ impl Receiver {
     /// Serves with the certificate and key in `dir` (`srv.pem`, `srv.key`:
     /// [`super::tls_files`]), failing the first `fail_first` requests.
     pub fn start(dir: &std::path::Path, fail_first: usize) -> Receiver {
-        use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
-        let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
-        acceptor
-            .set_certificate_chain_file(dir.join("srv.pem"))
-            .unwrap();
-        acceptor
-            .set_private_key_file(dir.join("srv.key"), SslFiletype::PEM)
-            .unwrap();
-        let acceptor = Arc::new(acceptor.build());
+        let acceptor = Arc::new(tls_acceptor(&dir.join("srv.pem"), &dir.join("srv.key")));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared::default());
