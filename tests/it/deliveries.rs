@@ -491,3 +491,28 @@ fn two_instances_share_the_outbox_on_postgres() {
     assert_eq!((lost, duplicated), (0, 0));
     assert_eq!(receiver.requests().len(), events.len() + 5);
 }
+
+/// A redirect is a failed attempt, never followed: the receiver it points to gets nothing,
+/// and the event is delivered at the endpoint's own URL once it answers 200.
+#[test]
+fn a_redirect_is_not_followed() {
+    let tls = test_ca();
+    let server = server(tls.path(), "0.001", Backend::Sled);
+    let elsewhere = Receiver::start(tls.path(), 0);
+    let receiver = Receiver::start(tls.path(), 2);
+    receiver.fail_with(&format!(
+        "HTTP/1.1 302 Found\r\nLocation: {}\r\nContent-Length: 0\r\n\r\n",
+        elsewhere.url()
+    ));
+    endpoint(&server, &receiver.url());
+    card(&server, "user_1");
+    let events = event_ids(&server);
+    wait_delivered(&receiver, &events, 30);
+    assert_eq!(receiver.requests().len(), 3);
+    assert!(elsewhere.requests().is_empty());
+    assert!(eventually(Duration::from_secs(10), || deliveries_of(
+        &server, &events[0]
+    )[0]["status"]
+        == "delivered"));
+    assert_eq!(deliveries_of(&server, &events[0])[0]["attempts"], 3);
+}

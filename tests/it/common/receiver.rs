@@ -23,6 +23,8 @@ struct Shared {
     stop: AtomicBool,
     /// How long each answer waits, ms.
     delay_ms: AtomicUsize,
+    /// The answer to a failed request, when not a 500.
+    failure: Mutex<Option<String>>,
 }
 
 pub struct Receiver {
@@ -84,6 +86,11 @@ impl Receiver {
     pub fn set_delay(&self, d: Duration) {
         let ms = usize::try_from(d.as_millis()).unwrap_or(usize::MAX);
         self.shared.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Answers failed requests with `answer` (a whole HTTP/1.1 response) instead of a 500.
+    pub fn fail_with(&self, answer: &str) {
+        *self.shared.failure.lock().unwrap() = Some(answer.to_string());
     }
 
     /// Fails the next `n` requests (0: answers 200 from now on).
@@ -148,13 +155,15 @@ fn serve(conn: TcpStream, s: &Shared, acceptor: &openssl::ssl::SslAcceptor) {
             .fail_first
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
-        let answer: &[u8] = if fail {
-            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nfail"
+        let answer = if fail {
+            s.failure.lock().unwrap().clone().unwrap_or_else(|| {
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nfail".into()
+            })
         } else {
             s.ok.lock().unwrap().push(id);
-            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".into()
         };
-        if reader.get_mut().write_all(answer).is_err() {
+        if reader.get_mut().write_all(answer.as_bytes()).is_err() {
             return;
         }
     }
