@@ -516,3 +516,42 @@ fn a_redirect_is_not_followed() {
         == "delivered"));
     assert_eq!(deliveries_of(&server, &events[0])[0]["attempts"], 3);
 }
+
+/// kill -9 of paycred while an attempt waits for the receiver's answer: the answer is lost
+/// with the process, so after the restart the event is sent again with the same
+/// `webhook-id` (at least once: the receiver sees it twice and dedupes by that id).
+#[test]
+fn a_kill_during_an_attempt_sends_it_again() {
+    let tls = test_ca();
+    let mut server = server(tls.path(), "0.001", Backend::Sled);
+    let receiver = Receiver::start(tls.path(), 0);
+    receiver.set_delay(Duration::from_millis(1500));
+    endpoint(&server, &receiver.url());
+    card(&server, "user_1");
+    let events = event_ids(&server);
+    assert!(eventually(Duration::from_secs(30), || !receiver
+        .requests()
+        .is_empty()));
+    server.stop(true);
+    server.restart();
+    assert!(eventually(Duration::from_secs(30), || receiver
+        .delivered()
+        .len()
+        == 2));
+    let delivered = counts(&receiver.delivered());
+    let duplicated: usize = delivered.values().map(|n| n - 1).sum();
+    let lost = events
+        .iter()
+        .filter(|e| !delivered.contains_key(*e))
+        .count();
+    println!(
+        "kill -9 mid-attempt: sent {} events, delivered {}, duplicated {duplicated}, lost {lost}",
+        events.len(),
+        delivered.len(),
+    );
+    assert_eq!((delivered.len(), duplicated, lost), (1, 1, 0));
+    assert!(receiver
+        .requests()
+        .iter()
+        .all(|r| r.header("webhook-id") == Some(events[0].as_str())));
+}
