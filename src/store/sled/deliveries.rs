@@ -1,7 +1,8 @@
 //! Webhook deliveries ([`crate::store::deliveries`]) in two trees: `webhook_deliveries`, key
-//! the delivery's number (u64 BE, sled's id generator), value the record (JSON); and
-//! `webhook_due`, key the next attempt's time and the delivery's number (both u64 BE), one
-//! key per pending delivery, so the due ones are the tree's first range.
+//! `project \0`, the event's number and the delivery's (u64 BE, sled's id generator), so an
+//! event's deliveries are one range, value the record (JSON); and `webhook_due`, key the
+//! next attempt's time and the delivery's number (both u64 BE), value the delivery's key,
+//! one entry per pending delivery, so the due ones are the tree's first range.
 //!
 //! One process owns a sled store, so a claim is kept in memory only (the delivery's number
 //! and the end of its lease): claims never race another instance, and after a restart (or a
@@ -34,6 +35,13 @@ fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
     k
 }
 
+/// The key of `d` in `webhook_deliveries`.
+fn key(d: &DeliveryRecord) -> Vec<u8> {
+    let mut k = events::key(&d.project, d.event_seq);
+    k.extend_from_slice(&d.id.to_be_bytes());
+    k
+}
+
 fn decode(v: &[u8]) -> StoreResult<DeliveryRecord> {
     serde_json::from_slice(v).map_err(corrupt)
 }
@@ -48,9 +56,10 @@ fn put(
         d.id = all.generate_id()?.max(1);
     }
     let value = serde_json::to_vec(&*d).map_err(|e| abort(corrupt(e)))?;
-    all.insert(&d.id.to_be_bytes(), value)?;
+    let k = key(d);
+    all.insert(k.as_slice(), value)?;
     if d.status == DeliveryStatus::Pending {
-        due.insert(&due_key(d.next_micros, d.id), &[])?;
+        due.insert(&due_key(d.next_micros, d.id), k)?;
     }
     Ok(())
 }
@@ -135,12 +144,12 @@ impl Deliveries {
             if claimed.len() >= limit {
                 break;
             }
-            let (k, _) = item.map_err(unavailable)?;
+            let (k, at) = item.map_err(unavailable)?;
             let id = events::u64_at(&k, 8).ok_or_else(|| corrupt("bad webhook_due key"))?;
             if claims.get(&id).is_some_and(|until| *until > now_micros) {
                 continue;
             }
-            let Some(v) = self.all.get(id.to_be_bytes()).map_err(unavailable)? else {
+            let Some(v) = self.all.get(at).map_err(unavailable)? else {
                 continue;
             };
             let mut d = decode(&v)?;
@@ -161,10 +170,10 @@ impl Deliveries {
             return Ok(false);
         }
         claims.remove(&d.id);
-        let key = d.id.to_be_bytes();
+        let k = key(d);
         (&self.all, &self.due)
             .transaction(|(t_all, t_due)| {
-                let Some(v) = t_all.get(key)? else {
+                let Some(v) = t_all.get(k.as_slice())? else {
                     return Ok(false);
                 };
                 let stored = decode(&v).map_err(abort)?;
@@ -180,14 +189,11 @@ impl Deliveries {
 
     /// The deliveries of event `seq` of `project`, oldest first.
     pub fn of_event(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
-        let mut found = Vec::new();
-        for item in self.all.iter().values() {
-            let d = decode(&item.map_err(unavailable)?)?;
-            if d.event_seq == seq && d.project == project {
-                found.push(d);
-            }
-        }
-        Ok(found)
+        self.all
+            .scan_prefix(events::key(project, seq))
+            .values()
+            .map(|v| decode(&v.map_err(unavailable)?))
+            .collect()
     }
 
     /// How many are pending.
