@@ -555,3 +555,46 @@ fn a_kill_during_an_attempt_sends_it_again() {
         .iter()
         .all(|r| r.header("webhook-id") == Some(events[0].as_str())));
 }
+
+/// The URL passes the target guard again at each attempt, under the configuration running
+/// then: once a reload takes its host out of `allowed_hosts`, attempts are refused and the
+/// receiver gets nothing; once a reload puts it back, the next retry delivers.
+#[test]
+fn each_attempt_passes_the_target_guard_of_the_running_configuration() {
+    let tls = test_ca();
+    let server = server(tls.path(), "0.001", Backend::Sled);
+    let receiver = Receiver::start(tls.path(), 0);
+    endpoint(&server, &receiver.url());
+    let good = std::fs::read_to_string(&server.config_path).unwrap();
+    let reload = |server: &Server, yaml: &str, n: usize| {
+        std::fs::write(&server.config_path, yaml).unwrap();
+        server.signal("HUP");
+        // The log as written so far (the server keeps running).
+        assert!(eventually(Duration::from_secs(10), || {
+            std::fs::read_to_string(server.log_path())
+                .unwrap_or_default()
+                .matches("configuration reloaded")
+                .count()
+                == n
+        }));
+    };
+    let moved = good.replace(
+        "allowed_hosts: [localhost]\n",
+        "allowed_hosts: [hooks.example]\n",
+    );
+    assert_ne!(moved, good);
+    reload(&server, &moved, 1);
+    card(&server, "user_1");
+    let events = event_ids(&server);
+    assert!(
+        eventually(Duration::from_secs(30), || deliveries_of(
+            &server, &events[0]
+        )[0]["lastOutcome"]
+            == "refused"),
+        "{}",
+        deliveries_of(&server, &events[0])
+    );
+    assert!(receiver.requests().is_empty());
+    reload(&server, &good, 2);
+    wait_delivered(&receiver, &events, 60);
+}
