@@ -124,7 +124,7 @@ fn metric(server: &Server, name: &str) -> f64 {
 #[test]
 fn deliveries_verify_with_the_standardwebhooks_library() {
     let tls = test_ca();
-    let server = server(tls.path(), "0.001", Backend::Sled);
+    let mut server = server(tls.path(), "0.001", Backend::Sled);
     let receiver = Receiver::start(tls.path(), 0);
     let (_, secret) = endpoint(&server, &receiver.url());
     let pm = card(&server, "user_1");
@@ -180,6 +180,12 @@ fn deliveries_verify_with_the_standardwebhooks_library() {
     assert!(verify_all(&other, &deliveries)
         .iter()
         .all(|v| v.starts_with("invalid")));
+    // The log (debug level) names neither the secret, nor the URL's query, nor a signature.
+    let log = server.log();
+    let signature = deliveries[0]["signature"].as_str().unwrap().to_string();
+    for hidden in [secret.as_str(), "source=paycred", &signature[3..]] {
+        assert!(!log.contains(hidden), "{hidden} in the log");
+    }
 }
 
 /// Each delivery checked by `standardwebhooks.Webhook(secret).verify`: `valid` or
