@@ -131,7 +131,7 @@ pub struct DeliveryView {
     pub attempts: u32,
     /// The last attempt's outcome: `http_<status>`, or `timeout`, `connect`, `send`,
     /// `refused` (the URL no longer passes the target guard), `endpoint_deleted`,
-    /// `endpoint_disabled`.
+    /// `endpoint_disabled`, `project_removed` (no longer in the configuration).
     pub last_outcome: Option<String>,
     /// When the next attempt is due (pending deliveries).
     #[schema(format = DateTime)]
