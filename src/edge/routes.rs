@@ -36,6 +36,10 @@ pub enum Resource {
     WebhookEndpoint(String),
     /// `POST .../webhook-endpoints/:id/rotate-secret`
     WebhookEndpointRotate(String),
+    /// `POST .../events/:id/redeliver`
+    EventRedeliver(String),
+    /// `GET .../events/:id/deliveries`
+    EventDeliveries(String),
 }
 
 /// A matched path.
@@ -55,10 +59,11 @@ impl Route {
             | Resource::Metrics
             | Resource::OpenApi
             | Resource::ClientEncryptionKey
-            | Resource::Events => &[Method::GET],
+            | Resource::Events
+            | Resource::EventDeliveries(_) => &[Method::GET],
             Resource::WebhookEndpoints => &[Method::GET, Method::POST],
             Resource::WebhookEndpoint(_) => &[Method::GET, Method::DELETE],
-            Resource::WebhookEndpointRotate(_) => &[Method::POST],
+            Resource::WebhookEndpointRotate(_) | Resource::EventRedeliver(_) => &[Method::POST],
             Resource::Tokens => &[Method::POST],
             Resource::PaymentMethods => &[Method::GET, Method::POST],
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
@@ -97,7 +102,9 @@ impl Route {
             | Resource::Events
             | Resource::WebhookEndpoints
             | Resource::WebhookEndpoint(_)
-            | Resource::WebhookEndpointRotate(_) => &[],
+            | Resource::WebhookEndpointRotate(_)
+            | Resource::EventRedeliver(_)
+            | Resource::EventDeliveries(_) => &[],
         }
     }
 
@@ -130,6 +137,8 @@ impl Route {
             Resource::WebhookEndpoints => "webhook_endpoints",
             Resource::WebhookEndpoint(_) => "webhook_endpoint",
             Resource::WebhookEndpointRotate(_) => "webhook_endpoint_rotate",
+            Resource::EventRedeliver(_) => "event_redeliver",
+            Resource::EventDeliveries(_) => "event_deliveries",
         }
     }
 
@@ -181,6 +190,12 @@ pub fn route(path: &str) -> Option<Route> {
                 ["webhook-endpoints", id, "rotate-secret"] if valid_id(id) => {
                     Resource::WebhookEndpointRotate(id.to_string())
                 }
+                ["events", id, "redeliver"] if valid_id(id) => {
+                    Resource::EventRedeliver(id.to_string())
+                }
+                ["events", id, "deliveries"] if valid_id(id) => {
+                    Resource::EventDeliveries(id.to_string())
+                }
                 _ => return None,
             };
             Some(Route {
@@ -221,6 +236,14 @@ mod tests {
             (
                 "/projects/p1/sandbox/authorizations",
                 Resource::SandboxAuthorizations,
+            ),
+            (
+                "/projects/p1/events/evt_1/redeliver",
+                Resource::EventRedeliver("evt_1".into()),
+            ),
+            (
+                "/projects/p1/events/evt_1/deliveries",
+                Resource::EventDeliveries("evt_1".into()),
             ),
         ] {
             assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");

@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "events and webhook endpoints",
         include_str!("migrations/0005_events.sql"),
     ),
+    (
+        6,
+        "webhook deliveries",
+        include_str!("migrations/0006_webhook_deliveries.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).
