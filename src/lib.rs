@@ -7,6 +7,7 @@
 //! ```text
 //! cli/           the command line (`main.rs` only parses and calls it)
 //! server         start-up: store, keys, the pingora server
+//! delivery/      webhook delivery: the worker that sends the outbox's events
 //! edge/          the HTTP edge: the gateway's phase table, routing, rate limits,
 //!                idempotency, REST handling
 //! api/ proxy/    the handlers: REST resources; the proxy route and its forwarding
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod dev;
 pub mod domain;
 pub mod edge;

@@ -157,6 +157,11 @@ pub fn build_server(
     let live = Arc::new(ArcSwap::from_pointee(
         Live::new(app).map_err(StartError::Listener)?,
     ));
+    let running = Arc::downgrade(&live);
+    crate::delivery::spawn(Box::new(move || {
+        let live = running.upgrade()?.load_full();
+        Some((live.app.clone(), live.ca_roots.clone()))
+    }));
     Reloader::new(config_path.to_path_buf(), &live)
         .on_hangup()
         .map_err(|e| StartError::Listener(format!("SIGHUP handler: {e}")))?;

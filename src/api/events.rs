@@ -7,6 +7,11 @@
 //! a purchase intent with the status it had then), never with a card number, cvc or
 //! cryptogram. The list holds the events of the whole project (every entity), as a
 //! webhook endpoint receives them; it needs a private-role token.
+//!
+//! `POST …/events/:id/redeliver` queues a fresh delivery of an event to each enabled endpoint
+//! that takes its type (or, with `{"endpointId": …}`, to that endpoint alone), whatever
+//! became of its earlier deliveries; `GET …/events/:id/deliveries` shows them
+//! (`crate::delivery` sends them).
 
 use super::payment_methods::{listed_view, DEFAULT_LIMIT, MAX_LIMIT};
 use super::purchase_intents::IntentView;
@@ -111,4 +116,150 @@ pub async fn list(app: &App, principal: &Principal, query: Option<&str>) -> ApiR
         .map(|e| view(app, e))
         .collect::<ApiResult<Vec<_>>>()?;
     Response::json(200, &items)
+}
+
+/// Where one delivery of an event stands.
+#[derive(serde::Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = EventDelivery)]
+pub struct DeliveryView {
+    /// The webhook endpoint.
+    pub endpoint_id: String,
+    /// `pending`, `delivered` or `failed` (every attempt failed; see `redeliver`).
+    pub status: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last attempt's outcome: `http_<status>`, or `timeout`, `connect`, `send`,
+    /// `refused` (the URL no longer passes the target guard), `endpoint_deleted`,
+    /// `endpoint_disabled`, `project_removed` (no longer in the configuration).
+    pub last_outcome: Option<String>,
+    /// When the next attempt is due (pending deliveries).
+    #[schema(format = DateTime)]
+    pub next_attempt_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+}
+
+/// The redelivery body: every field optional.
+#[derive(ToSchema)]
+#[schema(as = RedeliverEvent, rename_all = "camelCase")]
+pub struct RedeliverBody {
+    /// Only to this webhook endpoint (which receives it whatever its `enabledEvents`);
+    /// without it, to every enabled endpoint that takes the event's type.
+    pub endpoint_id: Option<String>,
+}
+
+/// What a redelivery queued.
+#[derive(serde::Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Redelivery)]
+pub struct RedeliveryView {
+    pub event_id: String,
+    /// The endpoints a fresh delivery was queued for.
+    pub endpoint_ids: Vec<String>,
+}
+
+/// The project's event `id`, or 404.
+async fn find(app: &App, principal: &Principal, id: &str) -> ApiResult<EventRecord> {
+    principal.require_private()?;
+    let not_found = || ApiError::not_found("Event");
+    let seq = seq_of(id).ok_or_else(not_found)?;
+    app.store
+        .get_event(&principal.project, seq)
+        .await?
+        .ok_or_else(not_found)
+}
+
+/// Send an event again: a fresh delivery (same `webhook-id`) to each enabled endpoint that
+/// takes its type, or to the one endpoint named. The answer does not wait for it.
+#[utoipa::path(post, path = "/projects/{projectId}/events/{id}/redeliver",
+    operation_id = "redeliverEvent", request_body(content = Option<RedeliverBody>),
+    responses(
+        (status = 202, description = "Queued", body = RedeliveryView),
+        (status = 404, description = "No such event (or endpoint)", body = crate::error::Envelope),
+    ))]
+pub async fn redeliver(
+    app: &App,
+    principal: &Principal,
+    id: &str,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let event = find(app, principal, id).await?;
+    let named = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let obj = super::json_object(body)?;
+        let mut errors: BTreeMap<String, String> = obj
+            .keys()
+            .filter(|k| k.as_str() != "endpointId")
+            .map(|k| (k.clone(), "unknown field".to_string()))
+            .collect();
+        let named = match obj.get("endpointId") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(e)) => Some(e.clone()),
+            Some(_) => {
+                errors.insert("endpointId".into(), "must be a webhook endpoint id".into());
+                None
+            }
+        };
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_fields(errors));
+        }
+        named
+    };
+    let project = principal.project.as_str();
+    let endpoints: Vec<String> = match named {
+        Some(e) => match app.store.get_webhook_endpoint(project, &e).await? {
+            Some(rec) => vec![rec.id],
+            None => return Err(ApiError::not_found("Webhook endpoint")),
+        },
+        None => app
+            .store
+            .list_webhook_endpoints(project)
+            .await?
+            .into_iter()
+            .filter(|e| crate::store::deliveries::sends(e, &event.event.kind))
+            .map(|e| e.id)
+            .collect(),
+    };
+    app.store
+        .queue_deliveries(project, event.seq, &endpoints, app.now_micros())
+        .await?;
+    let audit = crate::service::audit_event(app, principal, "event.redeliver", id);
+    app.store.append_audit(audit).await?;
+    Response::json(
+        202,
+        &RedeliveryView {
+            event_id: event.id(),
+            endpoint_ids: endpoints,
+        },
+    )
+}
+
+/// The deliveries of an event, oldest first.
+#[utoipa::path(get, path = "/projects/{projectId}/events/{id}/deliveries",
+    operation_id = "listEventDeliveries",
+    responses(
+        (status = 200, description = "The event's deliveries", body = [DeliveryView]),
+        (status = 404, description = "No such event", body = crate::error::Envelope),
+    ))]
+pub async fn deliveries(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
+    let event = find(app, principal, id).await?;
+    let list = app
+        .store
+        .list_deliveries(&principal.project, event.seq)
+        .await?;
+    let views: Vec<DeliveryView> = list
+        .iter()
+        .map(|d| DeliveryView {
+            endpoint_id: d.endpoint_id.clone(),
+            status: d.status.as_str().to_string(),
+            attempts: d.attempts,
+            last_outcome: d.last_outcome.clone(),
+            next_attempt_at: (d.status == crate::store::DeliveryStatus::Pending)
+                .then(|| iso8601(from_micros(d.next_micros))),
+            created_at: iso8601(from_micros(d.created_micros)),
+        })
+        .collect();
+    Response::json(200, &views)
 }

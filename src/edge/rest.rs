@@ -125,6 +125,18 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
             passkeys::registration_options(app, req.principal, body).await
         }
         (Resource::Passkey(id), &Method::DELETE) => passkeys::delete(app, req.principal, id).await,
+        (Resource::EventRedeliver(id), &Method::POST) => {
+            events::redeliver(
+                app,
+                req.principal,
+                id,
+                req.body.as_deref().unwrap_or_default(),
+            )
+            .await
+        }
+        (Resource::EventDeliveries(id), &Method::GET) => {
+            events::deliveries(app, req.principal, id).await
+        }
         _ => Err(ApiError::method_not_allowed(&req.route.allow_header())),
     }
 }

@@ -42,6 +42,10 @@ pub enum Resource {
     PasskeyRegistrationOptions,
     /// `DELETE .../passkeys/:id`
     Passkey(String),
+    /// `POST .../events/:id/redeliver`
+    EventRedeliver(String),
+    /// `GET .../events/:id/deliveries`
+    EventDeliveries(String),
 }
 
 /// A matched path.
@@ -61,10 +65,11 @@ impl Route {
             | Resource::Metrics
             | Resource::OpenApi
             | Resource::ClientEncryptionKey
-            | Resource::Events => &[Method::GET],
+            | Resource::Events
+            | Resource::EventDeliveries(_) => &[Method::GET],
             Resource::WebhookEndpoints => &[Method::GET, Method::POST],
             Resource::WebhookEndpoint(_) => &[Method::GET, Method::DELETE],
-            Resource::WebhookEndpointRotate(_) => &[Method::POST],
+            Resource::WebhookEndpointRotate(_) | Resource::EventRedeliver(_) => &[Method::POST],
             Resource::Passkeys => &[Method::GET, Method::POST],
             Resource::PasskeyRegistrationOptions => &[Method::POST],
             Resource::Passkey(_) => &[Method::DELETE],
@@ -109,7 +114,9 @@ impl Route {
             | Resource::Events
             | Resource::WebhookEndpoints
             | Resource::WebhookEndpoint(_)
-            | Resource::WebhookEndpointRotate(_) => &[],
+            | Resource::WebhookEndpointRotate(_)
+            | Resource::EventRedeliver(_)
+            | Resource::EventDeliveries(_) => &[],
         }
     }
 
@@ -145,6 +152,8 @@ impl Route {
             Resource::Passkeys => "passkeys",
             Resource::PasskeyRegistrationOptions => "passkey_registration_options",
             Resource::Passkey(_) => "passkey",
+            Resource::EventRedeliver(_) => "event_redeliver",
+            Resource::EventDeliveries(_) => "event_deliveries",
         }
     }
 
@@ -199,6 +208,12 @@ pub fn route(path: &str) -> Option<Route> {
                 ["passkeys"] => Resource::Passkeys,
                 ["passkeys", "registration-options"] => Resource::PasskeyRegistrationOptions,
                 ["passkeys", id] if valid_id(id) => Resource::Passkey(id.to_string()),
+                ["events", id, "redeliver"] if valid_id(id) => {
+                    Resource::EventRedeliver(id.to_string())
+                }
+                ["events", id, "deliveries"] if valid_id(id) => {
+                    Resource::EventDeliveries(id.to_string())
+                }
                 _ => return None,
             };
             Some(Route {
@@ -248,6 +263,14 @@ mod tests {
             (
                 "/tenants/p1/passkeys/pk_1",
                 Resource::Passkey("pk_1".into()),
+            ),
+            (
+                "/projects/p1/events/evt_1/redeliver",
+                Resource::EventRedeliver("evt_1".into()),
+            ),
+            (
+                "/projects/p1/events/evt_1/deliveries",
+                Resource::EventDeliveries("evt_1".into()),
             ),
         ] {
             assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");

@@ -7,6 +7,7 @@
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -54,7 +55,19 @@ pub struct Metrics {
     target_errors: Family<KindLabel, Counter>,
     templates: Counter,
     guarded: Family<ActionLabel, Counter>,
+    webhook_deliveries: Family<OutcomeLabel, Counter>,
+    webhook_attempt_latency: Histogram,
+    webhook_pending: Gauge,
 }
+
+/// A webhook delivery attempt's outcome (`delivered`, `retry`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+/// Webhook attempt buckets, seconds (an attempt may take up to its 10 s timeout).
+const WEBHOOK_BUCKETS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// What the response guard did to an answer (`mask`, `refuse`, `cut`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +104,9 @@ impl Default for Metrics {
             target_errors: Family::default(),
             templates: Counter::default(),
             guarded: Family::default(),
+            webhook_deliveries: Family::default(),
+            webhook_attempt_latency: Histogram::new(WEBHOOK_BUCKETS),
+            webhook_pending: Gauge::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -128,6 +144,26 @@ impl Default for Metrics {
             "Proxy: target answers the response guard masked, refused (502) or cut, by action",
             m.guarded.clone(),
         );
+        registry.register(
+            "paycred_webhook_deliveries",
+            "Webhook delivery attempts by outcome: delivered, retry (to be tried again) or failed (no attempt left)",
+            m.webhook_deliveries.clone(),
+        );
+        registry.register(
+            "paycred_webhook_attempt_duration_seconds",
+            "Webhook delivery attempts: time from the connection to the endpoint's answer",
+            m.webhook_attempt_latency.clone(),
+        );
+        registry.register(
+            "paycred_webhook_outbox_pending",
+            "Webhook deliveries pending (due, waiting for a retry, or being sent)",
+            m.webhook_pending.clone(),
+        );
+        for outcome in ["delivered", "retry", "failed"] {
+            let _ = m
+                .webhook_deliveries
+                .get_or_create(&OutcomeLabel { outcome });
+        }
         for action in ["mask", "refuse", "cut"] {
             let _ = m.guarded.get_or_create(&ActionLabel { action });
         }
@@ -185,6 +221,21 @@ impl Metrics {
         self.guarded.get_or_create(&ActionLabel { action }).inc();
     }
 
+    /// Records one webhook delivery attempt: its outcome (`delivered`, `retry` or `failed`)
+    /// and how long it took.
+    pub fn record_webhook(&self, outcome: &'static str, elapsed: Duration) {
+        self.webhook_deliveries
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+        self.webhook_attempt_latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Sets how many webhook deliveries are pending.
+    pub fn set_webhook_pending(&self, pending: u64) {
+        self.webhook_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+    }
+
     /// The exposition text; `extra` adds counters owned elsewhere, as (exposed name, help,
     /// value).
     pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
@@ -216,6 +267,8 @@ mod tests {
         m.record_proxy(200, Some(Duration::from_millis(2)), false, 2);
         m.record_proxy(502, Some(Duration::from_millis(2)), true, 0);
         m.record_guard("mask");
+        m.record_webhook("retry", Duration::from_millis(20));
+        m.set_webhook_pending(3);
         let text = m.render(&[("paycred_store_flushes_total", "Flushes.", 7)]);
         for line in [
             "# HELP paycred_requests_total Requests answered, by route and status.",
@@ -233,6 +286,10 @@ mod tests {
             "paycred_templates_substituted_total 2",
             "paycred_response_guard_total{action=\"mask\"} 1",
             "paycred_response_guard_total{action=\"cut\"} 0",
+            "paycred_webhook_deliveries_total{outcome=\"retry\"} 1",
+            "paycred_webhook_deliveries_total{outcome=\"delivered\"} 0",
+            "paycred_webhook_attempt_duration_seconds_count 1",
+            "paycred_webhook_outbox_pending 3",
             "# HELP paycred_store_flushes_total Flushes.",
             "# TYPE paycred_store_flushes_total counter",
             "paycred_store_flushes_total 7",

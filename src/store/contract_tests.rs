@@ -539,8 +539,8 @@ async fn changes_write_their_events(store: Arc<dyn Store>) {
 
 /// Webhook endpoints: stored once per id, replaced only while stored, listed newest first,
 /// per project.
-async fn webhook_endpoints_are_kept_per_project(store: Arc<dyn Store>) {
-    let endpoint = |id: &str, created: i64| WebhookEndpointRecord {
+fn endpoint(id: &str, created: i64) -> WebhookEndpointRecord {
+    WebhookEndpointRecord {
         id: id.into(),
         project: SCOPE.project.into(),
         url: "https://hooks.example/in".into(),
@@ -552,7 +552,10 @@ async fn webhook_endpoints_are_kept_per_project(store: Arc<dyn Store>) {
             sealed: Sealed::from_stored("dk1.sealed-secret"),
             expires_micros: None,
         }],
-    };
+    }
+}
+
+async fn webhook_endpoints_are_kept_per_project(store: Arc<dyn Store>) {
     let a = endpoint("we_a", 1);
     assert!(store
         .put_webhook_endpoint(&a, false, ev("w"))
@@ -709,6 +712,99 @@ async fn passkeys_and_webauthn_states(store: Arc<dyn Store>) {
     );
 }
 
+/// The webhook outbox: every event fans out once, to the enabled endpoints that take its
+/// type; a claim leases a due delivery to one claimant, and only that claim records it.
+async fn the_webhook_outbox_fans_out_and_leases(store: Arc<dyn Store>) {
+    let all = endpoint("we_all", 1);
+    let mut pm_only = endpoint("we_pm", 2);
+    pm_only.enabled_events = vec![events::PM_DELETED.into()];
+    let mut off = endpoint("we_off", 3);
+    off.enabled = false;
+    for e in [&all, &pm_only, &off] {
+        store.put_webhook_endpoint(e, false, ev("w")).await.unwrap();
+    }
+    store
+        .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+        .await
+        .unwrap();
+    store
+        .delete_payment_method(SCOPE, "pm_a", ev("d"))
+        .await
+        .unwrap();
+    let q = EventQuery {
+        project: "p1",
+        before: None,
+        kind: None,
+        limit: 10,
+    };
+    let listed = store.list_events(q).await.unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let (deleted, created) = (listed[0].seq, listed[1].seq);
+    assert_eq!(
+        store.get_event("p1", created).await.unwrap(),
+        Some(listed[1].clone())
+    );
+    assert!(store.get_event("p2", created).await.unwrap().is_none());
+    // Two markers, fanned out once.
+    assert_eq!(store.fan_out_events(10, 1).await.unwrap(), 1);
+    assert_eq!(store.fan_out_events(10, 10).await.unwrap(), 1);
+    assert_eq!(store.fan_out_events(10, 10).await.unwrap(), 0);
+    let ids = |ds: Vec<DeliveryRecord>| {
+        let mut ids: Vec<String> = ds.into_iter().map(|d| d.endpoint_id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(store.list_deliveries("p1", created).await.unwrap()),
+        ["we_all"]
+    );
+    assert_eq!(
+        ids(store.list_deliveries("p1", deleted).await.unwrap()),
+        ["we_all", "we_pm"]
+    );
+    assert_eq!(store.deliveries_pending().await.unwrap(), 3);
+    // Not due yet; then due, claimed once (one endpoint skipped), leased until 100.
+    assert!(store
+        .claim_deliveries(5, 100, &[], 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let claimed = store
+        .claim_deliveries(20, 100, &["we_pm".to_string()], 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(claimed.clone()), ["we_all", "we_all"]);
+    assert!(claimed.iter().all(|d| d.next_micros == 100));
+    assert!(store
+        .claim_deliveries(20, 200, &["we_pm".to_string()], 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let mut done = claimed[0].clone();
+    done.attempts = 1;
+    done.status = DeliveryStatus::Delivered;
+    done.last_outcome = Some("http_200".into());
+    assert!(!store.record_delivery(&done, 99).await.unwrap());
+    assert!(store.record_delivery(&done, 100).await.unwrap());
+    assert!(!store.record_delivery(&done, 100).await.unwrap());
+    assert_eq!(store.deliveries_pending().await.unwrap(), 2);
+    // The other claim was never recorded: due again once its lease is over.
+    let again = store.claim_deliveries(150, 300, &[], 10).await.unwrap();
+    assert_eq!(ids(again.clone()), ["we_all", "we_pm"]);
+    assert!(again.iter().any(|d| d.id == claimed[1].id));
+    // A redelivery is a fresh pending delivery.
+    store
+        .queue_deliveries("p1", done.event_seq, &["we_pm".to_string()], 400)
+        .await
+        .unwrap();
+    let all_of = store.list_deliveries("p1", done.event_seq).await.unwrap();
+    assert_eq!(all_of.len(), 2, "{all_of:?}");
+    let stored = all_of.iter().find(|d| d.id == done.id).unwrap();
+    assert_eq!(stored.status, DeliveryStatus::Delivered);
+    assert_eq!(stored.last_outcome.as_deref(), Some("http_200"));
+    assert_eq!(store.deliveries_pending().await.unwrap(), 3);
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -736,5 +832,6 @@ on_both!(
     intents_end_once_and_keep_no_credential,
     changes_write_their_events,
     webhook_endpoints_are_kept_per_project,
-    passkeys_and_webauthn_states
+    passkeys_and_webauthn_states,
+    the_webhook_outbox_fans_out_and_leases
 );

@@ -369,6 +369,67 @@ impl Store for FaultyStore {
         self.inner.remac_audit_head()
     }
 
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<super::EventRecord>> {
+        self.read()?;
+        self.inner.get_event(project, seq).await
+    }
+
+    async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
+        self.write()?;
+        self.inner.fan_out_events(now_micros, limit).await
+    }
+
+    async fn queue_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        self.write()?;
+        self.inner
+            .queue_deliveries(project, seq, endpoints, now_micros)
+            .await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<super::DeliveryRecord>> {
+        self.write()?;
+        self.inner
+            .claim_deliveries(now_micros, lease_until_micros, skip, limit)
+            .await
+    }
+
+    async fn record_delivery(
+        &self,
+        delivery: &super::DeliveryRecord,
+        claimed_until_micros: i64,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner
+            .record_delivery(delivery, claimed_until_micros)
+            .await
+    }
+
+    async fn list_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+    ) -> StoreResult<Vec<super::DeliveryRecord>> {
+        self.read()?;
+        self.inner.list_deliveries(project, seq).await
+    }
+
+    async fn deliveries_pending(&self) -> StoreResult<u64> {
+        self.read()?;
+        self.inner.deliveries_pending().await
+    }
+
     async fn put_passkey(
         &self,
         passkey: &super::PasskeyRecord,

@@ -11,6 +11,7 @@
 #[cfg(test)]
 mod contract_tests;
 pub mod copy;
+pub mod deliveries;
 pub mod events;
 #[cfg(any(test, feature = "test-support"))]
 pub mod faulty;
@@ -26,6 +27,7 @@ use crate::error::ApiError;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+pub use deliveries::{DeliveryRecord, DeliveryStatus};
 pub use events::{EventQuery, EventRecord, NewEvent};
 pub use postgres::PgStore;
 pub use records::*;
@@ -426,4 +428,49 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
         now_micros: i64,
     ) -> StoreResult<Option<WebauthnStateRecord>>;
+
+    /// One event of the project, by its sequence number.
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<EventRecord>>;
+
+    /// Turns up to `limit` fan-out markers into pending deliveries, one per endpoint of the
+    /// event's project that [`deliveries::sends`] its type, each marker removed in the
+    /// transaction that writes its deliveries ([`deliveries`]); how many events it fanned
+    /// out. Durable when it returns.
+    async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize>;
+
+    /// Queues a fresh pending delivery of event `seq` to each of `endpoints`, due at
+    /// `now_micros` (a redelivery). Durable when it returns.
+    async fn queue_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()>;
+
+    /// Claims up to `limit` pending deliveries due at `now_micros`, none to an endpoint of
+    /// `skip`: each one's next attempt moves to `lease_until_micros`, which the returned
+    /// records carry. Several instances claim each delivery once; a claim not recorded by
+    /// the end of its lease (or, on a store one process owns, after a restart) is due again.
+    async fn claim_deliveries(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// Stores an attempt's outcome (`delivery` as it is now) if the claim that leased it
+    /// until `claimed_until_micros` still holds; whether it did. Durable when it returns.
+    async fn record_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        claimed_until_micros: i64,
+    ) -> StoreResult<bool>;
+
+    /// The deliveries of one event, oldest first.
+    async fn list_deliveries(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// How many deliveries are pending (claimed ones included).
+    async fn deliveries_pending(&self) -> StoreResult<u64>;
 }

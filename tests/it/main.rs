@@ -21,6 +21,7 @@ mod client_encryption;
 mod cors;
 mod crash;
 mod credential_end;
+mod deliveries;
 mod errors;
 mod events;
 mod files;

@@ -203,15 +203,7 @@ fn the_url_passes_the_target_guard_and_bad_bodies_are_named() {
 #[test]
 fn signatures_verify_with_the_standardwebhooks_library() {
     use paycred::domain::webhook::{shown_secret, signature_header};
-    let venv = std::process::Command::new("./scripts/webhooks-venv")
-        .output()
-        .unwrap();
-    assert!(
-        venv.status.success(),
-        "{}",
-        String::from_utf8_lossy(&venv.stderr)
-    );
-    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let python = webhooks_python();
     let (old, new, other) = ([7u8; 32], [42u8; 32], [9u8; 32]);
     let body =
         r#"{"id":"evt_000000000000002a","type":"payment_method.created","data":{"id":"pm_1"}}"#;

@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "events and webhook endpoints",
         include_str!("migrations/0005_events.sql"),
     ),
+    (
+        6,
+        "webhook deliveries",
+        include_str!("migrations/0006_webhook_deliveries.sql"),
+    ),
     (7, "passkeys", include_str!("migrations/0007_passkeys.sql")),
 ];
 

@@ -33,6 +33,7 @@
 //! [`StoreError::Unavailable`] (`503 storeUnavailable`) when the database does not answer.
 
 pub mod audit;
+mod deliveries;
 mod intent_end;
 pub mod migrations;
 #[cfg(any(test, feature = "test-support"))]
@@ -703,7 +704,8 @@ pub(super) async fn write_events(
 ) -> StoreResult<()> {
     for e in events {
         timed(tx.execute(
-            "INSERT INTO events (project, type, event) VALUES ($1, $2, $3)",
+            "WITH e AS (INSERT INTO events (project, type, event) VALUES ($1, $2, $3) \
+             RETURNING seq) INSERT INTO webhook_fanout (seq) SELECT seq FROM e",
             &[&e.project, &e.kind, &json(e)?],
         ))
         .await?;
@@ -1644,6 +1646,54 @@ impl Store for PgStore {
         let state: Option<crate::store::WebauthnStateRecord> =
             row.map(|r| from_json(r.get(0))).transpose()?;
         Ok(state.filter(|s| s.expires_micros > now_micros))
+    }
+
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<EventRecord>> {
+        deliveries::get_event(&self.pool, project, seq).await
+    }
+
+    async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
+        deliveries::fan_out(&self.pool, now_micros, limit).await
+    }
+
+    async fn queue_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        deliveries::queue(&self.pool, project, seq, endpoints, now_micros).await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<crate::store::DeliveryRecord>> {
+        deliveries::claim(&self.pool, now_micros, lease_until_micros, skip, limit).await
+    }
+
+    async fn record_delivery(
+        &self,
+        delivery: &crate::store::DeliveryRecord,
+        claimed_until_micros: i64,
+    ) -> StoreResult<bool> {
+        deliveries::record(&self.pool, delivery, claimed_until_micros).await
+    }
+
+    async fn list_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+    ) -> StoreResult<Vec<crate::store::DeliveryRecord>> {
+        deliveries::of_event(&self.pool, project, seq).await
+    }
+
+    async fn deliveries_pending(&self) -> StoreResult<u64> {
+        deliveries::pending(&self.pool).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod audit_outbox;
 pub mod card_tokens;
+pub mod deliveries;
 pub mod events;
 pub mod group_commit;
 pub mod idempotency;
@@ -70,6 +71,8 @@ pub struct SledStore {
     /// Passkeys and WebAuthn ceremony states ([`passkeys`]).
     passkeys: sled::Tree,
     webauthn_states: sled::Tree,
+    /// Webhook deliveries ([`deliveries`]).
+    deliveries: deliveries::Deliveries,
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
@@ -140,6 +143,7 @@ impl SledStore {
             webhooks: tree("webhooks")?,
             passkeys: tree("passkeys")?,
             webauthn_states: tree("webauthn_states")?,
+            deliveries: deliveries::Deliveries::open(&db)?,
             audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
             head_keys: keys_kept,
             commit,
@@ -927,14 +931,7 @@ impl Store for SledStore {
         &self,
         project: &str,
     ) -> StoreResult<Vec<crate::store::WebhookEndpointRecord>> {
-        let mut all = self
-            .webhooks
-            .scan_prefix(keys::webhook(project, ""))
-            .values()
-            .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
-            .collect::<StoreResult<Vec<crate::store::WebhookEndpointRecord>>>()?;
-        all.sort_by(|a, b| (b.created_micros, &b.id).cmp(&(a.created_micros, &a.id)));
-        Ok(all)
+        endpoints_of(&self.webhooks, project)
     }
 
     async fn delete_webhook_endpoint(
@@ -1045,6 +1042,82 @@ impl Store for SledStore {
         self.durable().await?;
         Ok(taken)
     }
+
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<EventRecord>> {
+        events::get(&self.events, project, seq)
+    }
+
+    async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
+        let webhooks = &self.webhooks;
+        let n = self.deliveries.fan_out(
+            &self.events,
+            |project| endpoints_of(webhooks, project),
+            now_micros,
+            limit,
+        )?;
+        if n > 0 {
+            self.durable().await?;
+        }
+        Ok(n)
+    }
+
+    async fn queue_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        self.deliveries.queue(project, seq, endpoints, now_micros)?;
+        self.durable().await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<crate::store::DeliveryRecord>> {
+        self.deliveries
+            .claim(now_micros, lease_until_micros, skip, limit)
+    }
+
+    async fn record_delivery(
+        &self,
+        delivery: &crate::store::DeliveryRecord,
+        claimed_until_micros: i64,
+    ) -> StoreResult<bool> {
+        let recorded = self.deliveries.record(delivery, claimed_until_micros)?;
+        self.durable().await?;
+        Ok(recorded)
+    }
+
+    async fn list_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+    ) -> StoreResult<Vec<crate::store::DeliveryRecord>> {
+        self.deliveries.of_event(project, seq)
+    }
+
+    async fn deliveries_pending(&self) -> StoreResult<u64> {
+        Ok(self.deliveries.pending())
+    }
+}
+
+/// The project's webhook endpoints in `tree`, newest first.
+fn endpoints_of(
+    tree: &sled::Tree,
+    project: &str,
+) -> StoreResult<Vec<crate::store::WebhookEndpointRecord>> {
+    let mut all = tree
+        .scan_prefix(keys::webhook(project, ""))
+        .values()
+        .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
+        .collect::<StoreResult<Vec<crate::store::WebhookEndpointRecord>>>()?;
+    all.sort_by(|a, b| (b.created_micros, &b.id).cmp(&(a.created_micros, &a.id)));
+    Ok(all)
 }
 
 impl Drop for SledStore {

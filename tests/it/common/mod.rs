@@ -2,6 +2,7 @@
 //! dir, master key and JWT keys, and talks HTTP to it.
 
 pub mod chunked;
+pub mod receiver;
 pub mod tls;
 pub mod upstream;
 
@@ -131,6 +132,8 @@ pub struct Options {
     /// Serve HTTPS on `listen` with a certificate for `localhost` from a test CA made in the
     /// server's directory (`ca.pem`); [`Server::base`] is then `https://localhost:PORT`.
     pub tls: bool,
+    /// Environment variables of the server process.
+    pub env: Vec<(&'static str, String)>,
 }
 
 /// Which store a test server uses.
@@ -162,6 +165,7 @@ impl Default for Options {
             backend: Backend::Sled,
             master_key: None,
             tls: false,
+            env: Vec::new(),
         }
     }
 }
@@ -190,6 +194,7 @@ pub struct Server {
     pub master_key: String,
     /// The test CA that signed the listener's certificate, when it serves TLS.
     pub ca: Option<PathBuf>,
+    env: Vec<(&'static str, String)>,
 }
 
 pub fn free_port() -> u16 {
@@ -253,6 +258,7 @@ impl Server {
             database_url,
             master_key,
             ca: None,
+            env: opts.env.clone(),
         };
         if opts.tls {
             tls_files(server.dir.path());
@@ -350,6 +356,7 @@ impl Server {
             .env("RUST_LOG", &self.log_level)
             .env_remove("PAYCRED_MASTER_KEY")
             .env_remove("PAYCRED_LISTEN")
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -658,6 +665,18 @@ pub fn card_body(entity: &str, number: &str, cvc: &str) -> Value {
         "entityId": entity,
         "card": {"number": number, "expirationMonth": "12", "expirationYear": "2031", "cvc": cvc}
     })
+}
+
+/// The python of the venv holding Python's `standardwebhooks` (`scripts/webhooks-venv`,
+/// which creates it the first time).
+pub fn webhooks_python() -> String {
+    let venv = Command::new("./scripts/webhooks-venv").output().unwrap();
+    assert!(
+        venv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    String::from_utf8_lossy(&venv.stdout).trim().to_string()
 }
 
 /// `paycred audit -c CONFIG [--verify]` on a stopped server's store: whether it succeeded,

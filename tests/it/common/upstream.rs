@@ -330,6 +330,18 @@ fn answer_each(conn: TcpStream, answer: &[u8], after: AfterAnswer, s: &Shared) {
     }
 }
 
+/// A TLS acceptor (Mozilla's intermediate profile) with the PEM certificate chain and key at
+/// these paths.
+pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> openssl::ssl::SslAcceptor {
+    use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+    let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
+    acceptor.set_certificate_chain_file(cert).unwrap();
+    acceptor
+        .set_private_key_file(key, SslFiletype::PEM)
+        .unwrap();
+    acceptor.build()
+}
+
 /// An HTTPS target that keeps connections open: every request (head only; bodyless requests)
 /// is answered `200` with a `Content-Length`, so a proxy pools the connection.
 pub struct KeepAliveTls {
@@ -340,13 +352,8 @@ pub struct KeepAliveTls {
 impl KeepAliveTls {
     /// Serves with the PEM certificate chain and key at these paths.
     pub fn start(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
-        use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
-        let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls()).unwrap();
-        acceptor.set_certificate_chain_file(cert).unwrap();
-        acceptor
-            .set_private_key_file(key, SslFiletype::PEM)
-            .unwrap();
-        let acceptor: &'static SslAcceptor = Box::leak(Box::new(acceptor.build()));
+        let acceptor: &'static openssl::ssl::SslAcceptor =
+            Box::leak(Box::new(tls_acceptor(cert, key)));
         let (port, shared) = listen(move |conn, s| {
             conn.set_read_timeout(Some(Duration::from_secs(30)))
                 .unwrap();

@@ -1,0 +1,201 @@
+//! Webhook deliveries on PostgreSQL ([`crate::store::deliveries`]): `webhook_fanout` holds
+//! the markers written with each event, `webhook_deliveries` the deliveries. Fan-out and
+//! claims lock their rows `FOR UPDATE SKIP LOCKED`, so instances sharing the database take
+//! each marker and each due delivery once; a claim is a lease (`next_micros` moved to its
+//! end) that expires by itself if its instance dies.
+
+use super::{client, from_json, timed};
+use crate::store::deliveries::{sends, DeliveryRecord, DeliveryStatus};
+use crate::store::{corrupt, EventRecord, StoreResult, WebhookEndpointRecord};
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
+
+const COLUMNS: &str =
+    "id, project, event_seq, endpoint_id, attempts, next_micros, status, last_outcome, created_micros";
+
+fn record_of(row: &Row) -> StoreResult<DeliveryRecord> {
+    let status: &str = row.get("status");
+    Ok(DeliveryRecord {
+        id: u64::try_from(row.get::<_, i64>("id")).unwrap_or(0),
+        project: row.get("project"),
+        event_seq: u64::try_from(row.get::<_, i64>("event_seq")).unwrap_or(0),
+        endpoint_id: row.get("endpoint_id"),
+        attempts: u32::try_from(row.get::<_, i32>("attempts")).unwrap_or(0),
+        next_micros: row.get("next_micros"),
+        status: DeliveryStatus::parse(status).ok_or_else(|| corrupt("unknown delivery status"))?,
+        last_outcome: row.get("last_outcome"),
+        created_micros: row.get("created_micros"),
+    })
+}
+
+fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+async fn insert(
+    tx: &tokio_postgres::Transaction<'_>,
+    project: &str,
+    seq: u64,
+    endpoints: &[String],
+    now_micros: i64,
+) -> StoreResult<()> {
+    for endpoint in endpoints {
+        timed(tx.execute(
+            "INSERT INTO webhook_deliveries (project, event_seq, endpoint_id, attempts, \
+             next_micros, status, created_micros) VALUES ($1, $2, $3, 0, $4, 'pending', $4)",
+            &[&project, &seq_i64(seq), endpoint, &now_micros],
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
+/// One event of a project.
+pub(super) async fn get_event(
+    pool: &Pool,
+    project: &str,
+    seq: u64,
+) -> StoreResult<Option<EventRecord>> {
+    let c = client(pool).await?;
+    let row = timed(c.query_opt(
+        "SELECT event FROM events WHERE project = $1 AND seq = $2",
+        &[&project, &seq_i64(seq)],
+    ))
+    .await?;
+    row.map(|r| {
+        Ok(EventRecord {
+            seq,
+            event: from_json(r.get(0))?,
+        })
+    })
+    .transpose()
+}
+
+/// [`crate::store::Store::fan_out_events`]: one transaction for up to `limit` markers.
+pub(super) async fn fan_out(pool: &Pool, now_micros: i64, limit: usize) -> StoreResult<usize> {
+    let mut c = client(pool).await?;
+    let tx = timed(c.transaction()).await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let markers = timed(tx.query(
+        "SELECT f.seq, e.project, e.type FROM webhook_fanout f JOIN events e ON e.seq = f.seq \
+         ORDER BY f.seq LIMIT $1 FOR UPDATE OF f SKIP LOCKED",
+        &[&limit],
+    ))
+    .await?;
+    for row in &markers {
+        let (seq, project, kind): (i64, String, String) = (row.get(0), row.get(1), row.get(2));
+        let endpoints: Vec<String> = timed(tx.query(
+            "SELECT record FROM webhook_endpoints WHERE project = $1",
+            &[&project],
+        ))
+        .await?
+        .into_iter()
+        .map(|r| from_json::<WebhookEndpointRecord>(r.get(0)))
+        .collect::<StoreResult<Vec<_>>>()?
+        .into_iter()
+        .filter(|e| sends(e, &kind))
+        .map(|e| e.id)
+        .collect();
+        insert(
+            &tx,
+            &project,
+            u64::try_from(seq).unwrap_or(0),
+            &endpoints,
+            now_micros,
+        )
+        .await?;
+        timed(tx.execute("DELETE FROM webhook_fanout WHERE seq = $1", &[&seq])).await?;
+    }
+    timed(tx.commit()).await?;
+    Ok(markers.len())
+}
+
+/// [`crate::store::Store::queue_deliveries`].
+pub(super) async fn queue(
+    pool: &Pool,
+    project: &str,
+    seq: u64,
+    endpoints: &[String],
+    now_micros: i64,
+) -> StoreResult<()> {
+    let mut c = client(pool).await?;
+    let tx = timed(c.transaction()).await?;
+    insert(&tx, project, seq, endpoints, now_micros).await?;
+    timed(tx.commit()).await
+}
+
+/// [`crate::store::Store::claim_deliveries`].
+pub(super) async fn claim(
+    pool: &Pool,
+    now_micros: i64,
+    lease_until_micros: i64,
+    skip: &[String],
+    limit: usize,
+) -> StoreResult<Vec<DeliveryRecord>> {
+    let c = client(pool).await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = timed(c.query(
+        &format!(
+            "UPDATE webhook_deliveries SET next_micros = $2 WHERE id IN (\
+             SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_micros <= $1 \
+             AND NOT (endpoint_id = ANY($3)) ORDER BY next_micros LIMIT $4 \
+             FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}"
+        ),
+        &[&now_micros, &lease_until_micros, &skip, &limit],
+    ))
+    .await?;
+    rows.iter().map(record_of).collect()
+}
+
+/// [`crate::store::Store::record_delivery`].
+pub(super) async fn record(
+    pool: &Pool,
+    d: &DeliveryRecord,
+    claimed_until_micros: i64,
+) -> StoreResult<bool> {
+    let c = client(pool).await?;
+    let attempts = i32::try_from(d.attempts).unwrap_or(i32::MAX);
+    let n = timed(c.execute(
+        "UPDATE webhook_deliveries SET attempts = $3, next_micros = $4, status = $5, \
+         last_outcome = $6 WHERE id = $1 AND status = 'pending' AND next_micros = $2",
+        &[
+            &seq_i64(d.id),
+            &claimed_until_micros,
+            &attempts,
+            &d.next_micros,
+            &d.status.as_str(),
+            &d.last_outcome,
+        ],
+    ))
+    .await?;
+    Ok(n == 1)
+}
+
+/// [`crate::store::Store::list_deliveries`].
+pub(super) async fn of_event(
+    pool: &Pool,
+    project: &str,
+    seq: u64,
+) -> StoreResult<Vec<DeliveryRecord>> {
+    let c = client(pool).await?;
+    let rows = timed(c.query(
+        &format!(
+            "SELECT {COLUMNS} FROM webhook_deliveries WHERE project = $1 AND event_seq = $2 \
+             ORDER BY id"
+        ),
+        &[&project, &seq_i64(seq)],
+    ))
+    .await?;
+    rows.iter().map(record_of).collect()
+}
+
+/// [`crate::store::Store::deliveries_pending`].
+pub(super) async fn pending(pool: &Pool) -> StoreResult<u64> {
+    let c = client(pool).await?;
+    let row = timed(c.query_one(
+        "SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'",
+        &[],
+    ))
+    .await?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}

@@ -1,0 +1,203 @@
+//! Webhook deliveries ([`crate::store::deliveries`]) in two trees: `webhook_deliveries`, key
+//! `project \0`, the event's number and the delivery's (u64 BE, sled's id generator), so an
+//! event's deliveries are one range, value the record (JSON); and `webhook_due`, key the
+//! next attempt's time and the delivery's number (both u64 BE), value the delivery's key,
+//! one entry per pending delivery, so the due ones are the tree's first range.
+//!
+//! One process owns a sled store, so a claim is kept in memory only (the delivery's number
+//! and the end of its lease): claims never race another instance, and after a restart (or a
+//! kill) nothing is claimed, so a delivery whose attempt was cut short is due at once.
+
+use super::events;
+use super::{abort, tx_error};
+use crate::store::deliveries::{sends, DeliveryRecord, DeliveryStatus};
+use crate::store::{corrupt, unavailable, StoreError, StoreResult, WebhookEndpointRecord};
+use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use sled::Transactional;
+
+/// Names of the trees.
+pub const ALL: &str = "webhook_deliveries";
+pub const DUE: &str = "webhook_due";
+
+/// The two trees, and the claims held now.
+#[derive(Debug)]
+pub struct Deliveries {
+    pub all: sled::Tree,
+    pub due: sled::Tree,
+    /// Claimed deliveries: number → end of the lease.
+    claims: parking_lot::Mutex<std::collections::HashMap<u64, i64>>,
+}
+
+fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&u64::try_from(next_micros.max(0)).unwrap_or(0).to_be_bytes());
+    k[8..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The key of `d` in `webhook_deliveries`.
+fn key(d: &DeliveryRecord) -> Vec<u8> {
+    let mut k = events::key(&d.project, d.event_seq);
+    k.extend_from_slice(&d.id.to_be_bytes());
+    k
+}
+
+fn decode(v: &[u8]) -> StoreResult<DeliveryRecord> {
+    serde_json::from_slice(v).map_err(corrupt)
+}
+
+/// Stores `d` (a new one numbered first) and its due key while pending.
+fn put(
+    all: &TransactionalTree,
+    due: &TransactionalTree,
+    d: &mut DeliveryRecord,
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    if d.id == 0 {
+        d.id = all.generate_id()?.max(1);
+    }
+    let value = serde_json::to_vec(&*d).map_err(|e| abort(corrupt(e)))?;
+    let k = key(d);
+    all.insert(k.as_slice(), value)?;
+    if d.status == DeliveryStatus::Pending {
+        due.insert(&due_key(d.next_micros, d.id), k)?;
+    }
+    Ok(())
+}
+
+impl Deliveries {
+    pub fn open(db: &sled::Db) -> StoreResult<Self> {
+        Ok(Deliveries {
+            all: db.open_tree(ALL).map_err(unavailable)?,
+            due: db.open_tree(DUE).map_err(unavailable)?,
+            claims: Default::default(),
+        })
+    }
+
+    /// Fans out up to `limit` markers of `events` to the endpoints `endpoints` lists for a
+    /// project; how many.
+    pub fn fan_out(
+        &self,
+        events_tree: &sled::Tree,
+        endpoints: impl Fn(&str) -> StoreResult<Vec<WebhookEndpointRecord>>,
+        now_micros: i64,
+        limit: usize,
+    ) -> StoreResult<usize> {
+        let markers = events::markers(events_tree, limit)?;
+        for (seq, project) in &markers {
+            let kind = events::get(events_tree, project, *seq)?.map(|e| e.event.kind);
+            let targets: Vec<String> = match &kind {
+                Some(kind) => endpoints(project)?
+                    .into_iter()
+                    .filter(|e| sends(e, kind))
+                    .map(|e| e.id)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let marker = events::marker(*seq);
+            (events_tree, &self.all, &self.due)
+                .transaction(|(t_events, t_all, t_due)| {
+                    if t_events.remove(&marker)?.is_none() {
+                        return Ok(());
+                    }
+                    for endpoint in &targets {
+                        let mut d = DeliveryRecord::new(project, *seq, endpoint, now_micros);
+                        put(t_all, t_due, &mut d)?;
+                    }
+                    Ok(())
+                })
+                .map_err(tx_error)?;
+        }
+        Ok(markers.len())
+    }
+
+    /// New pending deliveries of event `seq` to `endpoints`.
+    pub fn queue(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        (&self.all, &self.due)
+            .transaction(|(t_all, t_due)| {
+                for endpoint in endpoints {
+                    let mut d = DeliveryRecord::new(project, seq, endpoint, now_micros);
+                    put(t_all, t_due, &mut d)?;
+                }
+                Ok(())
+            })
+            .map_err(tx_error)
+    }
+
+    /// [`crate::store::Store::claim_deliveries`].
+    pub fn claim(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        let end = due_key(now_micros, u64::MAX);
+        let mut claimed = Vec::new();
+        let mut claims = self.claims.lock();
+        for item in self.due.range(..=end.as_slice()) {
+            if claimed.len() >= limit {
+                break;
+            }
+            let (k, at) = item.map_err(unavailable)?;
+            let id = events::u64_at(&k, 8).ok_or_else(|| corrupt("bad webhook_due key"))?;
+            if claims.get(&id).is_some_and(|until| *until > now_micros) {
+                continue;
+            }
+            let Some(v) = self.all.get(at).map_err(unavailable)? else {
+                continue;
+            };
+            let mut d = decode(&v)?;
+            if skip.contains(&d.endpoint_id) {
+                continue;
+            }
+            claims.insert(id, lease_until_micros);
+            d.next_micros = lease_until_micros;
+            claimed.push(d);
+        }
+        Ok(claimed)
+    }
+
+    /// [`crate::store::Store::record_delivery`].
+    pub fn record(&self, d: &DeliveryRecord, claimed_until_micros: i64) -> StoreResult<bool> {
+        let mut claims = self.claims.lock();
+        if claims.get(&d.id) != Some(&claimed_until_micros) {
+            return Ok(false);
+        }
+        claims.remove(&d.id);
+        let k = key(d);
+        (&self.all, &self.due)
+            .transaction(|(t_all, t_due)| {
+                let Some(v) = t_all.get(k.as_slice())? else {
+                    return Ok(false);
+                };
+                let stored = decode(&v).map_err(abort)?;
+                if stored.status != DeliveryStatus::Pending {
+                    return Ok(false);
+                }
+                t_due.remove(&due_key(stored.next_micros, stored.id))?;
+                put(t_all, t_due, &mut d.clone())?;
+                Ok(true)
+            })
+            .map_err(tx_error)
+    }
+
+    /// The deliveries of event `seq` of `project`, oldest first.
+    pub fn of_event(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
+        self.all
+            .scan_prefix(events::key(project, seq))
+            .values()
+            .map(|v| decode(&v.map_err(unavailable)?))
+            .collect()
+    }
+
+    /// How many are pending.
+    pub fn pending(&self) -> u64 {
+        u64::try_from(self.due.len()).unwrap_or(u64::MAX)
+    }
+}
