@@ -177,6 +177,7 @@ async fn find(app: &App, principal: &Principal, id: &str) -> ApiResult<EventReco
     responses(
         (status = 202, description = "Queued", body = RedeliveryView),
         (status = 404, description = "No such event (or endpoint)", body = crate::error::Envelope),
+        (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
     ))]
 pub async fn redeliver(
     app: &App,
