@@ -226,8 +226,8 @@ const CDATA_STOP: [bool; 256] = byte_class!(|b| matches!(b, b']' | b'>' | b'{'))
 /// Bytes of text read at a time by [`XmlScanner::skim_text`], one bit each in a `u64`.
 const BLOCK: usize = 64;
 
-/// Where the bytes of plain tags are in a block of [`BLOCK`] bytes of text: bit `k` stands for
-/// byte `k`.
+/// Where the bytes of tags are in a block of [`BLOCK`] bytes of text: bit `k` stands for byte
+/// `k`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TextBlock {
     lt: u64,
@@ -235,22 +235,29 @@ struct TextBlock {
     slash: u64,
     /// Space, tab, line feed, carriage return.
     space: u64,
+    /// `"`.
+    double: u64,
+    /// `'`.
+    single: u64,
     /// `!` and `?`: after `<`, a declaration or a processing instruction.
     special: u64,
-    /// What only [`XmlScanner::skip`] reads: `{`, NUL, an `&` before `#` or last in the block.
+    /// What only [`XmlScanner::skip`] reads: `{`, NUL, an `&` before `#` or at `last` (the
+    /// last byte of the chunk's, whose next byte is not in the block).
     stop: u64,
 }
 
 impl TextBlock {
     /// Compares 16 bytes at a time (SSE2 on x86_64, NEON on aarch64, through `wide`).
     #[inline]
-    fn classify(bytes: &[u8; BLOCK]) -> TextBlock {
+    fn classify(bytes: &[u8; BLOCK], last: usize) -> TextBlock {
         let (parts, _) = bytes.as_chunks::<16>();
         let mut block = TextBlock {
             lt: 0,
             gt: 0,
             slash: 0,
             space: 0,
+            double: 0,
+            single: 0,
             special: 0,
             stop: 0,
         };
@@ -263,14 +270,28 @@ impl TextBlock {
             block.gt |= bits(is(b'>'));
             block.slash |= bits(is(b'/'));
             block.space |= bits(is(b' ') | is(b'\t') | is(b'\n') | is(b'\r'));
+            block.double |= bits(is(b'"'));
+            block.single |= bits(is(b'\''));
             block.special |= bits(is(b'!') | is(b'?'));
             block.stop |= bits(is(b'{') | is(0));
             amp |= bits(is(b'&'));
             hash |= bits(is(b'#'));
         }
-        block.stop |= amp & ((hash >> 1) | 1 << (BLOCK - 1));
+        block.stop |= amp & ((hash >> 1) | 1 << last);
         block
     }
+}
+
+/// How far [`XmlScanner::skim_block`] read a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skimmed {
+    /// All of it: its last byte is text.
+    Whole,
+    /// Up to a tag that begins here and ends in a later block, with nothing between for
+    /// [`XmlScanner::skip`]: the next block can start at it.
+    Tag(usize),
+    /// Up to a byte for [`XmlScanner::skip`], or a tag it reads.
+    Stop(usize),
 }
 
 /// The first bit of `mask` from bit `from` on; [`BLOCK`] if none.
@@ -624,12 +645,9 @@ impl XmlScanner {
                         Some(b'>') => State::Text,
                         Some(b'/') => State::Tag { slash: true },
                         Some(b'{' | 0) | None => break,
-                        Some(_) => {
-                            self.attr_done = true;
-                            State::Tag { slash: false }
-                        }
+                        Some(_) => State::Tag { slash: false },
                     };
-                    self.path.push();
+                    self.element_opens(next != State::Text);
                     i += 1;
                     next
                 }
@@ -711,57 +729,124 @@ impl XmlScanner {
     }
 
     /// Reads element text from `i` a block of [`BLOCK`] bytes at a time ([`TextBlock`]), with
-    /// the start and end tags that are plain (`<name>`, `</name>`, `<name/>`, whole in the
-    /// block); returns where [`XmlScanner::skip`] takes over, still in text: at a tag that is
-    /// not plain (attributes, `<!`, `<?`, one that crosses blocks), at a byte that may start
-    /// a template, a reference or a refusal (`{`, `&#`, NUL), or in the chunk's last bytes.
+    /// the start and end tags whole in a block that hold nothing for [`XmlScanner::skip`]
+    /// (`<name>`, `</name>`, `<name/>`, `<name a="v" b='w'>`, `<name a="v"/>`). A tag that
+    /// crosses a block's end starts the next block. Returns where [`XmlScanner::skip`] takes
+    /// over, still in text: at `<!`, `<?`, a tag longer than a block or one that holds a byte
+    /// that may start a template, a reference or a refusal (`{`, `&#`, NUL), at such a byte in
+    /// text, or at the end of the chunk.
     fn skim_text(&mut self, chunk: &[u8], mut i: usize) -> usize {
-        let bit = |mask: u64, k: usize| k < BLOCK && (mask >> k) & 1 == 1;
         while let Some(bytes) = chunk.get(i..).and_then(|rest| rest.first_chunk::<BLOCK>()) {
-            let block = TextBlock::classify(bytes);
-            let limit = block.stop.trailing_zeros() as usize;
-            let name_stop = block.space | block.gt | block.slash;
-            let mut p = 0;
-            loop {
-                let q = next(block.lt, p);
-                if q >= limit {
-                    if limit < BLOCK {
-                        return i + limit;
-                    }
-                    break;
-                }
-                p = if bit(block.slash, q + 1) {
-                    let gt = next(block.gt, q + 2);
-                    if gt >= limit {
-                        return i + q;
-                    }
-                    self.path.pop();
-                    gt + 1
+            let block = TextBlock::classify(bytes, BLOCK - 1);
+            match self.skim_block(bytes, &block) {
+                Skimmed::Whole => i += BLOCK,
+                Skimmed::Tag(q) if q > 0 => i += q,
+                Skimmed::Tag(q) | Skimmed::Stop(q) => return i + q,
+            }
+        }
+        // The chunk's last bytes, padded with NULs: a stop each.
+        let rest = chunk.get(i..).unwrap_or_default();
+        if rest.is_empty() {
+            return i;
+        }
+        let mut bytes = [0u8; BLOCK];
+        if let Some(head) = bytes.get_mut(..rest.len()) {
+            head.copy_from_slice(rest);
+        }
+        let block = TextBlock::classify(&bytes, rest.len() - 1);
+        match self.skim_block(&bytes, &block) {
+            Skimmed::Whole => chunk.len(),
+            Skimmed::Tag(q) | Skimmed::Stop(q) => (i + q).min(chunk.len()),
+        }
+    }
+
+    /// Reads one block of text: its tags, whole before its first stop byte, move the path.
+    #[inline]
+    fn skim_block(&mut self, bytes: &[u8; BLOCK], block: &TextBlock) -> Skimmed {
+        let bit = |mask: u64, k: usize| k < BLOCK && (mask >> k) & 1 == 1;
+        let limit = block.stop.trailing_zeros() as usize;
+        // A tag at `q` not whole before `limit`.
+        let cut = |q: usize| {
+            if limit == BLOCK {
+                Skimmed::Tag(q)
+            } else {
+                Skimmed::Stop(q)
+            }
+        };
+        let name_stop = block.space | block.gt | block.slash;
+        let quote = block.double | block.single;
+        let mut p = 0;
+        loop {
+            let q = next(block.lt, p);
+            if q >= limit {
+                return if limit < BLOCK {
+                    Skimmed::Stop(limit)
                 } else {
-                    if q + 1 >= limit || bit(name_stop | block.special, q + 1) {
-                        return i + q;
-                    }
-                    let e = next(name_stop, q + 2);
-                    if e >= limit {
-                        return i + q;
-                    }
-                    if bit(block.gt, e) {
-                        self.path.begin();
-                        self.path
-                            .name_bytes(bytes.get(q + 1..e).unwrap_or_default());
-                        self.path.push();
-                        e + 1
-                    } else if bit(block.slash, e) && e + 1 < limit && bit(block.gt, e + 1) {
-                        // An empty element: opened and closed, the path as it was.
-                        e + 2
-                    } else {
-                        return i + q;
-                    }
+                    Skimmed::Whole
                 };
             }
-            i += BLOCK;
+            if q + 1 >= limit {
+                return cut(q);
+            }
+            let end = if bit(block.slash, q + 1) {
+                let gt = next(block.gt, q + 2);
+                if gt >= limit {
+                    return cut(q);
+                }
+                self.path.pop();
+                gt
+            } else {
+                if bit(name_stop | block.special, q + 1) {
+                    return Skimmed::Stop(q);
+                }
+                let e = next(name_stop, q + 2);
+                if e >= limit {
+                    return cut(q);
+                }
+                // Attributes: from a quote to the same quote is a value, `>` outside ends
+                // the tag, and `/` right before it makes an empty element.
+                let mut t = e;
+                while !bit(block.gt, t) {
+                    t = next(block.gt | quote, t);
+                    if t >= limit {
+                        return cut(q);
+                    }
+                    if bit(quote, t) {
+                        let same = if bit(block.double, t) {
+                            block.double
+                        } else {
+                            block.single
+                        };
+                        let close = next(same, t + 1);
+                        if close >= limit {
+                            return cut(q);
+                        }
+                        t = close + 1;
+                    }
+                }
+                if !bit(block.slash, t - 1) {
+                    self.path.begin();
+                    self.path
+                        .name_bytes(bytes.get(q + 1..e).unwrap_or_default());
+                    self.path.push();
+                }
+                t
+            };
+            p = end + 1;
         }
-        i
+    }
+
+    /// A start tag's name is complete: its element is open, and (`tag`) its attributes follow.
+    /// Each tag's attribute names start afresh, so the one an error names never depends on
+    /// the tags before it (which [`XmlScanner::skim_text`] reads without following names).
+    #[inline]
+    fn element_opens(&mut self, tag: bool) {
+        self.path.push();
+        if tag {
+            self.attr.clear();
+            self.attr_cut = false;
+            self.attr_done = false;
+        }
     }
 
     /// Adds `run` to the attribute name being read, or starts the next one with it.
@@ -820,16 +905,15 @@ impl XmlScanner {
             },
             State::Name => match b {
                 b'>' => {
-                    self.path.push();
+                    self.element_opens(false);
                     State::Text
                 }
                 b'/' => {
-                    self.path.push();
+                    self.element_opens(true);
                     State::Tag { slash: true }
                 }
                 b' ' | b'\t' | b'\n' | b'\r' => {
-                    self.path.push();
-                    self.attr_done = true;
+                    self.element_opens(true);
                     State::Tag { slash: false }
                 }
                 _ => {
@@ -1255,6 +1339,60 @@ mod tests {
             (err.field.as_str(), err.message.as_str()),
             ("/Envelope/Body", XML_ENDS_EARLY)
         );
+    }
+
+    #[test]
+    fn tags_with_attributes_in_blocks_keep_the_path() {
+        // Start tags with attributes (quotes of both kinds, `>` and `/` in values, empty
+        // elements, `/` not right before `>`), whole in a block or across a block's end,
+        // and longer than a block, cut everywhere.
+        let item = "<item id=\"7\" kind='a\"b'><name lang=\"en\">Widget &amp; co.</name>\
+                    <price cur=\"EUR\" v='1>0'/><q n=\"1\" m='/' / >3</q><x:y a=\"/\">a/b</x:y >\
+                    </item>";
+        let envelope = |inner: &str| {
+            format!(
+                "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body>\
+                 <req xmlns=\"urn:schemas-cybersource-com:transaction-data-1.219\">{}\
+                 <card type=\"visa\"><deep a=\"1\" b='2'>{inner}</deep></card>{}</req></s:Body>\
+                 </s:Envelope>",
+                item.repeat(4),
+                item.repeat(2)
+            )
+        };
+        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
+        let deep = "/Envelope/Body/req/card/deep";
+        for (inner, field, message) in [
+            (t("nope"), deep.to_string(), "unknown payment method"),
+            (
+                format!("<n a=\"x\" b=\"{}\"/>", t("nope")),
+                format!("{deep}/n/@b"),
+                "unknown payment method",
+            ),
+            (
+                format!("<n a=\"x\"/><m =\"{}\"/>", t("nope")),
+                format!("{deep}/m/@"),
+                "unknown payment method",
+            ),
+            (
+                format!("<n/ c=\"{}\"/>", t("nope")),
+                format!("{deep}/n/@c"),
+                "unknown payment method",
+            ),
+            (
+                "<n a='&#123;'/>".into(),
+                format!("{deep}/n/@a"),
+                XML_BRACE_REFERENCE,
+            ),
+            ("<n a='1' {{/>".into(), format!("{deep}/n"), XML_IN_MARKUP),
+            ("<n a='1'\0/>".into(), format!("{deep}/n"), XML_NUL),
+        ] {
+            let err = run(&envelope(&inner)).unwrap_err();
+            assert_eq!(
+                (err.field.as_str(), err.message.as_str()),
+                (field.as_str(), message),
+                "{inner}"
+            );
+        }
     }
 
     #[test]
