@@ -741,7 +741,11 @@ impl XmlScanner {
             match self.skim_block(bytes, &block) {
                 Skimmed::Whole => i += BLOCK,
                 Skimmed::Tag(q) if q > 0 => i += q,
-                Skimmed::Tag(q) | Skimmed::Stop(q) => return i + q,
+                Skimmed::Tag(_) => match self.skim_long_tag(chunk, i) {
+                    Some(end) => i = end,
+                    None => return i,
+                },
+                Skimmed::Stop(q) => return i + q,
             }
         }
         // The chunk's last bytes, padded with NULs: a stop each.
@@ -757,6 +761,86 @@ impl XmlScanner {
         match self.skim_block(&bytes, &block) {
             Skimmed::Whole => chunk.len(),
             Skimmed::Tag(q) | Skimmed::Stop(q) => (i + q).min(chunk.len()),
+        }
+    }
+
+    /// Reads the tag at `start` (its `<`), longer than a block, a block at a time to its `>`
+    /// as [`XmlScanner::skim_block`] reads a tag, the state (name, between attributes, in a
+    /// value) carried from block to block; returns the index after it. `None` when it holds
+    /// a byte for [`XmlScanner::skip`], is not a start or end tag, or runs into the chunk's
+    /// last bytes: [`XmlScanner::skip`] reads it from `start`.
+    fn skim_long_tag(&mut self, chunk: &[u8], start: usize) -> Option<usize> {
+        #[derive(Clone, Copy)]
+        enum Phase {
+            End,
+            Name,
+            Attributes,
+            Value(u8),
+        }
+        let mut phase = match *chunk.get(start + 1)? {
+            b'/' => Phase::End,
+            b'!' | b'?' | b'>' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0 => return None,
+            _ => Phase::Name,
+        };
+        let mut i = start + 2;
+        let mut name: &[u8] = &[];
+        loop {
+            let bytes = chunk.get(i..)?.first_chunk::<BLOCK>()?;
+            let block = TextBlock::classify(bytes, BLOCK - 1);
+            let limit = block.stop.trailing_zeros() as usize;
+            let mut t = 0;
+            while t < limit {
+                match phase {
+                    Phase::End => {
+                        t = next(block.gt, t);
+                        if t < limit {
+                            self.path.pop();
+                            return Some(i + t + 1);
+                        }
+                    }
+                    Phase::Name => {
+                        t = next(block.space | block.gt | block.slash, t);
+                        if t < limit {
+                            name = chunk.get(start + 1..i + t).unwrap_or_default();
+                            if block.gt >> t & 1 == 1 {
+                                self.path_push(name);
+                                return Some(i + t + 1);
+                            }
+                            phase = Phase::Attributes;
+                        }
+                    }
+                    Phase::Attributes => {
+                        t = next(block.gt | block.double | block.single, t);
+                        if t < limit {
+                            let b = *bytes.get(t)?;
+                            if b == b'>' {
+                                if chunk.get(i + t - 1) != Some(&b'/') {
+                                    self.path_push(name);
+                                }
+                                return Some(i + t + 1);
+                            }
+                            phase = Phase::Value(b);
+                            t += 1;
+                        }
+                    }
+                    Phase::Value(quote) => {
+                        let same = if quote == b'"' {
+                            block.double
+                        } else {
+                            block.single
+                        };
+                        t = next(same, t);
+                        if t < limit {
+                            phase = Phase::Attributes;
+                            t += 1;
+                        }
+                    }
+                }
+            }
+            if limit < BLOCK {
+                return None;
+            }
+            i += BLOCK;
         }
     }
 
@@ -825,15 +909,20 @@ impl XmlScanner {
                     }
                 }
                 if !bit(block.slash, t - 1) {
-                    self.path.begin();
-                    self.path
-                        .name_bytes(bytes.get(q + 1..e).unwrap_or_default());
-                    self.path.push();
+                    self.path_push(bytes.get(q + 1..e).unwrap_or_default());
                 }
                 t
             };
             p = end + 1;
         }
+    }
+
+    /// A start tag read whole: its element, `name`, is open.
+    #[inline]
+    fn path_push(&mut self, name: &[u8]) {
+        self.path.begin();
+        self.path.name_bytes(name);
+        self.path.push();
     }
 
     /// A start tag's name is complete: its element is open, and (`tag`) its attributes follow.
@@ -1295,42 +1384,67 @@ mod tests {
         }
     }
 
+    /// A SOAP envelope: `head` (the start tags of `Envelope`, `Body` and `req`), five `item`s,
+    /// `<card{card}><deep>` around `inner`, two more `item`s.
+    fn envelope(head: &str, item: &str, card: &str, inner: &str) -> String {
+        format!(
+            "{head}{}<card{card}><deep>{inner}</deep></card>{}</req></s:Body></s:Envelope>",
+            item.repeat(5),
+            item.repeat(2)
+        )
+    }
+
+    /// Where [`envelope`] puts its `inner` markup.
+    const DEEP: &str = "/Envelope/Body/req/card/deep";
+
+    /// `envelope` substitutes a template in `deep`, refuses an unknown payment method there
+    /// and refuses each of `cases` (its inner markup, the field named, the message) alike,
+    /// however it is cut.
+    fn substitutes_and_refuses<const N: usize>(
+        envelope: impl Fn(&str) -> String,
+        cases: [(String, String, &str); N],
+    ) {
+        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
+        refuses_at(&envelope(&t("nope")), DEEP, "unknown payment method");
+        for (inner, field, message) in cases {
+            refuses_at(&envelope(&inner), &field, message);
+        }
+    }
+
+    /// `body` is refused with `message`, naming `field`, however it is cut.
+    fn refuses_at(body: &str, field: &str, message: &str) {
+        let err = run(body).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            (field, message),
+            "{body}"
+        );
+    }
+
     #[test]
     fn long_plain_markup_keeps_the_path() {
         // Blocks of plain tags (read a block at a time) among tags with attributes, empty
         // elements, references and punctuation (read byte by byte), cut everywhere.
         let item = "<item><name>Widget &amp; co. ?!</name><price>19.99</price><empty/>\
                     <q n=\"1\">3 > 2</q><x:y>a/b</x:y ></item>";
-        let envelope = |inner: &str| {
-            format!(
-                "<s:Envelope xmlns:s=\"u\"><s:Body><req>{}<card><deep>{inner}</deep></card>{}\
-                 </req></s:Body></s:Envelope>",
-                item.repeat(5),
-                item.repeat(2)
-            )
-        };
-        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
-        let deep = "/Envelope/Body/req/card/deep";
-        for (inner, field, message) in [
-            (t("nope"), deep.to_string(), "unknown payment method"),
-            (
-                format!("<n a=\"{}\"/>", t("nope")),
-                format!("{deep}/n/@a"),
-                "unknown payment method",
-            ),
-            ("&#123;".into(), deep.into(), XML_BRACE_REFERENCE),
-            ("<!DOCTYPE x>".into(), deep.into(), XML_DECLARATION),
-            ("<?pi {{ ?>".into(), deep.into(), XML_IN_COMMENT),
-            ("<n{{/>".into(), deep.into(), XML_IN_MARKUP),
-            ("</n\0>".into(), deep.into(), XML_NUL),
-        ] {
-            let err = run(&envelope(&inner)).unwrap_err();
-            assert_eq!(
-                (err.field.as_str(), err.message.as_str()),
-                (field.as_str(), message),
-                "{inner}"
-            );
-        }
+        let envelope =
+            |inner: &str| envelope("<s:Envelope xmlns:s=\"u\"><s:Body><req>", item, "", inner);
+        let deep = DEEP;
+        substitutes_and_refuses(
+            envelope,
+            [
+                (
+                    format!("<n a=\"{}\"/>", t("nope")),
+                    format!("{deep}/n/@a"),
+                    "unknown payment method",
+                ),
+                ("&#123;".into(), deep.into(), XML_BRACE_REFERENCE),
+                ("<!DOCTYPE x>".into(), deep.into(), XML_DECLARATION),
+                ("<?pi {{ ?>".into(), deep.into(), XML_IN_COMMENT),
+                ("<n{{/>".into(), deep.into(), XML_IN_MARKUP),
+                ("</n\0>".into(), deep.into(), XML_NUL),
+            ],
+        );
         // Cut short after a substitution, inside plain markup.
         let body = envelope(&t("pm_1"));
         let cut = &body[..body.len() - "</s:Body></s:Envelope>".len()];
@@ -1348,51 +1462,56 @@ mod tests {
         // and longer than a block, cut everywhere.
         let item = "<item id=\"7\" kind='a\"b'><name lang=\"en\">Widget &amp; co.</name>\
                     <price cur=\"EUR\" v='1>0'/><q n=\"1\" m='/' / >3</q><x:y a=\"/\">a/b</x:y >\
-                    </item>";
-        let envelope = |inner: &str| {
-            format!(
-                "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body>\
-                 <req xmlns=\"urn:schemas-cybersource-com:transaction-data-1.219\">{}\
-                 <card type=\"visa\"><deep a=\"1\" b='2'>{inner}</deep></card>{}</req></s:Body>\
-                 </s:Envelope>",
-                item.repeat(4),
-                item.repeat(2)
-            )
-        };
-        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
-        let deep = "/Envelope/Body/req/card/deep";
-        for (inner, field, message) in [
-            (t("nope"), deep.to_string(), "unknown payment method"),
-            (
-                format!("<n a=\"x\" b=\"{}\"/>", t("nope")),
-                format!("{deep}/n/@b"),
-                "unknown payment method",
-            ),
-            (
-                format!("<n a=\"x\"/><m =\"{}\"/>", t("nope")),
-                format!("{deep}/m/@"),
-                "unknown payment method",
-            ),
-            (
-                format!("<n/ c=\"{}\"/>", t("nope")),
-                format!("{deep}/n/@c"),
-                "unknown payment method",
-            ),
-            (
-                "<n a='&#123;'/>".into(),
-                format!("{deep}/n/@a"),
-                XML_BRACE_REFERENCE,
-            ),
-            ("<n a='1' {{/>".into(), format!("{deep}/n"), XML_IN_MARKUP),
-            ("<n a='1'\0/>".into(), format!("{deep}/n"), XML_NUL),
-        ] {
-            let err = run(&envelope(&inner)).unwrap_err();
-            assert_eq!(
-                (err.field.as_str(), err.message.as_str()),
-                (field.as_str(), message),
-                "{inner}"
-            );
-        }
+                    <long:element-name-of-some-length a=\"a value > a block's 64 bytes, with \
+                    'quotes' and /slashes/\" b='\"' /><long:element-name-of-some-length \
+                    xmlns:long=\"urn:example:a-namespace-long-enough-to-cross-one-block\">x\
+                    </long:element-name-of-some-length                                   ></item>";
+        let head = "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body>\
+                    <req xmlns=\"urn:schemas-cybersource-com:transaction-data-1.219\">";
+        let envelope = |inner: &str| envelope(head, item, " type=\"visa\"", inner);
+        let deep = DEEP;
+        substitutes_and_refuses(
+            envelope,
+            [
+                (
+                    format!("<n a=\"x\" b=\"{}\"/>", t("nope")),
+                    format!("{deep}/n/@b"),
+                    "unknown payment method",
+                ),
+                (
+                    format!("<n a=\"x\"/><m =\"{}\"/>", t("nope")),
+                    format!("{deep}/m/@"),
+                    "unknown payment method",
+                ),
+                (
+                    format!("<n/ c=\"{}\"/>", t("nope")),
+                    format!("{deep}/n/@c"),
+                    "unknown payment method",
+                ),
+                (
+                    "<n a='&#123;'/>".into(),
+                    format!("{deep}/n/@a"),
+                    XML_BRACE_REFERENCE,
+                ),
+                (
+                    format!("<n long=\"{}\"/>", "x".repeat(70) + &t("nope")),
+                    format!("{deep}/n/@long"),
+                    "unknown payment method",
+                ),
+                (
+                    format!("<n a='1' b=\"{}&#x7b;\"/>", "x".repeat(70)),
+                    format!("{deep}/n/@b"),
+                    XML_BRACE_REFERENCE,
+                ),
+                (
+                    format!("</deep{}{{{{>", " ".repeat(70)),
+                    deep.to_string(),
+                    XML_IN_MARKUP,
+                ),
+                ("<n a='1' {{/>".into(), format!("{deep}/n"), XML_IN_MARKUP),
+                ("<n a='1'\0/>".into(), format!("{deep}/n"), XML_NUL),
+            ],
+        );
     }
 
     #[test]

@@ -299,6 +299,9 @@ proptest! {
     fn attribute_tags_in_blocks_are_read_alike(
         body in prop::collection::vec(prop::sample::select(vec![
             "<a b=\"1\">", "<bb c='x' d=\"y\">", "<s:c xmlns:s=\"urn:example:long-namespace\">",
+            "<s:c xmlns:s=\"urn:example:a-namespace-long-enough-to-cross-one-block\">",
+            "<a b=\"a value longer than a block of 64 bytes, with '>' and /slashes/ in it\" />",
+            "</a                                                                  >",
             "<e f=\"1\"/>", "<e f='/'/>", "<a g=\"x>y\">", "<a h='\"'>", "<a i=\"1\" / >",
             "<a\tj = 'k'\n>", "</a>", "</bb>", "</s:c>", "text ", "&amp;", "\"", "'", "=", ">",
             "<", "/", "{", "&#123;", "\0", "<!--x-->", "<?p?>", "<n a=\"",
