@@ -239,8 +239,6 @@ struct TextBlock {
     double: u64,
     /// `'`.
     single: u64,
-    /// `!` and `?`: after `<`, a declaration or a processing instruction.
-    special: u64,
     /// What only [`XmlScanner::skip`] reads: `{`, NUL, an `&` before `#` or at `last` (the
     /// last byte of the chunk's, whose next byte is not in the block).
     stop: u64,
@@ -258,7 +256,6 @@ impl TextBlock {
             space: 0,
             double: 0,
             single: 0,
-            special: 0,
             stop: 0,
         };
         let (mut amp, mut hash) = (0u64, 0u64);
@@ -272,7 +269,6 @@ impl TextBlock {
             block.space |= bits(is(b' ') | is(b'\t') | is(b'\n') | is(b'\r'));
             block.double |= bits(is(b'"'));
             block.single |= bits(is(b'\''));
-            block.special |= bits(is(b'!') | is(b'?'));
             block.stop |= bits(is(b'{') | is(0));
             amp |= bits(is(b'&'));
             hash |= bits(is(b'#'));
@@ -381,6 +377,20 @@ impl Path {
         self.names
             .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
         self.cut |= run.len() > room;
+    }
+
+    /// A start tag read whole: [`Path::begin`], [`Path::name_bytes`] and [`Path::push`] at
+    /// once.
+    #[inline]
+    fn open(&mut self, name: &[u8]) {
+        self.depth += 1;
+        self.cut = false;
+        if self.ends.len() < MAX_PATH_DEPTH {
+            self.names.truncate(self.base());
+            let kept = name.get(..MAX_KEY_LEN).unwrap_or(name);
+            self.names.extend_from_slice(kept);
+            self.ends.push((self.names.len(), kept.len() < name.len()));
+        }
     }
 
     /// The name being read is complete: its element is open.
@@ -880,7 +890,8 @@ impl XmlScanner {
                 self.path.pop();
                 gt
             } else {
-                if bit(name_stop | block.special, q + 1) {
+                // `<!`, `<?`: a declaration or a processing instruction.
+                if bit(name_stop, q + 1) || matches!(bytes.get(q + 1), Some(b'!' | b'?')) {
                     return Skimmed::Stop(q);
                 }
                 let e = next(name_stop, q + 2);
@@ -920,9 +931,7 @@ impl XmlScanner {
     /// A start tag read whole: its element, `name`, is open.
     #[inline]
     fn path_push(&mut self, name: &[u8]) {
-        self.path.begin();
-        self.path.name_bytes(name);
-        self.path.push();
+        self.path.open(name);
     }
 
     /// A start tag's name is complete: its element is open, and (`tag`) its attributes follow.
