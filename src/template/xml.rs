@@ -226,8 +226,8 @@ const CDATA_STOP: [bool; 256] = byte_class!(|b| matches!(b, b']' | b'>' | b'{'))
 /// Bytes of text read at a time by [`XmlScanner::skim_text`], one bit each in a `u64`.
 const BLOCK: usize = 64;
 
-/// Where the bytes of plain tags are in a block of [`BLOCK`] bytes of text: bit `k` stands for
-/// byte `k`.
+/// Where the bytes of tags are in a block of [`BLOCK`] bytes of text: bit `k` stands for byte
+/// `k`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TextBlock {
     lt: u64,
@@ -235,23 +235,27 @@ struct TextBlock {
     slash: u64,
     /// Space, tab, line feed, carriage return.
     space: u64,
-    /// `!` and `?`: after `<`, a declaration or a processing instruction.
-    special: u64,
-    /// What only [`XmlScanner::skip`] reads: `{`, NUL, an `&` before `#` or last in the block.
+    /// `"`.
+    double: u64,
+    /// `'`.
+    single: u64,
+    /// What only [`XmlScanner::skip`] reads: `{`, NUL, an `&` before `#` or at `last` (the
+    /// last byte of the chunk's, whose next byte is not in the block).
     stop: u64,
 }
 
 impl TextBlock {
     /// Compares 16 bytes at a time (SSE2 on x86_64, NEON on aarch64, through `wide`).
     #[inline]
-    fn classify(bytes: &[u8; BLOCK]) -> TextBlock {
+    fn classify(bytes: &[u8; BLOCK], last: usize) -> TextBlock {
         let (parts, _) = bytes.as_chunks::<16>();
         let mut block = TextBlock {
             lt: 0,
             gt: 0,
             slash: 0,
             space: 0,
-            special: 0,
+            double: 0,
+            single: 0,
             stop: 0,
         };
         let (mut amp, mut hash) = (0u64, 0u64);
@@ -263,14 +267,27 @@ impl TextBlock {
             block.gt |= bits(is(b'>'));
             block.slash |= bits(is(b'/'));
             block.space |= bits(is(b' ') | is(b'\t') | is(b'\n') | is(b'\r'));
-            block.special |= bits(is(b'!') | is(b'?'));
+            block.double |= bits(is(b'"'));
+            block.single |= bits(is(b'\''));
             block.stop |= bits(is(b'{') | is(0));
             amp |= bits(is(b'&'));
             hash |= bits(is(b'#'));
         }
-        block.stop |= amp & ((hash >> 1) | 1 << (BLOCK - 1));
+        block.stop |= amp & ((hash >> 1) | 1 << last);
         block
     }
+}
+
+/// How far [`XmlScanner::skim_block`] read a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skimmed {
+    /// All of it: its last byte is text.
+    Whole,
+    /// Up to a tag that begins here and ends in a later block, with nothing between for
+    /// [`XmlScanner::skip`]: the next block can start at it.
+    Tag(usize),
+    /// Up to a byte for [`XmlScanner::skip`], or a tag it reads.
+    Stop(usize),
 }
 
 /// The first bit of `mask` from bit `from` on; [`BLOCK`] if none.
@@ -360,6 +377,20 @@ impl Path {
         self.names
             .extend_from_slice(run.get(..room.min(run.len())).unwrap_or_default());
         self.cut |= run.len() > room;
+    }
+
+    /// A start tag read whole: [`Path::begin`], [`Path::name_bytes`] and [`Path::push`] at
+    /// once.
+    #[inline]
+    fn open(&mut self, name: &[u8]) {
+        self.depth += 1;
+        self.cut = false;
+        if self.ends.len() < MAX_PATH_DEPTH {
+            self.names.truncate(self.base());
+            let kept = name.get(..MAX_KEY_LEN).unwrap_or(name);
+            self.names.extend_from_slice(kept);
+            self.ends.push((self.names.len(), kept.len() < name.len()));
+        }
     }
 
     /// The name being read is complete: its element is open.
@@ -624,12 +655,9 @@ impl XmlScanner {
                         Some(b'>') => State::Text,
                         Some(b'/') => State::Tag { slash: true },
                         Some(b'{' | 0) | None => break,
-                        Some(_) => {
-                            self.attr_done = true;
-                            State::Tag { slash: false }
-                        }
+                        Some(_) => State::Tag { slash: false },
                     };
-                    self.path.push();
+                    self.element_opens(next != State::Text);
                     i += 1;
                     next
                 }
@@ -711,57 +739,212 @@ impl XmlScanner {
     }
 
     /// Reads element text from `i` a block of [`BLOCK`] bytes at a time ([`TextBlock`]), with
-    /// the start and end tags that are plain (`<name>`, `</name>`, `<name/>`, whole in the
-    /// block); returns where [`XmlScanner::skip`] takes over, still in text: at a tag that is
-    /// not plain (attributes, `<!`, `<?`, one that crosses blocks), at a byte that may start
-    /// a template, a reference or a refusal (`{`, `&#`, NUL), or in the chunk's last bytes.
+    /// the start and end tags whole in a block that hold nothing for [`XmlScanner::skip`]
+    /// (`<name>`, `</name>`, `<name/>`, `<name a="v" b='w'>`, `<name a="v"/>`). A tag that
+    /// crosses a block's end starts the next block. Returns where [`XmlScanner::skip`] takes
+    /// over, still in text: at `<!`, `<?`, a tag longer than a block or one that holds a byte
+    /// that may start a template, a reference or a refusal (`{`, `&#`, NUL), at such a byte in
+    /// text, or at the end of the chunk.
     fn skim_text(&mut self, chunk: &[u8], mut i: usize) -> usize {
-        let bit = |mask: u64, k: usize| k < BLOCK && (mask >> k) & 1 == 1;
         while let Some(bytes) = chunk.get(i..).and_then(|rest| rest.first_chunk::<BLOCK>()) {
-            let block = TextBlock::classify(bytes);
+            let block = TextBlock::classify(bytes, BLOCK - 1);
+            match self.skim_block(bytes, &block) {
+                Skimmed::Whole => i += BLOCK,
+                Skimmed::Tag(q) if q > 0 => i += q,
+                Skimmed::Tag(_) => match self.skim_long_tag(chunk, i) {
+                    Some(end) => i = end,
+                    None => return i,
+                },
+                Skimmed::Stop(q) => return i + q,
+            }
+        }
+        // The chunk's last bytes, padded with NULs: a stop each.
+        let rest = chunk.get(i..).unwrap_or_default();
+        if rest.is_empty() {
+            return i;
+        }
+        let mut bytes = [0u8; BLOCK];
+        if let Some(head) = bytes.get_mut(..rest.len()) {
+            head.copy_from_slice(rest);
+        }
+        let block = TextBlock::classify(&bytes, rest.len() - 1);
+        match self.skim_block(&bytes, &block) {
+            Skimmed::Whole => chunk.len(),
+            Skimmed::Tag(q) | Skimmed::Stop(q) => (i + q).min(chunk.len()),
+        }
+    }
+
+    /// Reads the tag at `start` (its `<`), longer than a block, a block at a time to its `>`
+    /// as [`XmlScanner::skim_block`] reads a tag, the state (name, between attributes, in a
+    /// value) carried from block to block; returns the index after it. `None` when it holds
+    /// a byte for [`XmlScanner::skip`], is not a start or end tag, or runs into the chunk's
+    /// last bytes: [`XmlScanner::skip`] reads it from `start`.
+    fn skim_long_tag(&mut self, chunk: &[u8], start: usize) -> Option<usize> {
+        #[derive(Clone, Copy)]
+        enum Phase {
+            End,
+            Name,
+            Attributes,
+            Value(u8),
+        }
+        let mut phase = match *chunk.get(start + 1)? {
+            b'/' => Phase::End,
+            b'!' | b'?' | b'>' | b' ' | b'\t' | b'\n' | b'\r' | b'{' | 0 => return None,
+            _ => Phase::Name,
+        };
+        let mut i = start + 2;
+        let mut name: &[u8] = &[];
+        loop {
+            let bytes = chunk.get(i..)?.first_chunk::<BLOCK>()?;
+            let block = TextBlock::classify(bytes, BLOCK - 1);
             let limit = block.stop.trailing_zeros() as usize;
-            let name_stop = block.space | block.gt | block.slash;
-            let mut p = 0;
-            loop {
-                let q = next(block.lt, p);
-                if q >= limit {
-                    if limit < BLOCK {
-                        return i + limit;
+            let mut t = 0;
+            while t < limit {
+                match phase {
+                    Phase::End => {
+                        t = next(block.gt, t);
+                        if t < limit {
+                            self.path.pop();
+                            return Some(i + t + 1);
+                        }
                     }
-                    break;
+                    Phase::Name => {
+                        t = next(block.space | block.gt | block.slash, t);
+                        if t < limit {
+                            name = chunk.get(start + 1..i + t).unwrap_or_default();
+                            if block.gt >> t & 1 == 1 {
+                                self.path_push(name);
+                                return Some(i + t + 1);
+                            }
+                            phase = Phase::Attributes;
+                        }
+                    }
+                    Phase::Attributes => {
+                        t = next(block.gt | block.double | block.single, t);
+                        if t < limit {
+                            let b = *bytes.get(t)?;
+                            if b == b'>' {
+                                if chunk.get(i + t - 1) != Some(&b'/') {
+                                    self.path_push(name);
+                                }
+                                return Some(i + t + 1);
+                            }
+                            phase = Phase::Value(b);
+                            t += 1;
+                        }
+                    }
+                    Phase::Value(quote) => {
+                        let same = if quote == b'"' {
+                            block.double
+                        } else {
+                            block.single
+                        };
+                        t = next(same, t);
+                        if t < limit {
+                            phase = Phase::Attributes;
+                            t += 1;
+                        }
+                    }
                 }
-                p = if bit(block.slash, q + 1) {
-                    let gt = next(block.gt, q + 2);
-                    if gt >= limit {
-                        return i + q;
-                    }
-                    self.path.pop();
-                    gt + 1
-                } else {
-                    if q + 1 >= limit || bit(name_stop | block.special, q + 1) {
-                        return i + q;
-                    }
-                    let e = next(name_stop, q + 2);
-                    if e >= limit {
-                        return i + q;
-                    }
-                    if bit(block.gt, e) {
-                        self.path.begin();
-                        self.path
-                            .name_bytes(bytes.get(q + 1..e).unwrap_or_default());
-                        self.path.push();
-                        e + 1
-                    } else if bit(block.slash, e) && e + 1 < limit && bit(block.gt, e + 1) {
-                        // An empty element: opened and closed, the path as it was.
-                        e + 2
-                    } else {
-                        return i + q;
-                    }
-                };
+            }
+            if limit < BLOCK {
+                return None;
             }
             i += BLOCK;
         }
-        i
+    }
+
+    /// Reads one block of text: its tags, whole before its first stop byte, move the path.
+    #[inline]
+    fn skim_block(&mut self, bytes: &[u8; BLOCK], block: &TextBlock) -> Skimmed {
+        let bit = |mask: u64, k: usize| k < BLOCK && (mask >> k) & 1 == 1;
+        let limit = block.stop.trailing_zeros() as usize;
+        // A tag at `q` not whole before `limit`.
+        let cut = |q: usize| {
+            if limit == BLOCK {
+                Skimmed::Tag(q)
+            } else {
+                Skimmed::Stop(q)
+            }
+        };
+        let name_stop = block.space | block.gt | block.slash;
+        let quote = block.double | block.single;
+        let mut p = 0;
+        loop {
+            let q = next(block.lt, p);
+            if q >= limit {
+                return if limit < BLOCK {
+                    Skimmed::Stop(limit)
+                } else {
+                    Skimmed::Whole
+                };
+            }
+            if q + 1 >= limit {
+                return cut(q);
+            }
+            let end = if bit(block.slash, q + 1) {
+                let gt = next(block.gt, q + 2);
+                if gt >= limit {
+                    return cut(q);
+                }
+                self.path.pop();
+                gt
+            } else {
+                // `<!`, `<?`: a declaration or a processing instruction.
+                if bit(name_stop, q + 1) || matches!(bytes.get(q + 1), Some(b'!' | b'?')) {
+                    return Skimmed::Stop(q);
+                }
+                let e = next(name_stop, q + 2);
+                if e >= limit {
+                    return cut(q);
+                }
+                // Attributes: from a quote to the same quote is a value, `>` outside ends
+                // the tag, and `/` right before it makes an empty element.
+                let mut t = e;
+                while !bit(block.gt, t) {
+                    t = next(block.gt | quote, t);
+                    if t >= limit {
+                        return cut(q);
+                    }
+                    if bit(quote, t) {
+                        let same = if bit(block.double, t) {
+                            block.double
+                        } else {
+                            block.single
+                        };
+                        let close = next(same, t + 1);
+                        if close >= limit {
+                            return cut(q);
+                        }
+                        t = close + 1;
+                    }
+                }
+                if !bit(block.slash, t - 1) {
+                    self.path_push(bytes.get(q + 1..e).unwrap_or_default());
+                }
+                t
+            };
+            p = end + 1;
+        }
+    }
+
+    /// A start tag read whole: its element, `name`, is open.
+    #[inline]
+    fn path_push(&mut self, name: &[u8]) {
+        self.path.open(name);
+    }
+
+    /// A start tag's name is complete: its element is open, and (`tag`) its attributes follow.
+    /// Each tag's attribute names start afresh, so the one an error names never depends on
+    /// the tags before it (which [`XmlScanner::skim_text`] reads without following names).
+    #[inline]
+    fn element_opens(&mut self, tag: bool) {
+        self.path.push();
+        if tag {
+            self.attr.clear();
+            self.attr_cut = false;
+            self.attr_done = false;
+        }
     }
 
     /// Adds `run` to the attribute name being read, or starts the next one with it.
@@ -820,16 +1003,15 @@ impl XmlScanner {
             },
             State::Name => match b {
                 b'>' => {
-                    self.path.push();
+                    self.element_opens(false);
                     State::Text
                 }
                 b'/' => {
-                    self.path.push();
+                    self.element_opens(true);
                     State::Tag { slash: true }
                 }
                 b' ' | b'\t' | b'\n' | b'\r' => {
-                    self.path.push();
-                    self.attr_done = true;
+                    self.element_opens(true);
                     State::Tag { slash: false }
                 }
                 _ => {
@@ -1211,42 +1393,67 @@ mod tests {
         }
     }
 
+    /// A SOAP envelope: `head` (the start tags of `Envelope`, `Body` and `req`), five `item`s,
+    /// `<card{card}><deep>` around `inner`, two more `item`s.
+    fn envelope(head: &str, item: &str, card: &str, inner: &str) -> String {
+        format!(
+            "{head}{}<card{card}><deep>{inner}</deep></card>{}</req></s:Body></s:Envelope>",
+            item.repeat(5),
+            item.repeat(2)
+        )
+    }
+
+    /// Where [`envelope`] puts its `inner` markup.
+    const DEEP: &str = "/Envelope/Body/req/card/deep";
+
+    /// `envelope` substitutes a template in `deep`, refuses an unknown payment method there
+    /// and refuses each of `cases` (its inner markup, the field named, the message) alike,
+    /// however it is cut.
+    fn substitutes_and_refuses<const N: usize>(
+        envelope: impl Fn(&str) -> String,
+        cases: [(String, String, &str); N],
+    ) {
+        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
+        refuses_at(&envelope(&t("nope")), DEEP, "unknown payment method");
+        for (inner, field, message) in cases {
+            refuses_at(&envelope(&inner), &field, message);
+        }
+    }
+
+    /// `body` is refused with `message`, naming `field`, however it is cut.
+    fn refuses_at(body: &str, field: &str, message: &str) {
+        let err = run(body).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            (field, message),
+            "{body}"
+        );
+    }
+
     #[test]
     fn long_plain_markup_keeps_the_path() {
         // Blocks of plain tags (read a block at a time) among tags with attributes, empty
         // elements, references and punctuation (read byte by byte), cut everywhere.
         let item = "<item><name>Widget &amp; co. ?!</name><price>19.99</price><empty/>\
                     <q n=\"1\">3 > 2</q><x:y>a/b</x:y ></item>";
-        let envelope = |inner: &str| {
-            format!(
-                "<s:Envelope xmlns:s=\"u\"><s:Body><req>{}<card><deep>{inner}</deep></card>{}\
-                 </req></s:Body></s:Envelope>",
-                item.repeat(5),
-                item.repeat(2)
-            )
-        };
-        assert_eq!(run(&envelope(&t("pm_42"))), Ok(envelope("42")));
-        let deep = "/Envelope/Body/req/card/deep";
-        for (inner, field, message) in [
-            (t("nope"), deep.to_string(), "unknown payment method"),
-            (
-                format!("<n a=\"{}\"/>", t("nope")),
-                format!("{deep}/n/@a"),
-                "unknown payment method",
-            ),
-            ("&#123;".into(), deep.into(), XML_BRACE_REFERENCE),
-            ("<!DOCTYPE x>".into(), deep.into(), XML_DECLARATION),
-            ("<?pi {{ ?>".into(), deep.into(), XML_IN_COMMENT),
-            ("<n{{/>".into(), deep.into(), XML_IN_MARKUP),
-            ("</n\0>".into(), deep.into(), XML_NUL),
-        ] {
-            let err = run(&envelope(&inner)).unwrap_err();
-            assert_eq!(
-                (err.field.as_str(), err.message.as_str()),
-                (field.as_str(), message),
-                "{inner}"
-            );
-        }
+        let envelope =
+            |inner: &str| envelope("<s:Envelope xmlns:s=\"u\"><s:Body><req>", item, "", inner);
+        let deep = DEEP;
+        substitutes_and_refuses(
+            envelope,
+            [
+                (
+                    format!("<n a=\"{}\"/>", t("nope")),
+                    format!("{deep}/n/@a"),
+                    "unknown payment method",
+                ),
+                ("&#123;".into(), deep.into(), XML_BRACE_REFERENCE),
+                ("<!DOCTYPE x>".into(), deep.into(), XML_DECLARATION),
+                ("<?pi {{ ?>".into(), deep.into(), XML_IN_COMMENT),
+                ("<n{{/>".into(), deep.into(), XML_IN_MARKUP),
+                ("</n\0>".into(), deep.into(), XML_NUL),
+            ],
+        );
         // Cut short after a substitution, inside plain markup.
         let body = envelope(&t("pm_1"));
         let cut = &body[..body.len() - "</s:Body></s:Envelope>".len()];
@@ -1254,6 +1461,65 @@ mod tests {
         assert_eq!(
             (err.field.as_str(), err.message.as_str()),
             ("/Envelope/Body", XML_ENDS_EARLY)
+        );
+    }
+
+    #[test]
+    fn tags_with_attributes_in_blocks_keep_the_path() {
+        // Start tags with attributes (quotes of both kinds, `>` and `/` in values, empty
+        // elements, `/` not right before `>`), whole in a block or across a block's end,
+        // and longer than a block, cut everywhere.
+        let item = "<item id=\"7\" kind='a\"b'><name lang=\"en\">Widget &amp; co.</name>\
+                    <price cur=\"EUR\" v='1>0'/><q n=\"1\" m='/' / >3</q><x:y a=\"/\">a/b</x:y >\
+                    <long:element-name-of-some-length a=\"a value > a block's 64 bytes, with \
+                    'quotes' and /slashes/\" b='\"' /><long:element-name-of-some-length \
+                    xmlns:long=\"urn:example:a-namespace-long-enough-to-cross-one-block\">x\
+                    </long:element-name-of-some-length                                   ></item>";
+        let head = "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body>\
+                    <req xmlns=\"urn:schemas-cybersource-com:transaction-data-1.219\">";
+        let envelope = |inner: &str| envelope(head, item, " type=\"visa\"", inner);
+        let deep = DEEP;
+        substitutes_and_refuses(
+            envelope,
+            [
+                (
+                    format!("<n a=\"x\" b=\"{}\"/>", t("nope")),
+                    format!("{deep}/n/@b"),
+                    "unknown payment method",
+                ),
+                (
+                    format!("<n a=\"x\"/><m =\"{}\"/>", t("nope")),
+                    format!("{deep}/m/@"),
+                    "unknown payment method",
+                ),
+                (
+                    format!("<n/ c=\"{}\"/>", t("nope")),
+                    format!("{deep}/n/@c"),
+                    "unknown payment method",
+                ),
+                (
+                    "<n a='&#123;'/>".into(),
+                    format!("{deep}/n/@a"),
+                    XML_BRACE_REFERENCE,
+                ),
+                (
+                    format!("<n long=\"{}\"/>", "x".repeat(70) + &t("nope")),
+                    format!("{deep}/n/@long"),
+                    "unknown payment method",
+                ),
+                (
+                    format!("<n a='1' b=\"{}&#x7b;\"/>", "x".repeat(70)),
+                    format!("{deep}/n/@b"),
+                    XML_BRACE_REFERENCE,
+                ),
+                (
+                    format!("</deep{}{{{{>", " ".repeat(70)),
+                    deep.to_string(),
+                    XML_IN_MARKUP,
+                ),
+                ("<n a='1' {{/>".into(), format!("{deep}/n"), XML_IN_MARKUP),
+                ("<n a='1'\0/>".into(), format!("{deep}/n"), XML_NUL),
+            ],
         );
     }
 

@@ -290,4 +290,26 @@ proptest! {
     ) {
         chunked::chunking_does_not_matter(Format::Xml, &body, &cuts)?;
     }
+
+    /// Start tags with attributes (read a block at a time when whole before any byte that
+    /// may start a template or a refusal, the next block starting at one that crosses a
+    /// block's end) among the markup read byte by byte: any chunking, byte by byte included,
+    /// gives the same outcome, an error's element path and attribute name included.
+    #[test]
+    fn attribute_tags_in_blocks_are_read_alike(
+        body in prop::collection::vec(prop::sample::select(vec![
+            "<a b=\"1\">", "<bb c='x' d=\"y\">", "<s:c xmlns:s=\"urn:example:long-namespace\">",
+            "<s:c xmlns:s=\"urn:example:a-namespace-long-enough-to-cross-one-block\">",
+            "<a b=\"a value longer than a block of 64 bytes, with '>' and /slashes/ in it\" />",
+            "</a                                                                  >",
+            "<e f=\"1\"/>", "<e f='/'/>", "<a g=\"x>y\">", "<a h='\"'>", "<a i=\"1\" / >",
+            "<a\tj = 'k'\n>", "</a>", "</bb>", "</s:c>", "text ", "&amp;", "\"", "'", "=", ">",
+            "<", "/", "{", "&#123;", "\0", "<!--x-->", "<?p?>", "<n a=\"",
+            "{{ paymentMethod: pm_0 | type: 'pan' | json: '$.number' }}",
+            "{{ paymentMethod: nope | type: 'pan' | json: '$.number' }}",
+        ]), 0..120).prop_map(|t| t.concat().into_bytes()),
+        cuts in prop::collection::vec(any::<usize>(), 0..6),
+    ) {
+        chunked::chunking_does_not_matter(Format::Xml, &body, &cuts)?;
+    }
 }
