@@ -41,8 +41,8 @@ pub use super::held::{ResolveError, Resolver, MAX_TEMPLATE_LEN};
 use escape::{has_escaped_braces, EscapedBraces};
 use path::Path;
 pub use path::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
-pub(crate) use skim::find3;
 use skim::Balance;
+pub(crate) use skim::{below, find3};
 
 /// A template that cannot be substituted: the proxy answers 400 `invalidTemplate`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -118,7 +118,7 @@ struct Span {
 
 /// The bits below bit `n`, all of them from 64 on.
 #[inline]
-fn below(n: usize) -> u64 {
+pub(crate) fn below(n: usize) -> u64 {
     u32::try_from(n)
         .ok()
         .and_then(|n| 1u64.checked_shl(n))
