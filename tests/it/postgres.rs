@@ -173,34 +173,61 @@ fn three_instances_share_one_database() {
     let pm = created[0].1.clone();
     assert!(created.iter().all(|(_, id)| *id == pm), "{created:?}");
 
-    // A usageLimit 5 intent, 200 authorizations spread over the three at once: exactly 5.
+    // A usageLimit 5 intent, 200 uses spread over the three at once, half sandbox
+    // authorizations and half proxied requests revealing its virtual card: exactly 5 succeed,
+    // and only the proxied requests among them reach the target.
     let pi = card_intent(&servers[1], &t, &pm, 5);
     let auth = format!("/projects/{PROJECT}/sandbox/authorizations");
+    let target = Upstream::start();
+    let use_body = json!({"n": format!(
+        "{{{{ paymentMethod: {pm} | type: 'virtualCard' | json: '$.number' }}}}"
+    )});
     let approved = std::sync::atomic::AtomicUsize::new(0);
+    let proxied = std::sync::atomic::AtomicUsize::new(0);
     let answered = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for worker in 0..20 {
             let (servers, t, auth, pi) = (&servers, &t, &auth, &pi);
-            let (approved, answered) = (&approved, &answered);
+            let (target, use_body) = (&target, &use_body);
+            let (approved, proxied, answered) = (&approved, &proxied, &answered);
             s.spawn(move || {
                 for i in 0..10 {
                     let server = &servers[(worker + i) % 3];
-                    let r = server.call("POST", auth, Some(t), Some(&charge(pi)));
-                    assert_eq!(r.status, 200, "{}", r.text);
-                    answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if r.json["approved"] == true {
-                        approved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if (worker + i) % 2 == 0 {
+                        let r = server.call("POST", auth, Some(t), Some(&charge(pi)));
+                        assert_eq!(r.status, 200, "{}", r.text);
+                        if r.json["approved"] == true {
+                            approved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    } else {
+                        let r = server.proxy_json(t, &target.url("/use"), use_body);
+                        match r.status {
+                            201 => {
+                                proxied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            // No active intent left (400), or the one found was used up
+                            // by the time its use was counted (409).
+                            400 => assert!(r.text.contains("invalidTemplate"), "{}", r.text),
+                            409 => assert!(r.text.contains("usage limit"), "{}", r.text),
+                            other => panic!("proxied use answered {other}: {}", r.text),
+                        }
                     }
+                    answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         }
     });
+    let (approved, proxied) = (approved.into_inner(), proxied.into_inner());
     println!(
-        "usageLimit 5, {} authorizations over 3 instances: {} approved",
+        "usageLimit 5, {} uses over 3 instances: {approved} authorizations approved, {proxied} proxied",
         answered.into_inner(),
-        approved.load(std::sync::atomic::Ordering::Relaxed)
     );
-    assert_eq!(approved.into_inner(), 5);
+    assert_eq!(approved + proxied, 5);
+    assert_eq!(
+        target.requests().len(),
+        proxied,
+        "only counted uses reach the target"
+    );
 
     // Used through B until B serves it from its cache, deleted on A: refused on B and C at
     // once.
