@@ -160,6 +160,29 @@ pub async fn read_body_pieces(
     max: usize,
     timeout: Duration,
 ) -> Result<Vec<Bytes>, ApiError> {
+    answer_continue(session).await?;
+    let mut pieces = Vec::new();
+    let mut total = 0usize;
+    // Asked before each read: a read past the end would only arm a read timeout to learn
+    // that there is nothing more.
+    while !session.is_body_done() {
+        let Some(chunk) = next_body_piece(session, timeout).await? else {
+            break;
+        };
+        total += chunk.len();
+        if total > max {
+            session.set_keepalive(None);
+            return Err(too_large(max));
+        }
+        if !chunk.is_empty() {
+            pieces.push(chunk);
+        }
+    }
+    Ok(pieces)
+}
+
+/// Answers `Expect: 100-continue` (`100 Continue`) before a body is read; nothing otherwise.
+pub async fn answer_continue(session: &mut Session) -> Result<(), ApiError> {
     let expects_continue = session
         .req_header()
         .headers
@@ -171,27 +194,21 @@ pub async fn read_body_pieces(
             ApiError::invalid_request("The request body could not be read.")
         })?;
     }
-    let mut pieces = Vec::new();
-    let mut total = 0usize;
-    // Asked before each read: a read past the end would only arm a read timeout to learn
-    // that there is nothing more.
-    while !session.is_body_done() {
-        let chunk = read_piece(session, timeout).await.map_err(|e| {
-            tracing::debug!(error = %e, "reading request body");
-            session.set_keepalive(None);
-            body_read_error(&e)
-        })?;
-        let Some(chunk) = chunk else { break };
-        total += chunk.len();
-        if total > max {
-            session.set_keepalive(None);
-            return Err(too_large(max));
-        }
-        if !chunk.is_empty() {
-            pieces.push(chunk);
-        }
-    }
-    Ok(pieces)
+    Ok(())
+}
+
+/// The next piece of the caller's body (`None` at its end), waiting at most `timeout`: 408
+/// when nothing came in time, 400 when the body is broken; either way the connection is not
+/// reused (the rest of the body is unread).
+pub async fn next_body_piece(
+    session: &mut Session,
+    timeout: Duration,
+) -> Result<Option<Bytes>, ApiError> {
+    read_piece(session, timeout).await.map_err(|e| {
+        tracing::debug!(error = %e, "reading request body");
+        session.set_keepalive(None);
+        body_read_error(&e)
+    })
 }
 
 /// The next piece of the caller's body, waiting at most `timeout`. pingora bounds an

@@ -12,21 +12,24 @@
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope, + cors headers  (Ok(true))
 //!                              └─ /proxy ─▶ auth (Svc-Authorization | Authorization) ─▶ limits
-//!                                        ─▶ proxy::start: target guard; a JSON or form body
-//!                                           ≤ 64 KiB with Content-Length read and substituted
-//!                                           whole
-//!                                           (400 before any connection)
-//!                                        ─▶ prepared body: proxy::direct sends head and body
-//!                                           in one write and relays the answer through
+//!                                        ─▶ proxy::start: target guard; no body, or one
+//!                                           ≤ 64 KiB with Content-Length, read and
+//!                                           substituted whole (400 before any connection)
+//!                                        ─▶ prepared: proxy::direct sends head and body in
+//!                                           one write and relays the answer through
 //!                                           proxy::guard  (Ok(true))
-//!                                        ─▶ any other body: pingora proxies it  (Ok(false))
+//!                                        ─▶ larger or chunked: proxy::body::relay reads,
+//!                                           substitutes and sends it piece by piece over
+//!                                           the same exchange, then relays the answer
+//!                                           (an error leaves the target's copy unended)
+//!                                           (Ok(true))
+//!                                        ─▶ HEAD, CONNECT, upgrades: pingora proxies them
+//!                                           (Ok(false)), with the phases below
 //!  upstream_peer ──▶ the checked address, SNI + verification for the host, project timeout
 //!  upstream_request_filter ──▶ proxy::forward: URI and Host of the target, the caller's
-//!                              headers as the forwarding policy allows, Content-Length
-//!                              dropped when the body is substituted as it streams
+//!                              headers as the forwarding policy allows
 //!  [request header sent to the target]
-//!  request_body_filter ──▶ proxy::body: streaming substitution chunk by chunk
-//!                          (an error aborts the upstream request before its end)
+//!  request_body_filter ──▶ proxy::body::filter: an upgraded connection's bytes scanned
 //!  response_filter ──▶ proxy::guard: a compressed answer or a card number in a header
 //!                      refused (502), or the header masked
 //!  response_body_filter ──▶ proxy::guard: card numbers masked as the body streams, or
@@ -46,7 +49,7 @@ use super::routes::{self, Resource, Route};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::http::{write_response, Response};
-use crate::proxy::{self, direct::Exchanger, failure, ProxyCtx, SVC_AUTHORIZATION};
+use crate::proxy::{self, direct::Exchanger, failure, Outgoing, ProxyCtx, SVC_AUTHORIZATION};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -133,7 +136,7 @@ impl ProxyHttp for Gateway {
                 let Some(p) = ctx.proxy.as_deref_mut() else {
                     return Ok(false);
                 };
-                if p.request.is_none() {
+                if matches!(p.outgoing, Outgoing::Pingora) {
                     return Ok(false);
                 }
                 // An error here is a response cut short: pingora then closes the caller's
@@ -400,14 +403,11 @@ impl Gateway {
         proxy::peer::peer(&p.target, &p.project, live.ca_roots.get(&p.project.id))
     }
 
-    /// Sends the prepared request through [`proxy::direct`] and relays the answer; returns
-    /// the status to record. On failure before the answer started, answers as
+    /// Sends the request through [`proxy::direct`] (prepared, or its body streamed by
+    /// [`proxy::body::relay`]) and relays the answer; returns the status to record. On failure before the answer started, answers as
     /// `fail_to_proxy` would (502, 504); after, returns the error so that pingora cuts the
     /// caller's connection.
     async fn relay(&self, session: &mut Session, live: &Live, p: &mut ProxyCtx) -> Result<u16> {
-        let Some(request) = p.request.as_ref() else {
-            return Ok(0);
-        };
         let peer = Self::peer(live, p);
         let replayable = proxy::direct::replayable(session.req_header());
         let exchanger = self.exchanger.get_or_init(|| {
@@ -418,18 +418,27 @@ impl Gateway {
                 .saturating_mul(server.threads.max(1));
             Exchanger::new(pool_size)
         });
-        p.guard.arm(p.substitution.card_numbers());
-        let e = match exchanger
-            .relay(
-                session,
-                &peer,
-                request,
-                replayable,
-                &mut p.upstream_started,
-                &mut p.guard,
-            )
-            .await
-        {
+        let relayed = match &p.outgoing {
+            Outgoing::Prepared(request) => {
+                p.guard.arm(p.substitution.card_numbers());
+                exchanger
+                    .relay(
+                        session,
+                        &peer,
+                        request,
+                        replayable,
+                        &mut p.upstream_started,
+                        &mut p.guard,
+                    )
+                    .await
+            }
+            Outgoing::Streamed(head) => {
+                let head = head.clone();
+                proxy::body::relay(&live.app, session, p, exchanger, &peer, head).await
+            }
+            Outgoing::Pingora => return Ok(0),
+        };
+        let e = match relayed {
             Ok(status) => return Ok(status),
             Err(e) => e,
         };

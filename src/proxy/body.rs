@@ -1,12 +1,99 @@
-//! A body that streams through pingora (larger than the preflight limit, or chunked): its
-//! templates are substituted chunk by chunk as pingora forwards it. An error aborts the
-//! upstream request before its end, so the target never receives a complete request.
+//! A body that streams (larger than the preflight limit, or chunked): its templates are
+//! substituted piece by piece as it goes to the target, over the direct exchange
+//! ([`relay`]), or through pingora for an upgraded connection's bytes ([`filter`]). An error
+//! aborts the upstream request before its end, so the target never receives a complete
+//! request.
 
+use super::direct::{Exchanger, StreamedRequest};
 use super::failure::carry;
 use super::ProxyCtx;
 use crate::app::App;
 use crate::error::ApiError;
+use crate::http::{answer_continue, next_body_piece};
 use bytes::Bytes;
+use pingora::prelude::HttpPeer;
+use pingora::proxy::Session;
+use std::time::Instant;
+
+/// Sends a request whose body streams behind `head` through `exchanger` and relays the
+/// answer; returns its status. Each piece of the caller's body is read, substituted and sent
+/// as one chunk; the uses are counted before the last piece leaves, and the body's end only
+/// after it. A failure before then (a template, a refused use, the caller's body) drops the
+/// connection on an unfinished body: the target never holds a complete request.
+///
+/// The answer is read once the request has left whole, or as soon as a write to the target
+/// fails (a target that stops reading may have answered first: that answer is relayed, and
+/// neither connection is kept). A target that answers while still reading a body is answered
+/// once the body has left.
+pub async fn relay(
+    app: &App,
+    session: &mut Session,
+    p: &mut ProxyCtx,
+    exchanger: &Exchanger,
+    peer: &HttpPeer,
+    head: Bytes,
+) -> pingora::Result<u16> {
+    let timeout = app.config.server.body_read_timeout;
+    answer_continue(session).await.map_err(carry)?;
+    let mut head = Some(head);
+    let mut out: Option<StreamedRequest> = None;
+    let mut sent = Ok(());
+    loop {
+        let piece = next_body_piece(session, timeout).await.map_err(carry)?;
+        let end = piece.is_none() || session.is_body_done();
+        let bytes = match piece {
+            Some(piece) if !end => p.substitution.feed(app, &p.principal, piece).await,
+            Some(piece) => (p.substitution)
+                .feed_last(app, &p.principal, &piece)
+                .await
+                .map(Bytes::from),
+            None => p.substitution.finish().map(Bytes::from),
+        }
+        .map_err(carry)?;
+        if end {
+            record_uses(app, p).await.map_err(carry)?;
+        }
+        match (out.as_mut(), head.take()) {
+            (Some(out), _) => sent = out.send(bytes).await,
+            (None, Some(head)) => {
+                p.upstream_started = Some(Instant::now());
+                out = Some(exchanger.open_streamed(peer, head, bytes).await?);
+            }
+            (None, None) => unreachable_stream()?,
+        }
+        if end || sent.is_err() {
+            break;
+        }
+    }
+    let Some(mut out) = out else {
+        return unreachable_stream();
+    };
+    if sent.is_ok() {
+        sent = out.end().await;
+    }
+    let whole = sent.is_ok();
+    if !whole {
+        // The rest of the caller's body is unread.
+        session.set_keepalive(None);
+    }
+    p.guard.arm(p.substitution.card_numbers());
+    let (upstream, key) = match out.answer_head(peer).await {
+        Ok(answer) => answer,
+        // No answer after a failed write: the write's error is the one to report.
+        Err(e) => return Err(sent.err().unwrap_or(e)),
+    };
+    exchanger
+        .answer(session, upstream, key, peer, &mut p.guard, whole)
+        .await
+}
+
+/// The loop above always opens the request at its first piece.
+fn unreachable_stream<T>() -> pingora::Result<T> {
+    pingora::Error::e_explain(
+        pingora::ErrorType::InternalError,
+        "streamed request not open",
+    )
+}
 
 /// pingora's `request_body_filter` for a proxied request.
 pub async fn filter(

@@ -32,8 +32,8 @@ use http::header;
 use pingora::http::ResponseHeader;
 use zeroize::Zeroizing;
 
-/// Answers up to this size with a `Content-Length` are read whole before a `refuse` guard
-/// sends anything.
+/// Under `refuse`, this much of an answer's body is read and scanned before anything of it is
+/// sent: all of an answer up to this size.
 pub const BUFFERED_LIMIT: usize = 64 * 1024;
 
 /// Most bytes of a digit run held back at a chunk's end: more than the longest number with a
@@ -112,16 +112,10 @@ impl ResponseGuard {
         self.action = None;
     }
 
-    /// Whether an answer with this head is read whole before it is sent: a `refuse` guard
-    /// and a `Content-Length` up to [`BUFFERED_LIMIT`].
-    pub fn buffers(&self, head: &ResponseHeader) -> bool {
+    /// Whether the start of an answer (up to [`BUFFERED_LIMIT`] bytes of its body, whatever
+    /// its framing) is read and scanned before its head is sent: under `refuse`.
+    pub fn buffers(&self) -> bool {
         self.mode == ResponseGuardMode::Refuse
-            && head
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .is_some_and(|n| n <= BUFFERED_LIMIT)
     }
 
     /// Checks the answer's head before it is sent: a compressed answer is refused, numbers

@@ -7,17 +7,22 @@
 //!   checked ([`target`]), and a small body read and substituted whole before the target is
 //!   contacted.
 //! - [`forward`]: the one forwarding policy (which headers reach the target, `Host`, URI).
-//! - [`direct`]: a prepared body sent to the target in one write and the answer relayed,
-//!   outside pingora's proxy pipeline, over paycred's own idle pool.
-//! - [`body`]: streaming substitution of larger or chunked bodies as pingora forwards them.
-//! - [`guard`]: card numbers kept out of the target's answer, on both paths.
+//! - [`direct`]: the exchange with the target outside pingora's proxy pipeline, over
+//!   paycred's own idle pool: a prepared request in one write, or a streamed one chunk by
+//!   chunk; the answer relayed through the guard.
+//! - [`body`]: streaming substitution of larger or chunked bodies, piece by piece as they are
+//!   sent.
+//! - [`guard`]: card numbers kept out of the target's answer.
 //! - [`substitute`] and [`credentials`]: the substitution over body chunks and the values a
-//!   template names. [`peer`]: the pingora peer. [`failure`]: what a failure answers.
+//!   template names. [`peer`]: the target as a pingora peer. [`failure`]: what a failure
+//!   answers.
 //!
-//! Bodies up to [`PREFLIGHT_LIMIT`] with a `Content-Length` are read and substituted
-//! whole before the target is contacted, so a bad template answers 400 and the target sees
-//! nothing. Larger or chunked bodies stream; a template error mid-stream aborts the
-//! upstream request before its end, so the target never receives a complete request.
+//! Bodies up to [`PREFLIGHT_LIMIT`] with a `Content-Length` (and requests without a body)
+//! are read and substituted whole before the target is contacted, so a bad template answers
+//! 400 and the target sees nothing. Larger or chunked bodies stream; a template error
+//! mid-stream drops the upstream request before its end, so the target never receives a
+//! complete request. Only `HEAD`, `CONNECT` and upgrades, which carry no body through
+//! paycred, are proxied by pingora itself.
 //!
 //! May import: `service`, `template`, `app`, `auth`, `audit`, `http`, `config`, `error`, and
 //! pingora. Never `api` or `edge`.
@@ -53,6 +58,20 @@ pub const SVC_AUTHORIZATION: http::HeaderName = http::HeaderName::from_static("s
 /// Where the request goes.
 pub const SVC_TARGET_URL: http::HeaderName = http::HeaderName::from_static("svc-target-url");
 
+/// How a proxied request leaves for the target.
+pub enum Outgoing {
+    /// The whole request (head and substituted body), its body read before the target was
+    /// contacted (none, or at most [`PREFLIGHT_LIMIT`] bytes with a `Content-Length`):
+    /// [`direct`] sends it in one write.
+    Prepared(direct::WireRequest),
+    /// A larger or chunked body streams: read, substituted and sent piece by piece behind
+    /// this head ([`body::relay`]).
+    Streamed(bytes::Bytes),
+    /// `HEAD`, `CONNECT` and upgrades, which carry no body through paycred: pingora proxies
+    /// them.
+    Pingora,
+}
+
 /// Per-request proxy state.
 pub struct ProxyCtx {
     pub principal: Arc<Principal>,
@@ -63,9 +82,8 @@ pub struct ProxyCtx {
     /// The body is scanned: templates substituted in JSON and forms, any other body checked
     /// for `{{` ([`crate::template::Format`]). Every proxied body is.
     pub substitute: bool,
-    /// The whole request for the target (head and substituted body), when the body was read
-    /// before the target was contacted: [`direct`] sends it.
-    pub request: Option<direct::WireRequest>,
+    /// How the request leaves for the target.
+    pub outgoing: Outgoing,
     pub substitution: Substitution,
     /// When the request to the target was about to be sent (the target's latency).
     pub upstream_started: Option<Instant>,

@@ -8,7 +8,7 @@ use super::direct::{self, RequestBuf};
 use super::forward::{target_uri, Forwarding};
 use super::guard::ResponseGuard;
 use super::substitute::Substitution;
-use super::{body, target, ProxyCtx, PREFLIGHT_LIMIT, SVC_TARGET_URL};
+use super::{body, target, Outgoing, ProxyCtx, PREFLIGHT_LIMIT, SVC_TARGET_URL};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
@@ -69,13 +69,19 @@ pub async fn start(
         forwarding,
         // Every body is scanned: another format's only for `{{`, which is refused.
         substitute: true,
-        request: None,
+        outgoing: Outgoing::Pingora,
         substitution: Substitution::new(format),
         upstream_started: None,
         failed: false,
         guard,
     };
-    if !chunked && declared.is_some_and(|n| n > 0 && n <= PREFLIGHT_LIMIT) {
+    let uri = target_uri(&ctx.target)?;
+    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    if !direct::carries_body(session.req_header()) {
+        // Proxied by pingora, with nothing to substitute.
+    } else if session.is_body_empty()
+        || (!chunked && declared.is_some_and(|n| n <= PREFLIGHT_LIMIT))
+    {
         let pieces = read_body_pieces(
             session,
             PREFLIGHT_LIMIT,
@@ -84,8 +90,6 @@ pub async fn start(
         .await?;
         // The whole request, built in one buffer: the body is substituted (or copied) once,
         // in place, behind room for the head.
-        let uri = target_uri(&ctx.target)?;
-        let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
         // Room for the first piece: the pieces after the last one a template reaches are not
         // copied into the buffer, and it grows when more are.
         let first = pieces.first().map_or(0, bytes::Bytes::len);
@@ -102,8 +106,15 @@ pub async fn start(
             .substitution
             .feed_pieces_into(app, &ctx.principal, &pieces, request.body())
             .await?;
-        ctx.request = Some(request.finish(pieces.get(used..).unwrap_or_default()));
+        ctx.outgoing = Outgoing::Prepared(request.finish(pieces.get(used..).unwrap_or_default()));
         body::record_uses(app, &ctx).await?;
+    } else {
+        ctx.outgoing = Outgoing::Streamed(direct::chunked_head(
+            session.req_header(),
+            &ctx.target,
+            &ctx.forwarding,
+            path,
+        ));
     }
     Ok(ctx)
 }

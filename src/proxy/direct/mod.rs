@@ -1,31 +1,35 @@
-//! The direct exchange: a prepared body (read whole and substituted in `request_filter`) goes
-//! to the target without pingora's proxy pipeline, and the response streams back.
+//! The direct exchange: a proxied request goes to the target without pingora's proxy
+//! pipeline, and the answer streams back through the response guard.
 //!
 //! pingora's HTTP/1 client flushes the request header on its own before the body
 //! (`write_request_header`), and its proxy runs the request and the response as two tasks
-//! joined by channels. A prepared body needs neither: the request line, the headers and the
-//! body leave in one write, then the response is read and relayed in one loop. New
-//! connections come from a pingora [`TransportConnector`] (TCP, TLS, verification), idle
-//! ones wait in paycred's [`IdlePool`] (see there for why not pingora's pool), and the
-//! response is parsed by pingora's HTTP/1 client session.
+//! joined by channels, sending the answer's head before its body filter has seen a byte. The
+//! exchange needs none of that. A prepared request (its body read whole and substituted in
+//! `request_filter`, or none) leaves in one write ([`Exchanger::relay`]); a streamed one
+//! leaves as its head and first piece in one write, then one chunk per piece
+//! ([`Exchanger::open_streamed`], driven by [`crate::proxy::body::relay`]). The answer is
+//! then read and relayed in one loop ([`Exchanger::answer`]), where the guard can hold the
+//! head back until it has scanned the body's start. New connections come from a pingora
+//! [`TransportConnector`] (TCP, TLS, verification), idle ones wait in paycred's [`IdlePool`]
+//! (see there for why not pingora's pool), and the response is parsed by pingora's HTTP/1
+//! client session.
 //!
 //! Why paycred keeps its own path beside pingora's: with it, the load bench's proxy with four
 //! templates does 1.24x the pingora pass-through's requests a second at 1 KiB and 1.30x at
 //! 64 KiB; the same bodies substituted as they stream through pingora's proxy (read, then
 //! re-framed chunked) do 0.66x and 0.71x (`benches/load/run.sh`, one machine, paired runs;
-//! docs/performance.md). The difference is pingora's per-request work that a prepared body
-//! does not need: the header flushed alone, two tasks joined by channels, its pool's watcher
-//! task per connection.
+//! docs/performance.md). The difference is pingora's per-request work that the exchange does
+//! not do: the header flushed alone, two tasks joined by channels, its pool's watcher task
+//! per connection.
 //!
-//! Only requests whose body is all in memory take this path: a body up to the preflight
-//! limit with a `Content-Length`, read and substituted before the target is contacted.
-//! Everything else is proxied by pingora.
+//! `HEAD`, `CONNECT` and upgrades, which carry no body through paycred, are proxied by
+//! pingora.
 
 pub mod pool;
 
 use super::failure::carry;
 use super::forward::{host_header, is_framing, Forwarding};
-use super::guard::ResponseGuard;
+use super::guard::{ResponseGuard, BUFFERED_LIMIT};
 use super::target::Target;
 use bytes::Bytes;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
@@ -65,6 +69,9 @@ pub struct RequestBuf {
     head: Vec<u8>,
     /// Where the body starts in `buf`.
     body_start: usize,
+    /// The caller framed a body (`Content-Length` or `Transfer-Encoding`): an empty one still
+    /// leaves with `Content-Length: 0`; a request without one leaves without.
+    framed: bool,
 }
 
 impl RequestBuf {
@@ -77,30 +84,7 @@ impl RequestBuf {
         path_and_query: &str,
         body_len_hint: usize,
     ) -> Self {
-        let host = host_header(target);
-        let mut head = Vec::with_capacity(128 + 48 * req.headers.len());
-        head.extend_from_slice(req.method.as_str().as_bytes());
-        head.push(b' ');
-        head.extend_from_slice(path_and_query.as_bytes());
-        head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-        head.extend_from_slice(host.as_bytes());
-        head.extend_from_slice(b"\r\n");
-        // Header names leave as the caller wrote them, as pingora's own proxy sends them:
-        // the names pingora read are kept beside the map, in the map's order.
-        let mut as_written = req.case_header_iter().map(|(name, _)| name.as_slice());
-        for (name, value) in &req.headers {
-            let wire_name = as_written.next().unwrap_or(name.as_str().as_bytes());
-            if is_framing(name) || !forwarding.forwards(name) {
-                continue;
-            }
-            head.extend_from_slice(wire_name);
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
-        if forwarding.identity_encoding {
-            head.extend_from_slice(b"Accept-Encoding: identity\r\n");
-        }
+        let head = request_head(req, target, forwarding, path_and_query);
         let body_start = head.len() + LENGTH_LINE_MAX;
         let mut buf = Vec::with_capacity(body_start + body_len_hint);
         buf.resize(body_start, 0);
@@ -108,6 +92,8 @@ impl RequestBuf {
             buf,
             head,
             body_start,
+            framed: req.headers.contains_key(http::header::CONTENT_LENGTH)
+                || req.headers.contains_key(http::header::TRANSFER_ENCODING),
         }
     }
 
@@ -123,9 +109,14 @@ impl RequestBuf {
             mut buf,
             head,
             body_start,
+            framed,
         } = self;
         let body_len = buf.len() - body_start + rest.iter().map(Bytes::len).sum::<usize>();
-        let length = format!("Content-Length: {body_len}\r\n\r\n");
+        let length = if body_len == 0 && !framed {
+            "\r\n".to_owned()
+        } else {
+            format!("Content-Length: {body_len}\r\n\r\n")
+        };
         let start = body_start - length.len() - head.len();
         buf[start..start + head.len()].copy_from_slice(&head);
         buf[body_start - length.len()..body_start].copy_from_slice(length.as_bytes());
@@ -134,6 +125,54 @@ impl RequestBuf {
         parts.extend(rest.iter().filter(|p| !p.is_empty()).cloned());
         WireRequest { parts }
     }
+}
+
+/// The head of a request whose body streams: the body leaves `chunked`, since substitution
+/// changes its length ([`Exchanger::open_streamed`]).
+pub fn chunked_head(
+    req: &RequestHeader,
+    target: &Target,
+    forwarding: &Forwarding,
+    path_and_query: &str,
+) -> Bytes {
+    let mut head = request_head(req, target, forwarding, path_and_query);
+    head.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+    Bytes::from(head)
+}
+
+/// The request line and headers as the target receives them, up to (not including) the
+/// body's framing and the blank line: `Host`, the caller's headers less the dropped ones.
+fn request_head(
+    req: &RequestHeader,
+    target: &Target,
+    forwarding: &Forwarding,
+    path_and_query: &str,
+) -> Vec<u8> {
+    let host = host_header(target);
+    let mut head = Vec::with_capacity(128 + 48 * req.headers.len());
+    head.extend_from_slice(req.method.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(path_and_query.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    head.extend_from_slice(host.as_bytes());
+    head.extend_from_slice(b"\r\n");
+    // Header names leave as the caller wrote them, as pingora's own proxy sends them:
+    // the names pingora read are kept beside the map, in the map's order.
+    let mut as_written = req.case_header_iter().map(|(name, _)| name.as_slice());
+    for (name, value) in &req.headers {
+        let wire_name = as_written.next().unwrap_or(name.as_str().as_bytes());
+        if is_framing(name) || !forwarding.forwards(name) {
+            continue;
+        }
+        head.extend_from_slice(wire_name);
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if forwarding.identity_encoding {
+        head.extend_from_slice(b"Accept-Encoding: identity\r\n");
+    }
+    head
 }
 
 /// A request ready to be written to the target: its bytes in order, in one or more parts
@@ -238,14 +277,23 @@ impl Exchanger {
             tokio::task::yield_now().await;
         }
         *sent_at = Some(Instant::now());
-        let key = PeerKey {
-            hash: peer.reuse_hash(),
-            addr: *peer
-                .address()
-                .as_inet()
-                .or_err(ErrorType::InternalError, "target is not an IP address")?,
-        };
-        let mut upstream = self.send(key, peer, request, replayable).await?;
+        let key = peer_key(peer)?;
+        let upstream = self.send(key, peer, request, replayable).await?;
+        self.answer(session, upstream, key, peer, guard, true).await
+    }
+
+    /// Relays the target's answer (its head read already) to the caller through `guard`,
+    /// then keeps the connection for the next request when `reusable` (the request left
+    /// whole) and the answer allows it. Returns the answer's status.
+    pub async fn answer(
+        &self,
+        session: &mut Session,
+        mut upstream: HttpSession,
+        key: PeerKey,
+        peer: &HttpPeer,
+        guard: &mut ResponseGuard,
+        reusable: bool,
+    ) -> Result<u16> {
         let mut header = upstream
             .resp_header()
             .cloned()
@@ -253,69 +301,125 @@ impl Exchanger {
             .map_err(|e| e.into_up())?;
         let status = header.status.as_u16();
         guard.head(&mut header).map_err(carry)?;
-        if guard.buffers(&header) {
-            // Read whole and scanned before anything is sent: a number answers 502, and the
-            // answer that held it is zeroed as it is dropped.
+        // Under `refuse`, up to BUFFERED_LIMIT of the body is read and scanned before the
+        // head is sent: a number in it answers 502, and what was read is zeroed as it is
+        // dropped.
+        let mut first = None;
+        if guard.buffers() {
             guard.buffering();
             let mut body = Zeroizing::new(Vec::new());
-            while !upstream.is_body_done() {
+            while !upstream.is_body_done() && body.len() <= BUFFERED_LIMIT {
                 match upstream.read_body_bytes().await.map_err(|e| e.into_up())? {
                     Some(chunk) => body.extend_from_slice(&chunk),
                     None if upstream.is_body_done() => break,
-                    None => {
-                        return Error::e_explain(
-                            ErrorType::ConnectionClosed,
-                            "target response cut short",
-                        )
-                        .map_err(|e| e.into_up())
-                    }
+                    None => return cut_short(),
                 }
             }
-            let body = guard.whole(&body).map_err(carry)?.filter(|b| !b.is_empty());
-            session
-                .write_response_header(Box::new(header), body.is_none())
-                .await
-                .map_err(|e| e.into_down())?;
-            if body.is_some() {
+            if upstream.is_body_done() {
+                let body = guard.whole(&body).map_err(carry)?.filter(|b| !b.is_empty());
                 session
-                    .write_response_body(body, true)
+                    .write_response_header(Box::new(header), body.is_none())
                     .await
                     .map_err(|e| e.into_down())?;
-            }
-        } else {
-            guard.started_streaming();
-            let done = upstream.is_body_done();
-            session
-                .write_response_header(Box::new(header), done)
-                .await
-                .map_err(|e| e.into_down())?;
-            while !upstream.is_body_done() {
-                let chunk = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
-                let done = upstream.is_body_done();
-                if chunk.is_none() && !done {
-                    return Error::e_explain(
-                        ErrorType::ConnectionClosed,
-                        "target response cut short",
-                    )
-                    .map_err(|e| e.into_up());
+                if body.is_some() {
+                    session
+                        .write_response_body(body, true)
+                        .await
+                        .map_err(|e| e.into_down())?;
                 }
-                // A number in a streamed answer under `refuse` cuts it here.
-                let out = guard.body(chunk, done).map_err(carry)?;
-                if out.is_none() && !done {
-                    continue;
-                }
-                session
-                    .write_response_body(out, done)
-                    .await
-                    .map_err(|e| e.into_down())?;
+                return self.keep(upstream, key, peer, reusable, status).await;
             }
+            // Longer: the rest streams after what was read.
+            first = guard
+                .body(Some(Bytes::copy_from_slice(&body)), false)
+                .map_err(carry)?;
         }
-        upstream.respect_keepalive();
-        if let Some(stream) = upstream.reuse().await {
-            let idle = peer.get_peer_options().and_then(|o| o.idle_timeout);
-            self.idle.put(key, stream, idle);
+        guard.started_streaming();
+        let done = upstream.is_body_done() && first.is_none();
+        session
+            .write_response_header(Box::new(header), done)
+            .await
+            .map_err(|e| e.into_down())?;
+        if first.is_some() {
+            session
+                .write_response_body(first, false)
+                .await
+                .map_err(|e| e.into_down())?;
+        }
+        while !upstream.is_body_done() {
+            let chunk = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
+            let done = upstream.is_body_done();
+            if chunk.is_none() && !done {
+                return cut_short();
+            }
+            // A number in a streamed answer under `refuse` cuts it here.
+            let out = guard.body(chunk, done).map_err(carry)?;
+            if out.is_none() && !done {
+                continue;
+            }
+            session
+                .write_response_body(out, done)
+                .await
+                .map_err(|e| e.into_down())?;
+        }
+        self.keep(upstream, key, peer, reusable, status).await
+    }
+
+    /// After the answer: the connection goes back to the idle pool when `reusable` (the
+    /// request left whole) and the answer allows it. Returns `status`.
+    async fn keep(
+        &self,
+        mut upstream: HttpSession,
+        key: PeerKey,
+        peer: &HttpPeer,
+        reusable: bool,
+        status: u16,
+    ) -> Result<u16> {
+        if reusable {
+            upstream.respect_keepalive();
+            if let Some(stream) = upstream.reuse().await {
+                let idle = peer.get_peer_options().and_then(|o| o.idle_timeout);
+                self.idle.put(key, stream, idle);
+            }
         }
         Ok(status)
+    }
+
+    /// Starts a request whose body streams ([`StreamedRequest`]): its head (the body
+    /// `chunked`: substitution changes its length) and the body's first piece leave in one
+    /// write, on an idle connection or a new one. A pooled connection the target had closed
+    /// fails that write, and the same bytes go out once more on a new connection: none of
+    /// the request can have been taken.
+    pub async fn open_streamed(
+        &self,
+        peer: &HttpPeer,
+        head: Bytes,
+        first: Bytes,
+    ) -> Result<StreamedRequest> {
+        let key = peer_key(peer)?;
+        let write_timeout = peer.get_peer_options().and_then(|o| o.write_timeout);
+        let mut parts = vec![head];
+        push_chunk(&mut parts, first);
+        let (stream, reused) = match self.idle.take(key) {
+            Some(stream) => {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+                (stream, true)
+            }
+            None => (self.connect(peer).await?, false),
+        };
+        let mut out = StreamedRequest {
+            stream,
+            key,
+            write_timeout,
+        };
+        match out.write(&parts).await {
+            Err(e) if reused && e.etype() == &ErrorType::WriteError => {
+                out.stream = self.connect(peer).await?;
+                out.write(&parts).await?;
+            }
+            written => written?,
+        }
+        Ok(out)
     }
 
     /// Writes the request and reads the response header.
@@ -421,31 +525,47 @@ async fn exchange_header(
     peer: &HttpPeer,
     request: &WireRequest,
 ) -> Result<HttpSession> {
-    let options = peer.get_peer_options();
-    let write_timeout = options.and_then(|o| o.write_timeout);
-    let write = write_parts(&mut stream, request.parts());
-    let written = match write_timeout {
+    let write_timeout = peer.get_peer_options().and_then(|o| o.write_timeout);
+    timed_write(&mut stream, request.parts(), write_timeout).await?;
+    read_answer_head(stream, peer).await
+}
+
+/// Writes `parts` within `timeout`. A failed write (not a slow one) is marked retryable on a
+/// reused connection: the request did not leave whole, so the target cannot have taken it.
+async fn timed_write(
+    stream: &mut Stream,
+    parts: &[Bytes],
+    timeout: Option<std::time::Duration>,
+) -> Result<()> {
+    let write = write_parts(stream, parts);
+    let written = match timeout {
         Some(t) => tokio::time::timeout(t, write)
             .await
             .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())),
         None => write.await,
     };
-    if let Err(e) = written {
-        let kind = match e.kind() {
-            std::io::ErrorKind::TimedOut => ErrorType::WriteTimedout,
-            _ => ErrorType::WriteError,
-        };
-        let unsent = kind == ErrorType::WriteError;
-        let mut err = Error::because(kind, "writing the request to the target", e);
-        if unsent {
-            // The request did not leave whole: the target cannot have taken it.
-            err.retry = RetryType::ReusedOnly;
-        }
-        return Err(err.into_up());
+    let Err(e) = written else {
+        return Ok(());
+    };
+    let timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+    let kind = if timed_out {
+        ErrorType::WriteTimedout
+    } else {
+        ErrorType::WriteError
+    };
+    let mut err = Error::because(kind, "writing the request to the target", e);
+    if !timed_out {
+        err.retry = RetryType::ReusedOnly;
     }
+    Err(err.into_up())
+}
+
+/// Reads the target's final (non-1xx) response header from `stream`.
+async fn read_answer_head(stream: Stream, peer: &HttpPeer) -> Result<HttpSession> {
+    let options = peer.get_peer_options();
     let mut upstream = HttpSession::new_with_options(stream, peer);
     upstream.read_timeout = options.and_then(|o| o.read_timeout);
-    upstream.write_timeout = write_timeout;
+    upstream.write_timeout = options.and_then(|o| o.write_timeout);
     let mut answered = false;
     loop {
         // pingora marks a connection closed before the answer as retryable when reused;
@@ -468,6 +588,68 @@ async fn exchange_header(
             Some(100..=199) => answered = true,
             _ => return Ok(upstream),
         }
+    }
+}
+
+/// The target's answer ended before its body did.
+fn cut_short<T>() -> Result<T> {
+    Error::e_explain(ErrorType::ConnectionClosed, "target response cut short")
+        .map_err(|e| e.into_up())
+}
+
+/// Where a peer's idle connections are kept.
+fn peer_key(peer: &HttpPeer) -> Result<PeerKey> {
+    Ok(PeerKey {
+        hash: peer.reuse_hash(),
+        addr: *peer
+            .address()
+            .as_inet()
+            .or_err(ErrorType::InternalError, "target is not an IP address")?,
+    })
+}
+
+/// Appends one chunk of a `chunked` body: its size line, the bytes, the CRLF. Nothing for an
+/// empty piece (a zero-size chunk would end the body).
+fn push_chunk(parts: &mut Vec<Bytes>, piece: Bytes) {
+    if piece.is_empty() {
+        return;
+    }
+    parts.push(Bytes::from(format!("{:x}\r\n", piece.len())));
+    parts.push(piece);
+    parts.push(Bytes::from_static(b"\r\n"));
+}
+
+/// A request whose body streams to the target as it is read from the caller and
+/// substituted ([`Exchanger::open_streamed`]): each piece leaves as one chunk. Only
+/// [`StreamedRequest::finish`] writes the body's end; dropped before that, the connection
+/// closes on a body without its end, so the target never holds a complete request.
+pub struct StreamedRequest {
+    stream: Stream,
+    key: PeerKey,
+    write_timeout: Option<std::time::Duration>,
+}
+
+impl StreamedRequest {
+    /// Sends one more piece of the body.
+    pub async fn send(&mut self, piece: Bytes) -> Result<()> {
+        let mut parts = Vec::with_capacity(3);
+        push_chunk(&mut parts, piece);
+        self.write(&parts).await
+    }
+
+    /// Ends the body: after this the target holds the whole request.
+    pub async fn end(&mut self) -> Result<()> {
+        self.write(&[Bytes::from_static(b"0\r\n\r\n")]).await
+    }
+
+    /// Reads the answer's head: after [`Self::end`], or after a failed write, when the target
+    /// stopped reading the body and may have answered before closing (a 413, say).
+    pub async fn answer_head(self, peer: &HttpPeer) -> Result<(HttpSession, PeerKey)> {
+        Ok((read_answer_head(self.stream, peer).await?, self.key))
+    }
+
+    async fn write(&mut self, parts: &[Bytes]) -> Result<()> {
+        timed_write(&mut self.stream, parts, self.write_timeout).await
     }
 }
 
