@@ -104,9 +104,10 @@ pub fn document() -> utoipa::openapi::OpenApi {
 /// Forward the request to Svc-Target-URL with the templates in its body substituted.
 ///
 /// Any method; the body's format follows its Content-Type: templates are substituted in JSON
-/// (`application/json`, `application/*+json`) and form-encoded
-/// (`application/x-www-form-urlencoded`) bodies; any other body passes as it is, unless it
-/// holds `{{` (400 invalidTemplate). Card numbers in the target's answer are masked, or the
+/// (`application/json`, `application/*+json`), form-encoded
+/// (`application/x-www-form-urlencoded`) and XML (`text/xml`, `application/xml`,
+/// `application/*+xml`, SOAP) bodies; any other body passes as it is, unless it holds `{{`
+/// (400 invalidTemplate). Card numbers in the target's answer are masked, or the
 /// answer refused, as the project's `proxy.response_guard` says (docs/proxy.md).
 #[utoipa::path(post, path = "/projects/{projectId}/proxy", operation_id = "proxy",
     params(("Svc-Target-URL" = String, Header, format = "uri",
@@ -115,15 +116,16 @@ pub fn document() -> utoipa::openapi::OpenApi {
     responses(
         (status = 400, description = "invalidTemplate: a template that cannot be substituted, \
             or one where none may be (a JSON or form key, between JSON tokens, a brace written \
-            \\u007b, a body of another format), or a JSON body that ends unfinished after a \
-            substitution; `details` names the field. The target never receives a complete \
-            request.", body = crate::error::Envelope),
+            \\u007b, an XML name, comment or declaration, a body of another format), or a \
+            body that ends unfinished after a substitution; an XML body with a DOCTYPE. \
+            `details` names the field. The target never receives a complete request.", body = crate::error::Envelope),
         (status = 408, description = "requestTimeout: the body stopped arriving for longer \
             than the server's body_read_timeout", body = crate::error::Envelope),
         (status = 502, description = "badGateway: the target could not be reached; or the \
-            response guard refused its answer: a card number in it (`proxy.response_guard: \
-            refuse`; an answer whose body streams is cut at the number instead), or a \
-            compressed answer, which cannot be scanned", body = crate::error::Envelope),
+            response guard refused its answer: a card number in a header or in the first \
+            64 KiB of the body under `proxy.response_guard: refuse` (one further in cuts the \
+            answer at the number instead), or a compressed answer, which cannot be scanned",
+            body = crate::error::Envelope),
         (status = 504, description = "gatewayTimeout: the target did not answer in time",
             body = crate::error::Envelope),
         (status = "default", description = "The target's answer, passed through; card \

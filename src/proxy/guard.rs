@@ -1,20 +1,20 @@
 //! The response guard: card numbers kept out of a target's answer (`proxy.response_guard`).
 //!
-//! The answer's headers and body are scanned as they stream, on both paths (the direct
-//! exchange's relay and pingora's response filters), for the card numbers this request's
-//! templates revealed, written as digits alone or grouped by single spaces or dashes
-//! (`4242 4242 4242 4242`, `4242-4242-4242-4242`), and, with `response_guard_any_card`, for
-//! any run of 13 to 19 digits that passes the Luhn check. A number split across body chunks
+//! The answer's headers and body are scanned as they stream (in the direct exchange's
+//! relay, and in pingora's response filters for the `HEAD` and upgrade requests pingora
+//! proxies), for the card numbers this request's templates revealed, written as digits alone
+//! or grouped by single spaces or dashes (`4242 4242 4242 4242`, `4242-4242-4242-4242`), and,
+//! with `response_guard_any_card`, for any run of 13 to 19 digits that passes the Luhn check. A number split across body chunks
 //! is found: a digit run that reaches a chunk's end is held back until the next chunk shows
 //! where it ends (at most [`HOLD`] bytes are held).
 //!
 //! - `mask`: each number becomes its masked form (first 6 and last 4 digits kept, the others
 //!   `*`, separators kept): the same length, so `Content-Length` and chunking stay valid.
-//! - `refuse`: an answer of at most [`BUFFERED_LIMIT`] bytes with a `Content-Length` is read
-//!   whole and scanned before anything of it is sent, and a number in it answers 502
-//!   `badGateway`; so does a number in a header. A larger or chunked answer streams: at the
-//!   first number the caller's connection is cut, so the caller gets the answer's head and
-//!   the bytes before that number, never the number or anything after it.
+//! - `refuse`: the first [`BUFFERED_LIMIT`] bytes of the body (all of a smaller answer,
+//!   whatever its framing) are read and scanned before the head is sent, and a number there
+//!   or in a header answers 502 `badGateway`. Past them the answer streams: at the first
+//!   number the caller's connection is cut, so the caller gets the answer's head and the
+//!   bytes before that number, never the number or anything after it.
 //! - `off`: the answer is relayed as the target sent it.
 //!
 //! Compressed answers are never relayed unscanned: with the guard on, the target is asked

@@ -1,7 +1,8 @@
 //! The load bench's target API: a small tokio HTTP/1.1 server on one thread that reads every
 //! request body to its end (Content-Length or chunked) and answers `200 {"ok":true}`, with
-//! keep-alive; to a request with `X-Answer: 64k` it answers a JSON document of 64 KiB (order
-//! lines with prices and quantities, no card number), for the response guard's cost. Reading
+//! keep-alive; to a request with `X-Answer: 1k` or `64k` it answers a JSON document of that
+//! size (order lines with prices and quantities, no card number), for the response guard's
+//! cost. Reading
 //! the whole body matters: a target that answers early makes proxies abort uploads, which
 //! would show up as errors that are not the proxy's.
 //!
@@ -13,26 +14,34 @@ use tokio::net::{TcpListener, TcpStream};
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
 
-/// The answer to `X-Answer: 64k`, head and body.
+/// The answers to `X-Answer: 1k` and `64k`, head and body.
+fn answer_1k() -> &'static [u8] {
+    static ANSWER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(|| order_lines(1024))
+}
+
 fn answer_64k() -> &'static [u8] {
     static ANSWER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    ANSWER.get_or_init(|| {
-        let mut body = String::from("{\"items\":[");
-        let mut i = 0;
-        while body.len() < 64 * 1024 - 64 {
-            body.push_str(&format!(
-                "{{\"sku\":\"item-{i:06}\",\"qty\":{},\"price\":1999}},",
-                i % 7
-            ));
-            i += 1;
-        }
-        body.push_str("{}]}");
-        let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        [head.into_bytes(), body.into_bytes()].concat()
-    })
+    ANSWER.get_or_init(|| order_lines(64 * 1024))
+}
+
+/// An answer whose JSON body of about `size` bytes lists order lines.
+fn order_lines(size: usize) -> Vec<u8> {
+    let mut body = String::from("{\"items\":[");
+    let mut i = 0;
+    while body.len() < size - 64 {
+        body.push_str(&format!(
+            "{{\"sku\":\"item-{i:06}\",\"qty\":{},\"price\":1999}},",
+            i % 7
+        ));
+        i += 1;
+    }
+    body.push_str("{}]}");
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    [head.into_bytes(), body.into_bytes()].concat()
 }
 
 /// Reads more bytes into `buf`; `false` at end of stream.
@@ -68,14 +77,14 @@ fn chunked_end(buf: &[u8]) -> Option<usize> {
 async fn serve(mut stream: TcpStream) {
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
-        let (head_len, content_length, chunked, big) = loop {
+        let (head_len, content_length, chunked, response) = loop {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut req = httparse::Request::new(&mut headers);
             match req.parse(&buf) {
                 Ok(httparse::Status::Complete(len)) => {
                     let mut cl = 0;
                     let mut chunked = false;
-                    let mut big = false;
+                    let mut answer = RESPONSE;
                     for h in req.headers.iter() {
                         if h.name.eq_ignore_ascii_case("content-length") {
                             cl = std::str::from_utf8(h.value)
@@ -85,10 +94,14 @@ async fn serve(mut stream: TcpStream) {
                         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
                             chunked = h.value.eq_ignore_ascii_case(b"chunked");
                         } else if h.name.eq_ignore_ascii_case("x-answer") {
-                            big = h.value == b"64k";
+                            answer = match h.value {
+                                b"1k" => answer_1k(),
+                                b"64k" => answer_64k(),
+                                _ => RESPONSE,
+                            };
                         }
                     }
-                    break (len, cl, chunked, big);
+                    break (len, cl, chunked, answer);
                 }
                 Ok(httparse::Status::Partial) => {
                     if !fill(&mut stream, &mut buf).await {
@@ -117,7 +130,6 @@ async fn serve(mut stream: TcpStream) {
             }
             buf.drain(..content_length);
         }
-        let response = if big { answer_64k() } else { RESPONSE };
         if stream.write_all(response).await.is_err() {
             return;
         }
