@@ -1254,3 +1254,55 @@ fn a_prepared_and_a_streamed_body_reach_the_target_with_the_same_headers_and_bod
         "the target saw a refused request"
     );
 }
+
+/// A target that answers a large streamed body early (a 413 after the head) and reads the
+/// rest before closing, as servers with a lingering close do: the caller gets its answer.
+#[test]
+fn an_early_answer_to_a_streamed_body_is_relayed() {
+    use std::io::{BufRead, Read, Write};
+    let (server, _up, t, pm) = setup();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let target = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut writer = conn.try_clone().unwrap();
+        let mut reader = std::io::BufReader::new(conn);
+        let mut head = String::new();
+        while !head.ends_with("\r\n\r\n") {
+            if reader.read_line(&mut head).unwrap_or(0) == 0 {
+                break;
+            }
+        }
+        writer
+            .write_all(
+                b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large",
+            )
+            .unwrap();
+        // Drains what is still coming, then closes.
+        let mut rest = Vec::new();
+        let _ = reader.read_to_end(&mut rest);
+        head
+    });
+    let filler = "x".repeat(1 << 20);
+    let body = json!({"n": tpl(&pm, "pan", "$.number"), "pad": filler}).to_string();
+    let mut conn = raw_proxy_post(
+        &server,
+        &t,
+        &format!("http://127.0.0.1:{port}/upload"),
+        body.len(),
+    );
+    let mut sender = conn.try_clone().unwrap();
+    let writing = std::thread::spawn(move || {
+        let _ = sender.write_all(body.as_bytes());
+    });
+    let mut got = Vec::new();
+    let _ = conn.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.ends_with("too large"), "{text}");
+    writing.join().unwrap();
+    let head = target.join().unwrap();
+    assert!(head.contains("Transfer-Encoding: chunked"), "{head}");
+}
