@@ -4,10 +4,12 @@
 
 use crate::app::App;
 use crate::config::Config;
+use crate::edge::idle::IdleWait;
 use crate::edge::live::{Live, Reloader};
 use crate::edge::metrics::MetricsPage;
 use arc_swap::ArcSwap;
 use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::listening::Service;
@@ -167,15 +169,18 @@ pub fn build_server(
         .map_err(|e| StartError::Listener(format!("SIGHUP handler: {e}")))?;
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
         .map_err(|e| StartError::Listener(format!("{}: {e}", pid_file.display())))?;
-    let mut service = pingora::proxy::http_proxy_service_with_name(
+    let proxy = pingora::proxy::http_proxy(
         &server.configuration,
         crate::edge::gateway::Gateway::new(live, page.clone()),
-        "paycred",
     );
-    match tls {
-        Some(tls) => service.add_tls_with_settings(&listen, None, tls_settings(&tls)?),
-        None => service.add_tcp(&listen),
-    }
+    let mut service = Service::new("paycred".to_string(), IdleWait::new(proxy));
+    // No L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
+    // the HTTP/1 reader has a header buffer of its own, and TLS reads its records itself.
+    let listener = ListenerConfig::tcp(&listen).l4_buffer(L4BufferSettings::default().read(0));
+    service.add_listener(match tls {
+        Some(tls) => listener.tls(tls_settings(&tls)?),
+        None => listener,
+    });
     server.add_service(service);
     if let Some(addr) = metrics_listen {
         let mut metrics = Service::new("paycred-metrics".to_string(), (*page).clone());

@@ -7,12 +7,14 @@
 //! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
 //! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
+//! - [`idle`]: the small wait for each HTTP/1.x request before pingora's proxy takes it.
 //!
 //! May import: `api`, `proxy`, `service`, `app`, `auth`, `http`, `ops`, `dev`, and below.
 
 pub mod cors;
 pub mod gateway;
 pub mod idempotency;
+pub mod idle;
 pub mod live;
 pub mod metrics;
 pub mod ratelimit;

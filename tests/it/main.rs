@@ -28,6 +28,7 @@ mod files;
 mod form_props;
 mod h2;
 mod idempotency;
+mod keepalive;
 mod keys;
 mod log_hygiene;
 mod master_key;

@@ -32,10 +32,7 @@ pub const H1: &[u8] = b"\x08http/1.1";
 /// `localhost:port`, offering `alpn`; the protocol the server chose and the whole answer,
 /// or `None` when the connection or the handshake failed.
 pub fn h1_exchange(port: u16, ca: &Path, alpn: &[u8], request: &[u8]) -> Option<(String, String)> {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    tcp.set_read_timeout(Some(WAIT)).ok()?;
-    tcp.set_write_timeout(Some(WAIT)).ok()?;
-    let mut tls = connector(ca, alpn).connect("localhost", tcp).ok()?;
+    let mut tls = h1_connect(port, ca, alpn, WAIT)?;
     let chosen =
         String::from_utf8_lossy(tls.ssl().selected_alpn_protocol().unwrap_or(b"")).into_owned();
     tls.write_all(request).ok()?;
@@ -214,4 +211,18 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A blocking TLS connection to `localhost:port` offering `alpn`, its reads and writes
+/// bounded by `wait`; `None` when the connection or the handshake failed.
+pub fn h1_connect(
+    port: u16,
+    ca: &Path,
+    alpn: &[u8],
+    wait: Duration,
+) -> Option<openssl::ssl::SslStream<TcpStream>> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    tcp.set_read_timeout(Some(wait)).ok()?;
+    tcp.set_write_timeout(Some(wait)).ok()?;
+    connector(ca, alpn).connect("localhost", tcp).ok()
 }
