@@ -225,7 +225,7 @@ done
 # The TLS version and cipher each listener negotiated with an OpenSSL client.
 for l in "paycred $PCS" "pingora $PTS" "nginx $NGXS"; do
   set -- $l
-  echo | openssl s_client -connect "127.0.0.1:$2" -alpn h2,http/1.1 2>/dev/null |
+  { openssl s_client -connect "127.0.0.1:$2" -alpn h2,http/1.1 </dev/null 2>/dev/null || true; } |
     awk -v who="$1" '/^New, /{v=$2; c=$NF} /^ALPN protocol/{a=$NF} /^Server Temp Key/{k=$4; sub(",", "", k)}
       END{print who ": " v " " c ", key exchange " k ", ALPN " a}'
 done
