@@ -141,7 +141,8 @@ def report(path):
             errors = sum(r[4] for p in PROXIES for r in rows.get(f"{case} {p}", []))
             print(f"| {case} | {' | '.join(cells)} | {errors} |")
     if failed:
-        print(f"FAILED: {failed} requests failed")
+        bad = sorted({n for n, rs in rows.items() for r in rs if r[4] or not r[3]})
+        print(f"FAILED: {failed} requests failed (or repetitions completed none): {', '.join(bad)}")
         sys.exit(1)
 
 

@@ -26,8 +26,9 @@ for arg in "$@"; do
     *) echo "usage: $0 [--smoke]"; exit 2 ;;
   esac
 done
-# Full run: 9 throughput cases and 3 new-connection cases x 4 repetitions x 3 proxies x 2 s,
-# 18 fixed-rate cases x 3 proxies x 3 s (1 s of it warm-up), and the setup: about 9 minutes.
+# Full run: 9 throughput cases and 3 new-connection cases x 4 repetitions x 3 proxies x 2 s
+# (3 s for HTTP/2), 18 fixed-rate cases x 3 proxies x 3 s (1 s of it warm-up), and the
+# setup: about 9.5 minutes.
 if [ $smoke = 1 ]; then reps=1; secs=1; else reps=4; secs=2; fi
 
 for tool in wrk h2load oha nginx taskset curl jq openssl python3; do
@@ -43,15 +44,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-release="${CARGO_TARGET_DIR:-$root/target}/release"
 UP=$(free_port); UPS=$(free_port); NGX=$(free_port); NGXS=$(free_port)
 PT=$(free_port); PTS=$(free_port); PC=$(free_port); PCS=$(free_port)
-
-echo "== building (release)"
-(cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
-built_at=$SECONDS
-bin="$release/paycred"
-pt_bin=$(bench_program passthrough)
+build_bench
 
 # The private CA and one certificate for localhost / 127.0.0.1, served by the target and by
 # the three listeners alike.
@@ -168,8 +163,8 @@ path=/projects/bench/proxy
 wrk_load() { # SCHEME [wrk args...]
   taskset -c 1 wrk -t1 -c64 -d"${secs}s" --latency -s "$here/post.lua" "${@:2}" "$1://127.0.0.1:$port$path"
 }
-h2_load() {
-  taskset -c 1 h2load -t1 -c16 -m8 -D "$secs" -d "$BODY_FILE" -H 'content-type: application/json' \
+h2_load() { # 3 s at least: 128 streams of 1 MiB each take about a second (flow control)
+  taskset -c 1 h2load -t1 -c16 -m8 -D "$(( secs > 3 ? secs : 3 ))" -d "$BODY_FILE" -H 'content-type: application/json' \
     -H "authorization: Bearer $TOKEN" -H "svc-target-url: $TARGET_URL" "https://127.0.0.1:$port$path"
 }
 oha_load() { # SCHEME RATE [oha args...]: RATE requests a second, each timed from when it was
