@@ -65,3 +65,14 @@ wait_for_quiet() {
     sleep 1
   done
 }
+
+# build_bench: the release builds the load scripts run (paycred, the pingora pass-through,
+# the target); sets $bin (paycred), $pt_bin (the pass-through) and $built_at ($SECONDS once
+# built, for the bench's own time).
+build_bench() {
+  echo "== building (release)"
+  (cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
+  built_at=$SECONDS
+  bin="${CARGO_TARGET_DIR:-$root/target}/release/paycred"
+  pt_bin=$(bench_program passthrough)
+}

@@ -6,10 +6,15 @@
 //! the whole body matters: a target that answers early makes proxies abort uploads, which
 //! would show up as errors that are not the proxy's.
 //!
-//! `cargo run --release --example upstream -- 127.0.0.1:18100`
+//! With `--tls CERT KEY` it speaks HTTPS (OpenSSL's intermediate profile, HTTP/1.1, session
+//! tickets on) with that certificate: the target as paycred reaches it in production.
+//!
+//! `cargo run --release --example upstream -- 127.0.0.1:18100 [--tls CERT KEY]`
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use openssl::ssl::{Ssl, SslAcceptor, SslFiletype, SslMethod};
+use std::pin::Pin;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
@@ -45,7 +50,7 @@ fn order_lines(size: usize) -> Vec<u8> {
 }
 
 /// Reads more bytes into `buf`; `false` at end of stream.
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+async fn fill<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> bool {
     let mut chunk = [0u8; 64 * 1024];
     match stream.read(&mut chunk).await {
         Ok(0) | Err(_) => false,
@@ -74,7 +79,7 @@ fn chunked_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
-async fn serve(mut stream: TcpStream) {
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
         let (head_len, content_length, chunked, response) = loop {
@@ -136,10 +141,30 @@ async fn serve(mut stream: TcpStream) {
     }
 }
 
+/// The TLS acceptor of `--tls CERT KEY`.
+fn acceptor(cert: &str, key: &str) -> Result<SslAcceptor, openssl::error::ErrorStack> {
+    let mut builder = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
+    builder.set_certificate_chain_file(cert)?;
+    builder.set_private_key_file(key, SslFiletype::PEM)?;
+    Ok(builder.build())
+}
+
 fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().collect();
+    let addr = args
+        .get(1)
+        .cloned()
         .unwrap_or_else(|| "127.0.0.1:18100".into());
+    let tls = match (args.get(2).map(String::as_str), args.get(3), args.get(4)) {
+        (None, ..) => None,
+        (Some("--tls"), Some(cert), Some(key)) => {
+            Some(acceptor(cert, key).map_err(std::io::Error::other)?)
+        }
+        _ => {
+            eprintln!("usage: upstream LISTEN [--tls CERT KEY]");
+            std::process::exit(2);
+        }
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -148,7 +173,21 @@ fn main() -> std::io::Result<()> {
         loop {
             let (stream, _) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
-            tokio::spawn(serve(stream));
+            match &tls {
+                None => drop(tokio::spawn(serve(stream))),
+                Some(acceptor) => {
+                    let Ok(mut stream) = Ssl::new(acceptor.context())
+                        .and_then(|ssl| tokio_openssl::SslStream::new(ssl, stream))
+                    else {
+                        continue;
+                    };
+                    tokio::spawn(async move {
+                        if Pin::new(&mut stream).accept().await.is_ok() {
+                            serve(stream).await;
+                        }
+                    });
+                }
+            }
         }
     })
 }
