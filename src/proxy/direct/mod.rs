@@ -501,8 +501,8 @@ pub fn replayable(req: &RequestHeader) -> bool {
 
 /// Writes `parts` in order and flushes. A plain TCP connection takes them in one vectored
 /// write (`writev`), so they leave together without being copied into one buffer first; a
-/// stream without vectored writes (pingora's TLS stream, whatever it reports) writes the
-/// first part that is not empty at each call, and the loop goes on from where it stopped.
+/// stream without vectored writes writes the first part that is not empty at each call, and
+/// the loop goes on from where it stopped (a TLS stream is given one part: [`timed_write`]).
 async fn write_parts<S>(stream: &mut S, parts: &[Bytes]) -> std::io::Result<()>
 where
     S: AsyncWrite + Unpin + ?Sized,
@@ -537,6 +537,19 @@ async fn timed_write(
     parts: &[Bytes],
     timeout: Option<std::time::Duration>,
 ) -> Result<()> {
+    // Over TLS each write is a record of its own, and a send: a streamed chunk's size line
+    // and CRLF would each cost one. There the parts are joined and written once.
+    let joined;
+    let parts = if parts.len() > 1 && stream.get_ssl().is_some() {
+        let mut all = Vec::with_capacity(parts.iter().map(Bytes::len).sum());
+        for part in parts {
+            all.extend_from_slice(part);
+        }
+        joined = [Bytes::from(all)];
+        &joined[..]
+    } else {
+        parts
+    };
     let write = write_parts(stream, parts);
     let written = match timeout {
         Some(t) => tokio::time::timeout(t, write)
