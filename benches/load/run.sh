@@ -47,14 +47,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-release="${CARGO_TARGET_DIR:-$root/target}/release"
 UP=$(free_port); NGX=$(free_port); PT=$(free_port); PC=$(free_port)
-
-echo "== building (release)"
-(cd "$root" && cargo build --release --locked --bin paycred --example passthrough --example upstream 2>&1 | tail -1)
-built_at=$SECONDS
-bin="$release/paycred"
-pt_bin=$(bench_program passthrough)
+build_bench
 
 # The target: benches/load/bin/upstream.rs on CPU 1 beside wrk; it reads every body to its end.
 taskset -c 1 "$(bench_program upstream)" "127.0.0.1:$UP" &

@@ -4,7 +4,7 @@
 //! aborts the upstream request before its end, so the target never receives a complete
 //! request.
 
-use super::direct::{Exchanger, StreamedRequest};
+use super::direct::Exchanger;
 use super::failure::carry;
 use super::ProxyCtx;
 use crate::app::App;
@@ -35,39 +35,15 @@ pub async fn relay(
 ) -> pingora::Result<u16> {
     let timeout = app.config.server.body_read_timeout;
     answer_continue(session).await.map_err(carry)?;
-    let mut head = Some(head);
-    let mut out: Option<StreamedRequest> = None;
+    let (first, mut end) = next_piece(app, session, p, timeout).await?;
+    p.upstream_started = Some(Instant::now());
+    let mut out = exchanger.open_streamed(peer, head, first).await?;
     let mut sent = Ok(());
-    loop {
-        let piece = next_body_piece(session, timeout).await.map_err(carry)?;
-        let end = piece.is_none() || session.is_body_done();
-        let bytes = match piece {
-            Some(piece) if !end => p.substitution.feed(app, &p.principal, piece).await,
-            Some(piece) => (p.substitution)
-                .feed_last(app, &p.principal, &piece)
-                .await
-                .map(Bytes::from),
-            None => p.substitution.finish().map(Bytes::from),
-        }
-        .map_err(carry)?;
-        if end {
-            record_uses(app, p).await.map_err(carry)?;
-        }
-        match (out.as_mut(), head.take()) {
-            (Some(out), _) => sent = out.send(bytes).await,
-            (None, Some(head)) => {
-                p.upstream_started = Some(Instant::now());
-                out = Some(exchanger.open_streamed(peer, head, bytes).await?);
-            }
-            (None, None) => unreachable_stream()?,
-        }
-        if end || sent.is_err() {
-            break;
-        }
+    while !end && sent.is_ok() {
+        let (bytes, last) = next_piece(app, session, p, timeout).await?;
+        end = last;
+        sent = out.send(bytes).await;
     }
-    let Some(mut out) = out else {
-        return unreachable_stream();
-    };
     if sent.is_ok() {
         sent = out.end().await;
     }
@@ -87,12 +63,29 @@ pub async fn relay(
         .await
 }
 
-/// The loop above always opens the request at its first piece.
-fn unreachable_stream<T>() -> pingora::Result<T> {
-    pingora::Error::e_explain(
-        pingora::ErrorType::InternalError,
-        "streamed request not open",
-    )
+/// Reads the caller's next piece and substitutes it; also whether it was the last, in which
+/// case the request's uses are counted before it is returned (so before it leaves).
+async fn next_piece(
+    app: &App,
+    session: &mut Session,
+    p: &mut ProxyCtx,
+    timeout: std::time::Duration,
+) -> pingora::Result<(Bytes, bool)> {
+    let piece = next_body_piece(session, timeout).await.map_err(carry)?;
+    let end = piece.is_none() || session.is_body_done();
+    let bytes = match piece {
+        Some(piece) if !end => p.substitution.feed(app, &p.principal, piece).await,
+        Some(piece) => (p.substitution)
+            .feed_last(app, &p.principal, &piece)
+            .await
+            .map(Bytes::from),
+        None => p.substitution.finish().map(Bytes::from),
+    }
+    .map_err(carry)?;
+    if end {
+        record_uses(app, p).await.map_err(carry)?;
+    }
+    Ok((bytes, end))
 }
 
 /// pingora's `request_body_filter` for a proxied request.
