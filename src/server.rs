@@ -169,10 +169,11 @@ pub fn build_server(
         .map_err(|e| StartError::Listener(format!("SIGHUP handler: {e}")))?;
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
         .map_err(|e| StartError::Listener(format!("{}: {e}", pid_file.display())))?;
-    let proxy = pingora::proxy::http_proxy(
+    let mut proxy = pingora::proxy::http_proxy(
         &server.configuration,
         crate::edge::gateway::Gateway::new(live, page.clone()),
     );
+    proxy.h2_options = Some(h2_options());
     let mut service = Service::new("paycred".to_string(), IdleWait::new(proxy));
     // No L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
     // the HTTP/1 reader has a header buffer of its own, and TLS reads its records itself.
@@ -189,6 +190,25 @@ pub fn build_server(
     }
     Ok(server)
 }
+
+/// HTTP/2 flow-control windows for callers' uploads: a stream may have [`H2_STREAM_WINDOW`]
+/// bytes in flight and a connection [`H2_CONNECTION_WINDOW`], so a 1 MiB body on each of a
+/// connection's streams is not paced by round trips as it is under HTTP/2's 64 KiB defaults.
+/// Window credit is given back only as paycred reads a body, so a connection buffers at most
+/// its window, however slowly its bodies are forwarded. Every other setting is pingora's
+/// (100 streams a connection, 64 KiB of headers).
+fn h2_options() -> pingora::protocols::http::v2::server::H2Options {
+    let mut options = pingora::protocols::http::v2::server::default_h2_options();
+    options
+        .initial_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW);
+    options
+}
+
+/// A caller's HTTP/2 stream window: 256 KiB.
+const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// A caller's HTTP/2 connection window, all its streams together: 1 MiB.
+const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
 /// The TLS listener's settings: pingora's intermediate profile with the certificate and key
 /// of `tls`, offering `h2` and `http/1.1` by ALPN (the client's preference among them wins

@@ -350,3 +350,53 @@ fn an_h2_body_that_stops_coming_is_answered_in_bounded_time() {
         "the target got a complete request"
     );
 }
+
+/// The send capacity `stream` reaches when it asks for `want` bytes and nothing is read
+/// from it yet, once it stops growing (waits are bounded).
+async fn capacity(stream: &mut h2::SendStream<bytes::Bytes>, want: usize) -> usize {
+    stream.reserve_capacity(want);
+    for _ in 0..20 {
+        let grew = tokio::time::timeout(
+            Duration::from_millis(100),
+            std::future::poll_fn(|cx| stream.poll_capacity(cx)),
+        )
+        .await;
+        if !matches!(grew, Ok(Some(Ok(_)))) {
+            break;
+        }
+    }
+    stream.capacity()
+}
+
+#[test]
+fn an_h2_caller_may_send_more_than_64_kib_before_paycred_reads() {
+    let (server, t, up) = setup();
+    let port = server.port();
+    let auth = format!("Bearer {t}");
+    runtime().block_on(async {
+        let sender = h2_connect(port, &ca(&server)).await.unwrap();
+        let mut sender = sender.ready().await.unwrap();
+        let mut streams = Vec::new();
+        // Proxied uploads with no body yet: paycred waits for their first bytes.
+        for _ in 0..5 {
+            let request = http::Request::builder()
+                .method("POST")
+                .uri(format!("https://localhost/projects/{PROJECT}/proxy"))
+                .header("authorization", auth.as_str())
+                .header("svc-target-url", up.url("/pay"))
+                .header("content-type", "application/json")
+                .body(())
+                .unwrap();
+            let (_answer, stream) = sender.send_request(request, false).unwrap();
+            streams.push(stream);
+            sender = sender.ready().await.unwrap();
+        }
+        // A stream's window is 256 KiB, the connection's 1 MiB (HTTP/2's default is 64 KiB
+        // for both): four streams take the whole connection window, the fifth gets none.
+        let mut got = Vec::new();
+        for stream in &mut streams {
+            got.push(capacity(stream, 512 * 1024).await);
+        }
+        assert_eq!(got, [256 * 1024, 256 * 1024, 256 * 1024, 256 * 1024, 0]);
+    });
+}
