@@ -18,7 +18,7 @@ for flag in ["work", "paycred", "config", "passthrough", "key", "bodies"]:
     a.add_argument("--" + flag, required=True)
 for flag in ["requests", "paycred-port", "passthrough-port", "upstream-port"]:
     a.add_argument("--" + flag, type=int, required=True)
-a.add_argument("--body", default="1k", choices=["1k", "64k"], help="which bench body to send")
+a.add_argument("--body", default="1k", choices=["1k", "64k", "1m"], help="which bench body to send")
 a.add_argument("--cachegrind", action="store_true", help="also the difference of two cachegrind runs (W, W+N)")
 args = a.parse_args()
 WARM = 100

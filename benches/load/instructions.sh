@@ -10,7 +10,8 @@
 #   benches/load/instructions.sh [REQUESTS]     (default 2000)
 #   PROFILE=DIR benches/load/instructions.sh N  (also keep both programs' callgrind
 #                                                profiles of the window in DIR)
-#   BODY=64k benches/load/instructions.sh N     (the 64 KiB body instead of the 1 KiB one)
+#   BODY=64k benches/load/instructions.sh N     (the 64 KiB body instead of the 1 KiB one;
+#                                                BODY=1m the 1 MiB one, streamed)
 #   LOG=info benches/load/instructions.sh N     (RUST_LOG of both programs; default error)
 #   KEEP=DIR benches/load/instructions.sh N     (keep the profiles and strace counts in DIR)
 #   CACHEGRIND=1 benches/load/instructions.sh N (also the difference of two whole cachegrind
