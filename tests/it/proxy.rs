@@ -832,6 +832,55 @@ fn tls_project(id: &str, ca_line: &str) -> String {
     )
 }
 
+/// A paycred whose projects (`(id, trusts the test CA)`) may reach `localhost`, and a TLS
+/// target made by `start` from the certificate and key of a test CA made in `dir`.
+struct TlsTargets<T> {
+    server: Server,
+    target: T,
+    url: String,
+}
+
+impl<T> TlsTargets<T> {
+    fn start(
+        dir: &std::path::Path,
+        projects: &[(&str, bool)],
+        start: impl Fn(&std::path::Path, &std::path::Path) -> T,
+        port: impl Fn(&T) -> u16,
+    ) -> Self {
+        crate::common::tls_files(dir);
+        let target = start(&dir.join("srv.pem"), &dir.join("srv.key"));
+        let ca = format!("      ca_file: {}\n", dir.join("ca.pem").display());
+        let extra: String = projects
+            .iter()
+            .map(|(id, trusted)| tls_project(id, if *trusted { &ca } else { "" }))
+            .collect();
+        let server = Server::start_with(Options {
+            extra_project_yaml: extra,
+            ..Options::default()
+        });
+        let url = format!("https://localhost:{}/", port(&target));
+        TlsTargets {
+            server,
+            target,
+            url,
+        }
+    }
+
+    /// A proxied `GET` of the target by `project`'s `user_1`.
+    fn call(&self, project: &str) -> Reply {
+        let t = ed_token(project, "user_1", "private");
+        self.server.raw(
+            "GET",
+            &format!("/projects/{project}/proxy"),
+            &[
+                ("Authorization", &format!("Bearer {t}")),
+                ("Svc-Target-URL", &self.url),
+            ],
+            None,
+        )
+    }
+}
+
 /// A TLS target with a certificate for `localhost` signed by a test CA made here, keeping
 /// connections open. Trusted through the project's `ca_file`: the request goes through. A
 /// project without that root: 502 (verification fails, nothing is sent), also right after
@@ -840,32 +889,12 @@ fn tls_project(id: &str, ca_line: &str) -> String {
 #[test]
 fn https_targets_are_verified_against_the_ca_file() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    crate::common::tls_files(d);
-    let target_server = KeepAliveTls::start(&d.join("srv.pem"), &d.join("srv.key"));
-    let ca = d.join("ca.pem").display().to_string();
-    let extra = format!(
-        "{}{}",
-        tls_project("proj_tls", &format!("      ca_file: {ca}\n")),
-        tls_project("proj_untrusted", "")
+    let case = TlsTargets::start(
+        dir.path(),
+        &[("proj_tls", true), ("proj_untrusted", false)],
+        KeepAliveTls::start,
+        |t| t.port,
     );
-    let server = Server::start_with(Options {
-        extra_project_yaml: extra,
-        ..Options::default()
-    });
-    let target = format!("https://localhost:{}/", target_server.port);
-    let call = |project: &str| {
-        let t = ed_token(project, "user_1", "private");
-        server.raw(
-            "GET",
-            &format!("/projects/{project}/proxy"),
-            &[
-                ("Authorization", &format!("Bearer {t}")),
-                ("Svc-Target-URL", &target),
-            ],
-            None,
-        )
-    };
     for (project, want) in [
         ("proj_tls", 200),
         ("proj_tls", 200),
@@ -874,7 +903,7 @@ fn https_targets_are_verified_against_the_ca_file() {
         // pingora puts a connection back in its pool just after the answer went out: give
         // it a moment, so the next request finds it there.
         std::thread::sleep(Duration::from_millis(100));
-        let r = call(project);
+        let r = case.call(project);
         assert_eq!(r.status, want, "{project}: {}", r.text);
         if want == 502 {
             r.assert_error(502, "badGateway");
@@ -882,8 +911,41 @@ fn https_targets_are_verified_against_the_ca_file() {
     }
     // The trusted project's second request reused its connection (so the pooled one was
     // there for the untrusted project too); the untrusted one was answered by nobody.
-    assert_eq!(target_server.answered(), 2);
-    assert_eq!(target_server.connections(), 2);
+    assert_eq!(case.target.answered(), 2);
+    assert_eq!(case.target.connections(), 2);
+}
+
+/// A new connection to a TLS target paycred spoke with before resumes the session that
+/// target gave: the target closes each connection after its answer, so every request makes
+/// a new one. Sessions are kept per peer and verification: another project with its own CA
+/// roots makes a full handshake first, and a project without those roots is still refused
+/// (502, nothing sent) though sessions with the same address exist.
+#[test]
+fn new_connections_to_a_tls_target_resume_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = TlsTargets::start(
+        dir.path(),
+        &[
+            ("proj_tls", true),
+            ("proj_tls2", true),
+            ("proj_untrusted", false),
+        ],
+        KeepAliveTls::start_closing,
+        |t| t.port,
+    );
+    for (project, want) in [
+        ("proj_tls", 200),
+        ("proj_tls", 200),
+        ("proj_tls", 200),
+        ("proj_tls2", 200),
+        ("proj_untrusted", 502),
+        ("proj_tls2", 200),
+    ] {
+        let r = case.call(project);
+        assert_eq!(r.status, want, "{project}: {}", r.text);
+    }
+    assert_eq!(case.target.answered(), 5);
+    assert_eq!(case.target.resumed(), [false, true, true, false, true]);
 }
 
 fn create_intent(server: &Server, t: &str, pm: &str, kind: &str, mandates: Value) -> Value {

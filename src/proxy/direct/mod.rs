@@ -10,7 +10,8 @@
 //! ([`Exchanger::open_streamed`], driven by [`crate::proxy::body::relay`]). The answer is
 //! then read and relayed in one loop ([`Exchanger::answer`]), where the guard can hold the
 //! head back until it has scanned the body's start. New connections come from a pingora
-//! [`TransportConnector`] (TCP, TLS, verification), idle ones wait in paycred's [`IdlePool`]
+//! [`TransportConnector`] (TCP) and [`TargetTls`] (TLS, verification, sessions resumed),
+//! idle ones wait in paycred's [`IdlePool`]
 //! (see there for why not pingora's pool), and the response is parsed by pingora's HTTP/1
 //! client session.
 //!
@@ -26,6 +27,7 @@
 //! pingora.
 
 pub mod pool;
+pub mod tls;
 
 use super::failure::carry;
 use super::forward::{host_header, is_framing, Forwarding};
@@ -44,6 +46,7 @@ use pool::{IdlePool, PeerKey};
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
+use tls::TargetTls;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use zeroize::Zeroizing;
 
@@ -203,6 +206,9 @@ impl WireRequest {
 /// [`TransportConnector`] (TCP, TLS and its verification), idle ones kept in an [`IdlePool`].
 pub struct Exchanger {
     transport: TransportConnector,
+    /// TLS to targets, resuming sessions; `None` if OpenSSL could not set it up, and then
+    /// pingora's connector makes TLS connections too, each with a full handshake.
+    tls: Option<TargetTls>,
     idle: IdlePool,
     opened: AtomicU64,
     reused: AtomicU64,
@@ -235,6 +241,11 @@ impl Exchanger {
         Exchanger {
             // The connector's own pool is not used.
             transport: TransportConnector::new(Some(ConnectorOptions::new(0))),
+            tls: TargetTls::new()
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "TLS session resumption to targets is off");
+                })
+                .ok(),
             idle: IdlePool::new(pool_size),
             opened: AtomicU64::new(0),
             reused: AtomicU64::new(0),
@@ -405,7 +416,7 @@ impl Exchanger {
                 self.reused.fetch_add(1, Ordering::Relaxed);
                 (stream, true)
             }
-            None => (self.connect(peer).await?, false),
+            None => (self.connect(peer, key).await?, false),
         };
         let mut out = StreamedRequest {
             stream,
@@ -414,7 +425,7 @@ impl Exchanger {
         };
         match out.write(&parts).await {
             Err(e) if reused && e.etype() == &ErrorType::WriteError => {
-                out.stream = self.connect(peer).await?;
+                out.stream = self.connect(peer, key).await?;
                 out.write(&parts).await?;
             }
             written => written?,
@@ -446,7 +457,7 @@ impl Exchanger {
                 self.reused.fetch_add(1, Ordering::Relaxed);
                 (stream, true)
             }
-            None => (self.connect(peer).await?, false),
+            None => (self.connect(peer, key).await?, false),
         };
         match exchange_header(stream, peer, request).await {
             Err(mut e) => {
@@ -455,7 +466,7 @@ impl Exchanger {
                 if !(e.retry.retry() && (unsent || replayable)) {
                     return Err(e);
                 }
-                let stream = self.connect(peer).await?;
+                let stream = self.connect(peer, key).await?;
                 exchange_header(stream, peer, request)
                     .await
                     .map_err(|mut e| {
@@ -467,13 +478,28 @@ impl Exchanger {
         }
     }
 
-    /// A new connection to `peer` (TCP, and TLS with verification where the peer asks).
-    async fn connect(&self, peer: &HttpPeer) -> Result<Stream> {
-        let stream = self
-            .transport
-            .new_stream(peer)
-            .await
-            .map_err(|e| e.into_up())?;
+    /// A new connection to `peer` (TCP, and TLS with verification where the peer asks),
+    /// within the peer's total connection timeout. TCP comes from pingora's connector; TLS,
+    /// which resumes the peer's last session, from [`TargetTls`].
+    async fn connect(&self, peer: &HttpPeer, key: PeerKey) -> Result<Stream> {
+        let stream = match &self.tls {
+            Some(tls) if peer.is_tls() => {
+                let mut tcp_peer = peer.clone();
+                tcp_peer.scheme = pingora::upstreams::peer::Scheme::HTTP;
+                let both = async {
+                    let tcp = self.transport.new_stream(&tcp_peer).await?;
+                    tls.connect(peer, key, tcp).await
+                };
+                match peer.total_connection_timeout() {
+                    Some(limit) => tokio::time::timeout(limit, both).await.map_err(|_| {
+                        Error::explain(ErrorType::ConnectTimedout, "connecting to the target")
+                    })?,
+                    None => both.await,
+                }
+            }
+            _ => self.transport.new_stream(peer).await,
+        }
+        .map_err(|e| e.into_up())?;
         self.opened.fetch_add(1, Ordering::Relaxed);
         Ok(stream)
     }

@@ -37,7 +37,7 @@ struct Shared {
 
 /// Which connections can serve a request: pingora's reuse hash of the peer (address, TLS
 /// name and verification, pool group), and the address itself.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct PeerKey {
     pub hash: u64,
     pub addr: SocketAddr,

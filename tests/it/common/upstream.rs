@@ -342,24 +342,39 @@ pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> openssl::s
     acceptor.build()
 }
 
-/// An HTTPS target that keeps connections open: every request (head only; bodyless requests)
-/// is answered `200` with a `Content-Length`, so a proxy pools the connection.
+/// An HTTPS target that keeps connections open (or closes each after one answer): every
+/// request (head only; bodyless requests) is answered `200` with a `Content-Length`, so a
+/// proxy pools the connection. It records whether each handshake resumed a session.
 pub struct KeepAliveTls {
     pub port: u16,
     shared: Arc<Shared>,
+    /// Per connection, in the order their handshakes completed: whether it resumed a session.
+    resumed: &'static Mutex<Vec<bool>>,
 }
 
 impl KeepAliveTls {
-    /// Serves with the PEM certificate chain and key at these paths.
+    /// Serves with the PEM certificate chain and key at these paths, keeping connections open.
     pub fn start(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
+        Self::serve(cert, key, false)
+    }
+
+    /// The same, closing each connection after its first answer (`Connection: close`).
+    pub fn start_closing(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
+        Self::serve(cert, key, true)
+    }
+
+    fn serve(cert: &std::path::Path, key: &std::path::Path, close: bool) -> KeepAliveTls {
         let acceptor: &'static openssl::ssl::SslAcceptor =
             Box::leak(Box::new(tls_acceptor(cert, key)));
+        // Leaked like the acceptor: the serving closure must be `Copy`.
+        let resumed: &'static Mutex<Vec<bool>> = Box::leak(Box::default());
         let (port, shared) = listen(move |conn, s| {
             conn.set_read_timeout(Some(Duration::from_secs(30)))
                 .unwrap();
             let Ok(tls) = acceptor.accept(conn) else {
                 return;
             };
+            resumed.lock().unwrap().push(tls.ssl().session_reused());
             let mut reader = BufReader::new(tls);
             loop {
                 let Some(head) = read_head(&mut reader) else {
@@ -371,14 +386,22 @@ impl KeepAliveTls {
                     headers: Vec::new(),
                     body: Vec::new(),
                 });
-                let answer =
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
-                if reader.get_mut().write_all(answer).is_err() {
+                let answer: &[u8] = if close {
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                } else {
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+                };
+                if reader.get_mut().write_all(answer).is_err() || close {
+                    let _ = reader.get_mut().shutdown();
                     return;
                 }
             }
         });
-        KeepAliveTls { port, shared }
+        KeepAliveTls {
+            port,
+            shared,
+            resumed,
+        }
     }
 
     /// TCP connections accepted.
@@ -389,6 +412,11 @@ impl KeepAliveTls {
     /// Requests answered.
     pub fn answered(&self) -> usize {
         self.shared.requests.lock().unwrap().len()
+    }
+
+    /// Per TLS connection, in order: whether its handshake resumed a session.
+    pub fn resumed(&self) -> Vec<bool> {
+        self.resumed.lock().unwrap().clone()
     }
 }
 
