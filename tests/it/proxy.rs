@@ -1044,36 +1044,34 @@ fn intent_templates_resolve_the_newest_active_intent_and_count_one_use_per_reque
     assert_eq!(sent["cryptogram"], active.json["token"]["cryptogram"]);
 }
 
-/// A body read in pieces whose later pieces no template reaches goes to an https target as
-/// several parts (pingora's TLS stream writes one a call): all of it arrives, in order.
-#[test]
-fn a_body_in_pieces_reaches_an_https_target_whole() {
+/// An HTTPS target that takes one request on one connection and hands back its body,
+/// framed by `Content-Length` or `chunked` (decoded).
+fn one_https_request(dir: &std::path::Path) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
     use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
     use std::io::{Read, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    crate::common::tls_files(d);
     let mut acceptor = SslAcceptor::mozilla_intermediate(SslMethod::tls()).unwrap();
     acceptor
-        .set_private_key_file(d.join("srv.key"), SslFiletype::PEM)
+        .set_private_key_file(dir.join("srv.key"), SslFiletype::PEM)
         .unwrap();
     acceptor
-        .set_certificate_chain_file(d.join("srv.pem"))
+        .set_certificate_chain_file(dir.join("srv.pem"))
         .unwrap();
     let acceptor = acceptor.build();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    // One connection, one request: its body, read by its Content-Length, is handed back.
     let target = std::thread::spawn(move || {
         let (tcp, _) = listener.accept().unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut tls = acceptor.accept(tcp).unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 16 * 1024];
-        let (head_len, body_len) = loop {
+        let mut more = |got: &mut Vec<u8>| {
             let n = tls.read(&mut buf).unwrap();
-            assert!(n > 0, "closed before the head ended");
+            assert!(n > 0, "closed before the request ended");
             got.extend_from_slice(&buf[..n]);
+        };
+        let (head_len, length) = loop {
+            more(&mut got);
             let mut headers = [httparse::EMPTY_HEADER; 32];
             let mut req = httparse::Request::new(&mut headers);
             if let httparse::Status::Complete(len) = req.parse(&got).unwrap() {
@@ -1086,21 +1084,62 @@ fn a_body_in_pieces_reaches_an_https_target_whole() {
                             .unwrap()
                             .parse::<usize>()
                             .unwrap()
-                    })
-                    .unwrap();
+                    });
                 break (len, length);
             }
         };
-        while got.len() < head_len + body_len {
-            let n = tls.read(&mut buf).unwrap();
-            assert!(n > 0, "closed before the body ended");
-            got.extend_from_slice(&buf[..n]);
-        }
+        let body = match length {
+            Some(length) => {
+                while got.len() < head_len + length {
+                    more(&mut got);
+                }
+                got.split_off(head_len)
+            }
+            None => loop {
+                if let Some(body) = dechunk(&got[head_len..]) {
+                    break body;
+                }
+                more(&mut got);
+            },
+        };
+        let mut tls = tls;
         tls.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             .unwrap();
         tls.flush().unwrap();
-        got.split_off(head_len)
+        body
     });
+    (port, target)
+}
+
+/// A whole `chunked` body decoded, `None` while it has not ended (panics if malformed).
+fn dechunk(mut wire: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line = wire.windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(std::str::from_utf8(&wire[..line]).unwrap(), 16).unwrap();
+        wire = &wire[line + 2..];
+        if size == 0 {
+            return (wire.len() >= 2).then(|| {
+                assert_eq!(&wire[..2], b"\r\n", "trailers or bytes after the end");
+                body
+            });
+        }
+        body.extend_from_slice(wire.get(..size)?);
+        let end = wire.get(size..size + 2)?;
+        assert_eq!(end, b"\r\n", "a chunk not ended by CRLF");
+        wire = &wire[size + 2..];
+    }
+}
+
+/// A body sent in pieces goes to an https target whole and in order: read whole (60 KiB,
+/// templates only at its start, so the later pieces leave as they were read) and streamed
+/// (300 KiB, templates at its start, middle and end, re-framed `chunked` in record-sized
+/// chunks).
+#[test]
+fn bodies_in_pieces_reach_an_https_target_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    crate::common::tls_files(d);
     let ca = d.join("ca.pem").display().to_string();
     let server = Server::start_with(Options {
         extra_project_yaml: tls_project("proj_tls", &format!("      ca_file: {ca}\n")),
@@ -1122,22 +1161,26 @@ fn a_body_in_pieces_reaches_an_https_target_whole() {
     );
     assert_eq!(pm.status, 201, "{}", pm.text);
     let pm = pm.json["id"].as_str().unwrap().to_string();
-    // Templates only at the start: the later pieces are sent as they were read.
-    let (body, expected) = big_body_with(&pm, 60 * 1024, &|i, _| i == 0);
-    let conn = raw_post(
-        &server,
-        "/projects/proj_tls/proxy",
-        &t,
-        &format!("https://localhost:{port}/pieces"),
-        body.len(),
-    );
-    let answer = send_in_thirds(conn, &body);
-    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
-    let got = target.join().unwrap();
-    assert!(
-        got == expected.as_bytes(),
-        "the body the target got differs"
-    );
+    let first: &dyn Fn(usize, usize) -> bool = &|i, _| i == 0;
+    let spread: &dyn Fn(usize, usize) -> bool = &|i, n| i == 0 || i == n / 2 || i + 1 == n;
+    for (size, templated) in [(60 * 1024, first), (300 * 1024, spread)] {
+        let (body, expected) = big_body_with(&pm, size, templated);
+        let (port, target) = one_https_request(d);
+        let conn = raw_post(
+            &server,
+            "/projects/proj_tls/proxy",
+            &t,
+            &format!("https://localhost:{port}/pieces"),
+            body.len(),
+        );
+        let answer = send_in_thirds(conn, &body);
+        assert!(answer.starts_with("HTTP/1.1 201"), "{size}: {answer}");
+        let got = target.join().unwrap();
+        assert!(
+            got == expected.as_bytes(),
+            "{size}: the body the target got differs"
+        );
+    }
 }
 
 /// Sends one proxy request on its own connection, its body framed by `Content-Length` or

@@ -27,6 +27,7 @@
 //! pingora.
 
 pub mod pool;
+mod records;
 pub mod tls;
 
 use super::failure::carry;
@@ -43,6 +44,7 @@ use pingora::proxy::Session;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType, OkOrErr, Result, RetryType};
 use pool::{IdlePool, PeerKey};
+use records::RecordChunks;
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -419,6 +421,7 @@ impl Exchanger {
             None => (self.connect(peer, key).await?, false),
         };
         let mut out = StreamedRequest {
+            records: stream.get_ssl().is_some().then(RecordChunks::default),
             stream,
             key,
             write_timeout,
@@ -426,6 +429,7 @@ impl Exchanger {
         match out.write(&parts).await {
             Err(e) if reused && e.etype() == &ErrorType::WriteError => {
                 out.stream = self.connect(peer, key).await?;
+                out.records = out.stream.get_ssl().is_some().then(RecordChunks::default);
                 out.write(&parts).await?;
             }
             written => written?,
@@ -666,19 +670,33 @@ pub struct StreamedRequest {
     stream: Stream,
     key: PeerKey,
     write_timeout: Option<std::time::Duration>,
+    /// Over TLS: the body's bytes held back so that each write is whole records.
+    records: Option<RecordChunks>,
 }
 
 impl StreamedRequest {
-    /// Sends one more piece of the body.
+    /// Sends one more piece of the body: as one chunk, or over TLS as part of the next
+    /// record-sized one ([`RecordChunks`]).
     pub async fn send(&mut self, piece: Bytes) -> Result<()> {
+        if let Some(records) = &mut self.records {
+            return match records.push(&piece) {
+                Some(write) => self.write(&[write]).await,
+                None => Ok(()),
+            };
+        }
         let mut parts = Vec::with_capacity(3);
         push_chunk(&mut parts, piece);
         self.write(&parts).await
     }
 
-    /// Ends the body: after this the target holds the whole request.
+    /// Ends the body (with any bytes still held back): after this the target holds the whole
+    /// request.
     pub async fn end(&mut self) -> Result<()> {
-        self.write(&[Bytes::from_static(b"0\r\n\r\n")]).await
+        let last = match &mut self.records {
+            Some(records) => records.finish(),
+            None => Bytes::from_static(b"0\r\n\r\n"),
+        };
+        self.write(&[last]).await
     }
 
     /// Reads the answer's head: after [`Self::end`], or after a failed write, when the target
