@@ -150,7 +150,12 @@ impl EscapedBraces {
                 return Some(s + ESCAPED_BRACE_LEN - 1 - tail.len());
             }
         }
-        for q in ESCAPED_BRACE_START.find_iter(chunk) {
+        // Most chunks hold no backslash at all: a search for one byte is the cheaper way to
+        // learn it (about a third of the instructions of the five-byte search over a chunk
+        // without any).
+        let from = memchr::memchr(b'\\', chunk).unwrap_or(chunk.len());
+        let rest = chunk.get(from..).unwrap_or_default();
+        for q in ESCAPED_BRACE_START.find_iter(rest).map(|q| from + q) {
             if matches!(chunk.get(q + 5), Some(b'b' | b'B')) && !self.escaped(chunk, tail.len() + q)
             {
                 return Some(q + ESCAPED_BRACE_LEN - 1);
