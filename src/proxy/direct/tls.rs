@@ -53,7 +53,11 @@ impl TargetTls {
         builder
             .set_default_verify_paths()
             .or_err(ErrorType::InternalError, "TLS roots")?;
-        builder.set_session_cache_mode(SslSessionCacheMode::CLIENT);
+        // Sessions are kept here only (per peer, below): OpenSSL's own cache would also keep
+        // every one, and sweep them all every 255 handshakes.
+        builder.set_session_cache_mode(
+            SslSessionCacheMode::CLIENT | SslSessionCacheMode::NO_INTERNAL_STORE,
+        );
         let keep = sessions.clone();
         builder.set_new_session_callback(move |ssl, session| {
             if let Some(key) = ssl.ex_data(key_index).copied() {
