@@ -2,6 +2,7 @@
 # paycred load bench as paycred is deployed: targets over HTTPS with a private CA (the
 # project's `proxy.ca_file`), callers over TLS with HTTP/1.1 (wrk) and HTTP/2 (h2load, 16
 # connections x 8 streams), TLS handshakes per second on new connections, full and resumed,
+# requests that each need a new TLS connection to the target,
 # and latencies at a fixed rate (oha, corrected for coordinated omission). Against the same
 # two pass-through baselines as run.sh, each speaking TLS the same way: the pingora
 # pass-through (benches/load/bin/passthrough.rs with --tls and --upstream-tls) and nginx
@@ -26,7 +27,7 @@ for arg in "$@"; do
     *) echo "usage: $0 [--smoke]"; exit 2 ;;
   esac
 done
-# Full run: 9 throughput cases and 3 new-connection cases x 4 repetitions x 3 proxies x 2 s
+# Full run: 9 throughput cases and 4 new-connection cases x 4 repetitions x 3 proxies x 2 s
 # (3 s for HTTP/2), 18 fixed-rate cases x 3 proxies x 3 s (1 s of it warm-up), and the
 # setup: about 9.5 minutes.
 if [ $smoke = 1 ]; then reps=1; secs=1; else reps=4; secs=2; fi
@@ -200,6 +201,12 @@ done
 # New connections: a caller opening a TLS connection per request (a full handshake, then
 # the 1 KiB proxy request), and handshakes alone, full and resumed.
 tls_body 1k; measure "tls-h1-newconn-1k" "$secure" by_wrk wrk_load https -c16 -H "Connection: close"
+# New connections to the target: it closes each one after its answer, so every request opens
+# a TLS connection to it (paycred and nginx resume the session the target gave; the pingora
+# pass-through makes a full handshake each time).
+export CLOSE_TARGET=1
+tls_body 1k; measure "tls-h1-newtarget-1k" "$secure" by_wrk wrk_load https
+unset CLOSE_TARGET
 measure "handshake-full" "$secure" by_wrk wrk_new
 measure "handshake-resumed" "$secure" by_stime stime_load -reuse
 # Latency at a fixed rate, 50 % and 90 % of paycred's median maximum in the case above: one

@@ -4,7 +4,9 @@
 //! size (order lines with prices and quantities, no card number), for the response guard's
 //! cost. Reading
 //! the whole body matters: a target that answers early makes proxies abort uploads, which
-//! would show up as errors that are not the proxy's.
+//! would show up as errors that are not the proxy's. To a request with `X-Close: 1` it
+//! answers `Connection: close` and closes, so the proxy needs a new connection (and, over
+//! TLS, a handshake) for its next request.
 //!
 //! With `--tls CERT KEY` it speaks HTTPS (OpenSSL's intermediate profile, HTTP/1.1, session
 //! tickets on) with that certificate: the target as paycred reaches it in production.
@@ -18,6 +20,8 @@ use tokio::net::TcpListener;
 
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
+/// The answer to `X-Close: 1`.
+const RESPONSE_CLOSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}";
 
 /// The answers to `X-Answer: 1k` and `64k`, head and body.
 fn answer_1k() -> &'static [u8] {
@@ -104,6 +108,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
                                 b"64k" => answer_64k(),
                                 _ => RESPONSE,
                             };
+                        } else if h.name.eq_ignore_ascii_case("x-close") {
+                            answer = RESPONSE_CLOSE;
                         }
                     }
                     break (len, cl, chunked, answer);
@@ -135,7 +141,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
             }
             buf.drain(..content_length);
         }
-        if stream.write_all(response).await.is_err() {
+        if stream.write_all(response).await.is_err() || response == RESPONSE_CLOSE {
+            let _ = stream.shutdown().await;
             return;
         }
     }
