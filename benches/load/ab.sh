@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Paired A/B of two paycred variants on the load bench's 1 KiB proxy request (4 templates):
+# Paired A/B of two paycred variants on the load bench's 1 KiB proxy request (4 templates, or
+# the 64 KiB or streamed 1 MiB one with BODY=64k or BODY=1m):
 # two builds, or one build under two log levels. Both run at once on CPU 0 (one worker thread
 # each, their own data dirs and keys), wrk and the upstream on CPU 1; runs alternate A, B so
 # drift hits both, and the ratio B/A is taken per pair. Everything is on 127.0.0.1 and is
@@ -9,12 +10,14 @@
 #   LOG_A=warn LOG_B=info benches/load/ab.sh BIN BIN     (RUST_LOG of each; default warn)
 #   CONNS=1 benches/load/ab.sh BIN_A BIN_B              (wrk's connections; default 64; 1 is the
 #                                                        load bench's low-rate case, one at a time)
+#   BODY=1m benches/load/ab.sh BIN_A BIN_B              (the body: 1k, the default, 64k or 1m)
 #
 # Each variant's stderr goes to a file, as it would to a log collector.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-[ $# -ge 2 ] || { sed -n 2,12p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,14p "$0"; exit 2; }
+case ${BODY:=1k} in 1k | 64k | 1m) ;; *) echo "ab: BODY is 1k, 64k or 1m"; exit 2 ;; esac
 bin_a=$(realpath "$1"); bin_b=$(realpath "$2"); pairs=${3:-6}; secs=${4:-3}
 root=$(cd "$here/../.." && pwd)
 upstream_bin=$(bench_program upstream)
@@ -35,7 +38,7 @@ UP=$(free_port)
 taskset -c 1 "$upstream_bin" "127.0.0.1:$UP" &
 pids+=($!)
 
-# start VARIANT BIN LOG: a configured paycred with a payment method, its token and 1 KiB body.
+# start VARIANT BIN LOG: a configured paycred with a payment method, its token and bodies.
 start() {
   local name=$1 log=$3
   bin=$2 work="$top/$name" PC=$(free_port)
@@ -60,12 +63,12 @@ run() { # variant
   local work="$top/$1" pid before after
   pid=$(cat "$work/pid")
   before=$(awk '{print $14+$15}' "/proc/$pid/stat")
-  out=$(BODY_FILE="$work/body-1k.json" TARGET_URL="http://127.0.0.1:$UP/charge" TOKEN=$(cat "$work/token") \
+  out=$(BODY_FILE="$work/body-$BODY.json" TARGET_URL="http://127.0.0.1:$UP/charge" TOKEN=$(cat "$work/token") \
         taskset -c 1 wrk -t1 -c"${CONNS:-64}" -d"${secs}s" --latency -s "$here/post.lua" "http://127.0.0.1:$(cat "$work/port")/projects/bench/proxy" 2>&1)
   after=$(awk '{print $14+$15}' "/proc/$pid/stat")
   echo "$out" | python3 "$here/parse_wrk.py" "$1" "$((after - before))" >>"$results"
 }
-echo "== $pairs pairs x ${secs}s, ${CONNS:-64} connections: A=$bin_a (RUST_LOG=${LOG_A:-warn}), B=$bin_b (RUST_LOG=${LOG_B:-warn})"
+echo "== $pairs pairs x ${secs}s, ${CONNS:-64} connections, body $BODY: A=$bin_a (RUST_LOG=${LOG_A:-warn}), B=$bin_b (RUST_LOG=${LOG_B:-warn})"
 for _ in $(seq 1 "$pairs"); do run a; run b; done
 python3 - "$results" "$(getconf CLK_TCK)" <<'PY'
 import statistics, sys

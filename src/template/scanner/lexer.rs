@@ -98,6 +98,10 @@ impl Scanner {
         // Between tokens, whole blocks from `resume` on are skimmed (see [`Scanner::skim`]);
         // the byte loop below lexes the rest and what the skim hands over.
         let mut resume = if self.skim { 0 } else { len };
+        if self.skim && !carried && (self.discard || no_open(chunk, 0, &mut next)) {
+            // No template can start in the chunk: walked from its masks, as far as they go.
+            i = self.walk(chunk);
+        }
         'chunk: while i < len {
             match self.mode {
                 Mode::Structure => {
@@ -269,7 +273,7 @@ impl Scanner {
     /// A punctuation byte between tokens; `at` is the position after it. Returns true when it
     /// opens a string.
     #[inline]
-    fn structural(&mut self, b: u8, at: usize) -> bool {
+    pub(super) fn structural(&mut self, b: u8, at: usize) -> bool {
         match b {
             b'"' => {
                 self.escape = false;

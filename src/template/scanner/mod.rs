@@ -19,6 +19,7 @@
 //!
 //! - `lexer`: the state machine, byte by byte or string by string;
 //! - `skim`: whole blocks of 64 bytes between tokens, as bit masks;
+//! - `walk`: a chunk in which no template can start, from its bit masks, token by token;
 //! - `path`: the stack of containers that names the field (`items[0].pan`);
 //! - `escape`: JSON string escapes, of a template's text and of the value put in its place,
 //!   and the search for escaped braces (`\u007b`), which are refused;
@@ -31,6 +32,7 @@ mod path;
 mod skim;
 #[cfg(test)]
 mod tests;
+mod walk;
 
 use memchr::memmem;
 use once_cell::sync::Lazy;

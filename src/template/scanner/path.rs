@@ -164,6 +164,11 @@ impl Path {
             return;
         };
         self.depth = depth;
+        // Kind bits above the depth are kept clear, so that a container opened and closed
+        // without being visited (`Scanner::walk`) leaves the path as visiting it would.
+        if let Some(word) = self.kinds.get_mut(depth / 64) {
+            *word &= !(1u64 << (depth % 64));
+        }
         self.current = depth.checked_sub(1).map(|d| self.kind_at(d));
         if self.frames.len() > depth {
             if let Some(f) = self.frames.pop() {

@@ -55,7 +55,7 @@ fn byte_eq(word: u64, b: u8) -> u64 {
 }
 
 /// Bytes skimmed at a time by [`Scanner::skim`], one bit each in a `u64`.
-const BLOCK: usize = 64;
+pub(super) const BLOCK: usize = 64;
 /// Blocks lexed byte by byte after a long string before the skim resumes.
 const LONG_STRING_LEX: usize = 16;
 
@@ -128,7 +128,7 @@ pub(crate) fn below(n: usize) -> u64 {
 /// Bit `k` of the result is the XOR of bits `0..=k` of `x`: set from an opening quote up to,
 /// not including, its closing quote.
 #[inline]
-fn prefix_xor(mut x: u64) -> u64 {
+pub(super) fn prefix_xor(mut x: u64) -> u64 {
     x ^= x << 1;
     x ^= x << 2;
     x ^= x << 4;
@@ -151,7 +151,7 @@ fn prefix_xor(mut x: u64) -> u64 {
 /// escape is one that is escaped, hence the XOR with the backslashes. `escaped` is checked
 /// against a byte loop in the tests.
 #[inline]
-fn escaped(backslash: u64, carry: u64) -> (u64, u64) {
+pub(super) fn escaped(backslash: u64, carry: u64) -> (u64, u64) {
     const ODD: u64 = 0xaaaa_aaaa_aaaa_aaaa;
     // A first byte escaped by the previous block is not the start of a run.
     let potential = backslash & !carry;
@@ -485,7 +485,7 @@ impl Scanner {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
+pub(super) mod tests {
     use super::super::tests::{resolver, PAN_NUMBER};
     use super::super::{TemplateError, MAX_KEY_LEN};
     use super::*;
@@ -515,11 +515,14 @@ mod tests {
     }
 
     /// Runs `body` cut at `cuts` through a skimming scanner and the byte lexer side by side,
-    /// checking that their states agree after every chunk, and returns both outcomes.
-    fn skim_and_bytes(
+    /// checking that their states agree after every chunk, and returns both outcomes. With
+    /// `lex`, the skimming scanner's chunks that cannot reach the resolver are lexed
+    /// ([`Scanner::lex`]) and passed on as the proxy passes them on.
+    pub(in super::super) fn skim_and_bytes(
         body: &[u8],
         cuts: &[usize],
         last: bool,
+        lex: bool,
     ) -> [Result<(Vec<u8>, usize), TemplateError>; 2] {
         let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
         at.extend([0, body.len()]);
@@ -529,10 +532,24 @@ mod tests {
         let mut outs = [vec![], vec![]];
         let mut counts = [Ok(0), Ok(0)];
         for (n, chunk) in chunks.iter().enumerate() {
-            for ((s, out), count) in scanners.iter_mut().zip(&mut outs).zip(&mut counts) {
+            for (j, ((s, out), count)) in scanners
+                .iter_mut()
+                .zip(&mut outs)
+                .zip(&mut counts)
+                .enumerate()
+            {
                 let Ok(c) = count else { continue };
                 let got = if last && n + 1 == chunks.len() {
                     s.feed_last(chunk, out, &mut resolver)
+                } else if lex && j == 0 {
+                    match s.lex(chunk) {
+                        Ok(Some(through)) => {
+                            out.extend_from_slice(&chunk[..through]);
+                            Ok(0)
+                        }
+                        Ok(None) => s.feed(chunk, out, &mut resolver),
+                        Err(err) => Err(err),
+                    }
                 } else {
                     s.feed(chunk, out, &mut resolver)
                 };
@@ -589,26 +606,8 @@ mod tests {
 
     #[test]
     fn classify_matches_bytes() {
-        let alphabet = b"\"\\,:{}[]x {[;|\xdb\xfb\x7f\x5c\x22\x3a\x2c\x7b\x7d\x5b\x5d";
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..20_000 {
-            let mut bytes = [0u8; BLOCK];
-            for b in &mut bytes {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Mostly the alphabet, some any byte.
-                *b = match x % 8 {
-                    0 => (x >> 8) as u8,
-                    _ => alphabet[(x >> 8) as usize % alphabet.len()],
-                };
-            }
-            let mask = |f: &dyn Fn(u8) -> bool| {
-                bytes
-                    .iter()
-                    .enumerate()
-                    .fold(0u64, |m, (k, &b)| m | u64::from(f(b)) << k)
-            };
+        for bytes in random_blocks(20_000) {
+            let mask = |f: &dyn Fn(u8) -> bool| mask_of(&bytes, f);
             let want = Block {
                 quote: mask(&|b| b == b'"'),
                 backslash: mask(&|b| b == b'\\'),
@@ -618,6 +617,36 @@ mod tests {
             };
             assert_eq!(Block::classify(&bytes), want, "{bytes:?}");
         }
+    }
+
+    /// `count` blocks of mostly the bytes a classifier marks and bytes one bit away from
+    /// them, some any byte (xorshift, the same every run).
+    pub(in super::super) fn random_blocks(count: usize) -> Vec<[u8; BLOCK]> {
+        let alphabet = b"\"\\,:{}[]x {[;|\xdb\xfb\x7f\x5c\x22\x3a\x2c\x7b\x7d\x5b\x5d\x1a\x0c";
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        (0..count)
+            .map(|_| {
+                let mut bytes = [0u8; BLOCK];
+                for b in &mut bytes {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    *b = match x % 8 {
+                        0 => (x >> 8) as u8,
+                        _ => alphabet[(x >> 8) as usize % alphabet.len()],
+                    };
+                }
+                bytes
+            })
+            .collect()
+    }
+
+    /// The bytes of `bytes` for which `f` holds, bit `k` for byte `k`.
+    pub(in super::super) fn mask_of(bytes: &[u8; BLOCK], f: &dyn Fn(u8) -> bool) -> u64 {
+        bytes
+            .iter()
+            .enumerate()
+            .fold(0u64, |m, (k, &b)| m | u64::from(f(b)) << k)
     }
 
     /// Pieces of string contents: plain text, escapes, braces and brackets, templates good
@@ -713,15 +742,17 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1024))]
 
-        /// The skim leaves the scanner exactly where the byte lexer would, after every chunk,
-        /// with the same output, count and error.
+        /// The skim and the walk leave the scanner exactly where the byte lexer would, after
+        /// every chunk, with the same output, count and error, whether the chunks without a
+        /// template are fed or lexed.
         #[test]
         fn skim_matches_byte_lexer(
             doc in document(),
             cuts in prop::collection::vec(any::<usize>(), 0..6),
             last in any::<bool>(),
+            lex in any::<bool>(),
         ) {
-            let [skimmed, bytes] = skim_and_bytes(doc.as_bytes(), &cuts, last);
+            let [skimmed, bytes] = skim_and_bytes(doc.as_bytes(), &cuts, last, lex);
             prop_assert_eq!(skimmed, bytes, "{}", doc);
         }
     }

@@ -1,0 +1,529 @@
+//! The walk: a chunk in which no template can start (no `{{` in it, and no template, `{` or
+//! escape of one carried into it) lexed from bit masks, visiting only the bytes that change
+//! the lexer's state where the chunk ends.
+//!
+//! Such chunks are most of a large body: its templates come early and the rest only has to
+//! be followed, so that a template further on is found where it is and named by its path.
+//! The skim ([`super::skim`]) must stop at every `{` in a string value, as it may start a
+//! template, and leaves long strings to the byte lexer; here neither can happen.
+//!
+//! A chunk is walked a window of [`WINDOW`] blocks of 64 bytes at a time, in two passes:
+//!
+//! 1. Each block is classified once into bit masks ([`Marks`]: by AVX2 where the CPU has it,
+//!    else 16 bytes at a time through `wide`); the escaped bytes follow from the backslashes
+//!    ([`escaped`]) and a prefix XOR of the quotes that are not escaped marks the bytes
+//!    inside strings ([`prefix_xor`]). The quotes and the tokens between strings are kept for
+//!    the second pass, and the brackets and braces between strings are matched on a small
+//!    stack: what is left on it are the containers that stay open past the window.
+//! 2. The lexer's own steps ([`Scanner::structural`], [`Scanner::close_key`]) run at the kept
+//!    bytes in order, except inside a container that opens and closes within the window: it
+//!    is passed over whole, its brackets counted to its end. Opening and closing it leaves the
+//!    path as it was, and after it no key is expected, which is all the byte lexer would have
+//!    left of it. An array of a thousand objects costs the lexer a step at each object's start
+//!    and at each comma.
+//!
+//! A block with a backslash between tokens (it escapes nothing there, while the masks assume
+//! it does) ends the walk: the byte lexer goes on from its start. The state after the walk is
+//! the byte lexer's, exactly (the skim's tests compare the two after every chunk, walked and
+//! lexed).
+
+use wide::u8x16;
+
+use super::path::Kind;
+use super::skim::{below, escaped, prefix_xor, BLOCK};
+use super::{Mode, Scanner};
+
+/// Blocks in a window: the masks kept for the second pass are 1 KiB on the stack.
+const WINDOW: usize = 64;
+/// Containers that open in a window and stay open past it, as kept; one more, and all are
+/// forgotten: every container opening up to there is visited (which costs time, never
+/// correctness).
+const OPEN_KEPT: usize = 64;
+
+/// Where the bytes that the walk reads are in a block: bit `k` stands for byte `k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Marks {
+    quote: u64,
+    backslash: u64,
+    /// `{`, `[`, `}` and `]`.
+    nest: u64,
+    /// `,` and `:`.
+    punct: u64,
+}
+
+impl Marks {
+    /// 16 bytes at a time (SSE2 on x86_64, NEON on aarch64, through `wide`).
+    #[inline]
+    fn by_16(bytes: &[u8; BLOCK]) -> Marks {
+        let (parts, _) = bytes.as_chunks::<16>();
+        let mut marks = Marks {
+            quote: 0,
+            backslash: 0,
+            nest: 0,
+            punct: 0,
+        };
+        for (k, part) in parts.iter().enumerate() {
+            let v = u8x16::new(*part);
+            let is = |b: u8| v.simd_eq(u8x16::splat(b));
+            // `{` and `[` differ only in bit 5 (0x7b, 0x5b), and so do `}` and `]`.
+            let folded = v | u8x16::splat(0x20);
+            let nest = folded.simd_eq(u8x16::splat(b'{')) | folded.simd_eq(u8x16::splat(b'}'));
+            let at = 16 * k;
+            marks.quote |= u64::from(is(b'"').to_bitmask()) << at;
+            marks.backslash |= u64::from(is(b'\\').to_bitmask()) << at;
+            marks.nest |= u64::from(nest.to_bitmask()) << at;
+            marks.punct |= u64::from((is(b',') | is(b':')).to_bitmask()) << at;
+        }
+        marks
+    }
+
+    /// 32 bytes at a time, by AVX2: callable only where the CPU has it.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn by_32(bytes: &[u8; BLOCK]) -> Marks {
+        use std::arch::x86_64::{
+            __m256i, _mm256_cmpeq_epi8, _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
+        };
+        let splat = |b: u8| _mm256_set1_epi8(i8::from_ne_bytes([b]));
+        let bits =
+            |hits: __m256i| u64::from(u32::from_ne_bytes(_mm256_movemask_epi8(hits).to_ne_bytes()));
+        let (halves, _) = bytes.as_chunks::<32>();
+        let mut marks = Marks {
+            quote: 0,
+            backslash: 0,
+            nest: 0,
+            punct: 0,
+        };
+        for (k, half) in halves.iter().enumerate() {
+            let v: __m256i = bytemuck::cast(*half);
+            let is = |b: u8| _mm256_cmpeq_epi8(v, splat(b));
+            let folded = _mm256_or_si256(v, splat(0x20));
+            let nest = _mm256_or_si256(
+                _mm256_cmpeq_epi8(folded, splat(b'{')),
+                _mm256_cmpeq_epi8(folded, splat(b'}')),
+            );
+            let at = 32 * k;
+            marks.quote |= bits(is(b'"')) << at;
+            marks.backslash |= bits(is(b'\\')) << at;
+            marks.nest |= bits(nest) << at;
+            marks.punct |= bits(_mm256_or_si256(is(b','), is(b':'))) << at;
+        }
+        marks
+    }
+}
+
+/// Whether `b` opens a container.
+#[inline]
+fn opens(b: u8) -> bool {
+    b | 0x20 == b'{'
+}
+
+/// What the first pass keeps of a window for the second, and carries to the next window.
+struct Window {
+    /// Where the window starts in the chunk.
+    base: usize,
+    /// Blocks classified: up to [`WINDOW`], fewer at the chunk's end or before a block with a
+    /// backslash between tokens.
+    blocks: usize,
+    /// The window ends before a block with a backslash between tokens.
+    stopped: bool,
+    /// Per block: the quotes not escaped, and the tokens between strings.
+    visit: [u64; WINDOW],
+    /// Per block: the brackets and braces between strings.
+    nest: [u64; WINDOW],
+    /// Openings (positions in the window) of the containers that stay open past it, in order.
+    open: [u16; OPEN_KEPT],
+    open_len: usize,
+    /// Every container opening before this position in the window is visited (the stack
+    /// was full there).
+    visit_before: usize,
+    /// Inside a string where the window starts, and after the first pass, where it ends.
+    in_string: bool,
+    /// Whether the byte after the window is escaped.
+    carry: u64,
+    /// Whether the window's last byte is escaped.
+    last_escaped: bool,
+}
+
+impl Window {
+    /// Before the first window of a chunk: inside a string or not, and whether its first
+    /// byte is escaped (`carry`, 0 or 1).
+    fn new(in_string: bool, carry: u64) -> Self {
+        Window {
+            base: 0,
+            blocks: 0,
+            stopped: false,
+            visit: [0; WINDOW],
+            nest: [0; WINDOW],
+            open: [0; OPEN_KEPT],
+            open_len: 0,
+            visit_before: 0,
+            in_string,
+            carry,
+            last_escaped: false,
+        }
+    }
+
+    /// The first pass over the window at `base`, classifying blocks with `marks`.
+    #[inline(always)]
+    fn classify(&mut self, chunk: &[u8], base: usize, marks: impl Fn(&[u8; BLOCK]) -> Marks) {
+        self.base = base;
+        self.blocks = 0;
+        self.stopped = false;
+        self.open_len = 0;
+        self.visit_before = 0;
+        let mut in_string = self.in_string;
+        let mut at = base;
+        while self.blocks < WINDOW && at < chunk.len() {
+            let rest = chunk.get(at..).unwrap_or_default();
+            // The last bytes of the chunk are padded with zeros, which are never marked.
+            let mut padded = [0u8; BLOCK];
+            let (bytes, n) = match rest.first_chunk::<BLOCK>() {
+                Some(bytes) => (bytes, BLOCK),
+                None => {
+                    padded[..rest.len()].copy_from_slice(rest);
+                    (&padded, rest.len())
+                }
+            };
+            // Kept opaque: LLVM otherwise sees through the AVX2 masks into the bit loops
+            // below and extracts them byte by byte (several times the instructions).
+            let m = std::hint::black_box(marks(bytes));
+            let (escaped, carry_out) = if m.backslash | self.carry == 0 {
+                (0, 0)
+            } else {
+                escaped(m.backslash, self.carry)
+            };
+            let quote = m.quote & !escaped;
+            // From an opening quote, inclusive, to its closing quote, exclusive.
+            let inside = prefix_xor(quote) ^ u64::from(in_string).wrapping_neg();
+            if m.backslash & !inside != 0 {
+                self.stopped = true;
+                break;
+            }
+            let nest = m.nest & !inside;
+            let j = self.blocks;
+            if let (Some(v), Some(d)) = (self.visit.get_mut(j), self.nest.get_mut(j)) {
+                *v = nest | (m.punct & !inside) | quote;
+                *d = nest;
+            }
+            self.match_nesting(nest, bytes, j * BLOCK);
+            in_string = inside >> 63 == 1;
+            self.carry = if n == BLOCK {
+                carry_out
+            } else {
+                escaped >> n & 1
+            };
+            self.last_escaped = escaped >> (n - 1) & 1 == 1;
+            self.blocks += 1;
+            at += n;
+        }
+        self.in_string = in_string;
+    }
+
+    /// The first pass, by AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn classify_by_32(&mut self, chunk: &[u8], base: usize) {
+        self.classify(chunk, base, |bytes| Marks::by_32(bytes));
+    }
+
+    /// The first pass, by AVX2 where the CPU has it.
+    #[allow(unsafe_code)]
+    fn classify_fastest(&mut self, chunk: &[u8], base: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: `classify_by_32` needs AVX2, and the CPU has it (checked just above).
+            unsafe { self.classify_by_32(chunk, base) };
+            return;
+        }
+        self.classify(chunk, base, Marks::by_16);
+    }
+
+    /// Matches the brackets and braces of a block (at `at` in the window) on the stack of
+    /// containers open.
+    #[inline(always)]
+    fn match_nesting(&mut self, mut nest: u64, bytes: &[u8; BLOCK], at: usize) {
+        while nest != 0 {
+            let k = nest.trailing_zeros() as usize;
+            nest &= nest - 1;
+            if opens(bytes.get(k).copied().unwrap_or_default()) {
+                if self.open_len == OPEN_KEPT {
+                    // All are forgotten: everything opened up to here is visited.
+                    self.visit_before = at + k + 1;
+                    self.open_len = 0;
+                } else if let Some(slot) = self.open.get_mut(self.open_len) {
+                    *slot = u16::try_from(at + k).unwrap_or(u16::MAX);
+                    self.open_len += 1;
+                }
+            } else {
+                self.open_len = self.open_len.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Where the container opened at byte `k` of block `j` closes: its block and byte.
+    #[inline]
+    fn close_of(&self, chunk: &[u8], j: usize, k: usize) -> (usize, usize) {
+        let mut depth = 0usize;
+        let mut jj = j;
+        let mut bits = self.nest.get(j).copied().unwrap_or_default() & !below(k);
+        while jj < self.blocks {
+            while bits != 0 {
+                let kk = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let b = chunk
+                    .get(self.base + jj * BLOCK + kk)
+                    .copied()
+                    .unwrap_or_default();
+                if opens(b) {
+                    depth += 1;
+                } else {
+                    depth -= 1;
+                    if depth == 0 {
+                        return (jj, kk);
+                    }
+                }
+            }
+            jj += 1;
+            bits = self.nest.get(jj).copied().unwrap_or_default();
+        }
+        // Not reached: the first pass matched the container within the window.
+        (self.blocks, 0)
+    }
+}
+
+impl Scanner {
+    /// Lexes `chunk`, in which no template can start (see the module's text), and returns
+    /// where the byte lexer must take over: the end of the chunk when the walk got there,
+    /// else the start of the first block with a backslash between tokens. The scanner's state
+    /// is the byte lexer's at the returned position.
+    pub(super) fn walk(&mut self, chunk: &[u8]) -> usize {
+        let len = chunk.len();
+        let in_string = self.mode != Mode::Structure;
+        let mut window = Window::new(in_string, u64::from(in_string && self.escape));
+        let mut base = 0;
+        while base < len {
+            window.in_string = self.mode != Mode::Structure;
+            window.classify_fastest(chunk, base);
+            self.visit(chunk, &window);
+            base += window.blocks * BLOCK;
+            if window.stopped {
+                self.escape = self.mode != Mode::Structure && window.carry == 1;
+                return base;
+            }
+        }
+        self.escape = self.mode != Mode::Structure && window.carry == 1;
+        // A `{` that ends the chunk in a string is carried over as the byte lexer carries it:
+        // with the next chunk's first byte it may start a template (in a key, be refused).
+        if chunk.last() == Some(&b'{') && !window.last_escaped {
+            match self.mode {
+                Mode::Value => self.brace = true,
+                Mode::Key => self.key_brace = true,
+                Mode::Structure | Mode::Template => {}
+            }
+        }
+        len
+    }
+
+    /// The second pass over a window: the lexer's steps at the bytes kept, in order, passing
+    /// over the containers that open and close within the window.
+    fn visit(&mut self, chunk: &[u8], window: &Window) {
+        let mut next_open = 0;
+        let mut j = 0;
+        let mut from = 0;
+        while j < window.blocks {
+            let mut bits = window.visit.get(j).copied().unwrap_or_default() & !below(from);
+            let mut next = (j + 1, 0);
+            while bits != 0 {
+                let k = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let at = j * BLOCK + k;
+                let b = chunk.get(window.base + at).copied().unwrap_or_default();
+                match self.mode {
+                    Mode::Structure if opens(b) => {
+                        let stays = at < window.visit_before
+                            || (next_open < window.open_len
+                                && window.open.get(next_open).map(|&o| usize::from(o)) == Some(at));
+                        if stays {
+                            if at >= window.visit_before {
+                                next_open += 1;
+                            }
+                            self.structural(b, window.base + at + 1);
+                        } else {
+                            // Opens and closes in the window: passed over whole.
+                            let (jc, kc) = window.close_of(chunk, j, k);
+                            self.expect_key = false;
+                            next = if kc + 1 < BLOCK {
+                                (jc, kc + 1)
+                            } else {
+                                (jc + 1, 0)
+                            };
+                            break;
+                        }
+                    }
+                    // The commas of an array, most of what is visited in a long one.
+                    Mode::Structure if b == b',' && self.path.current() == Some(Kind::Array) => {
+                        self.path.advance(1);
+                    }
+                    // A quote opens a key or a value; the tokens change the path.
+                    Mode::Structure => {
+                        self.structural(b, window.base + at + 1);
+                    }
+                    // Inside a string only a closing quote is visited.
+                    Mode::Key => {
+                        self.mode = Mode::Structure;
+                        self.close_key(window.base + at);
+                    }
+                    Mode::Value | Mode::Template => self.mode = Mode::Structure,
+                }
+            }
+            (j, from) = next;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::super::skim::tests::{mask_of, random_blocks, skim_and_bytes};
+    use super::super::tests::PAN_NUMBER;
+    use super::{Marks, Window, BLOCK};
+
+    /// Both classifiers (AVX2 where this CPU has it) against a byte loop, on random blocks.
+    #[test]
+    fn classifiers_match_bytes() {
+        for bytes in random_blocks(20_000) {
+            let mask = |f: &dyn Fn(u8) -> bool| mask_of(&bytes, f);
+            let want = Marks {
+                quote: mask(&|b| b == b'"'),
+                backslash: mask(&|b| b == b'\\'),
+                nest: mask(&|b| matches!(b, b'{' | b'}' | b'[' | b']')),
+                punct: mask(&|b| matches!(b, b',' | b':')),
+            };
+            assert_eq!(Marks::by_16(&bytes), want, "{bytes:?}");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU has AVX2 (checked just above).
+                let by_32 = unsafe { Marks::by_32(&bytes) };
+                assert_eq!(by_32, want, "{bytes:?}");
+            }
+        }
+    }
+
+    /// The first pass keeps the same of a window whichever classifier runs it.
+    #[test]
+    fn both_classifiers_keep_the_same() {
+        let sku = "x".repeat(100);
+        let items: Vec<String> = (0..40)
+            .map(|i| format!(r#"{{"sku":"{sku}","n":[{i},{{"q":"{{\"]"}}]}}"#))
+            .collect();
+        let body = format!(r#"{{"items":[{}],"end":"\\"}}"#, items.join(","));
+        let body = body.as_bytes();
+        let (mut fastest, mut by_16) = (Window::new(false, 0), Window::new(false, 0));
+        let mut base = 0;
+        while base < body.len() {
+            fastest.classify_fastest(body, base);
+            by_16.classify(body, base, Marks::by_16);
+            let kept = |w: &Window| {
+                let open: Vec<u16> = w.open.iter().take(w.open_len).copied().collect();
+                (
+                    w.blocks,
+                    w.visit,
+                    w.nest,
+                    open,
+                    w.visit_before,
+                    w.carry,
+                    w.last_escaped,
+                )
+            };
+            assert_eq!(kept(&fastest), kept(&by_16), "window at {base}");
+            assert!(fastest.blocks > 0);
+            base += fastest.blocks * BLOCK;
+        }
+    }
+
+    /// Every way to cut `body` in two, and in three around each block boundary, fed and
+    /// lexed, ends as the byte lexer ends (`skim_and_bytes` also compares the states after
+    /// every chunk).
+    fn agrees(body: &str) {
+        let body = body.as_bytes();
+        let mut cuts: Vec<Vec<usize>> = (0..=body.len()).map(|k| vec![k]).collect();
+        for edge in (64..body.len()).step_by(64) {
+            for k in 0..=body.len() {
+                cuts.push(vec![edge, k]);
+            }
+        }
+        for cut in &cuts {
+            for last in [false, true] {
+                for lex in [false, true] {
+                    let [walked, bytes] = skim_and_bytes(body, cut, last, lex);
+                    assert_eq!(walked, bytes, "cut at {cut:?}, last {last}, lex {lex}");
+                }
+            }
+        }
+    }
+
+    /// Cuts of a body larger than a window: every 61st byte, alone and with each later one.
+    fn agrees_sparsely(body: &str) {
+        let body = body.as_bytes();
+        let at: Vec<usize> = (0..=body.len()).step_by(61).collect();
+        for (n, &a) in at.iter().enumerate() {
+            for cut in std::iter::once(vec![a]).chain(at[n..].iter().map(|&b| vec![a, b])) {
+                for lex in [false, true] {
+                    let [walked, bytes] = skim_and_bytes(body, &cut, false, lex);
+                    assert_eq!(walked, bytes, "cut at {cut:?}, lex {lex}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn windows_of_objects() {
+        let sku = "x".repeat(100);
+        let items: Vec<String> = (0..60)
+            .map(|i| format!(r#"{{"sku":"{sku}","n":[{i},{{"q":"{{"}}]}}"#))
+            .collect();
+        agrees_sparsely(&format!(
+            r#"{{"card":{{"number":"{PAN_NUMBER}"}},"items":[{}]}}"#,
+            items.join(",")
+        ));
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_openings_kept() {
+        let open = r#"[{"k":"#.repeat(90);
+        let close = "}]".repeat(90);
+        agrees(&format!(
+            r#"{{"a":"{PAN_NUMBER}","b":{open}"v",[1,{{}}]{close},"c":[]}}"#
+        ));
+    }
+
+    #[test]
+    fn long_strings_and_small_objects() {
+        let sku = "x".repeat(100);
+        let items: Vec<String> = (0..6).map(|_| format!(r#"{{"sku":"{sku}"}}"#)).collect();
+        agrees(&format!(
+            r#"{{"card":{{"number":"{PAN_NUMBER}"}},"items":[{}]}}"#,
+            items.join(",")
+        ));
+    }
+
+    #[test]
+    fn braces_escapes_and_keys_at_chunk_ends() {
+        agrees(concat!(
+            r#"{"a{b":"c{d\"{e\\{","lo{ng key with [brackets] and \"quotes\"":["#,
+            r#"{"k":"{"},"\\","x\u00e9{",{"n":[1,2,{"m":"]}"}]},"{}[]:,"],"#,
+            r#""deep":[[[[{"z":"{ }"}]]]],"tail":"ends with a brace {"}"#,
+        ));
+    }
+
+    #[test]
+    fn malformed_json_with_backslashes_between_tokens() {
+        agrees(concat!(
+            r#"{"a":1,\"b":"c"\,"d":[\"e",\\"f"],"g":"h"}"#,
+            r#"}]stray"closers\"{"x":"y{"} \"#,
+        ));
+    }
+}
