@@ -17,8 +17,9 @@ use std::time::Instant;
 
 /// Sends a request whose body streams behind `head` through `exchanger` and relays the
 /// answer; returns its status. Each piece of the caller's body is read, substituted and sent
-/// as one chunk; the uses are counted before the last piece leaves, and the body's end only
-/// after it. A failure before then (a template, a refused use, the caller's body) drops the
+/// as one chunk, in one write with the pieces that could be read at once after it
+/// ([`BATCH`]); the uses are counted before the last piece leaves, and the body's end leaves
+/// with it. A failure before then (a template, a refused use, the caller's body) drops the
 /// connection on an unfinished body: the target never holds a complete request.
 ///
 /// The answer is read once the request has left whole, or as soon as a write to the target
@@ -38,14 +39,25 @@ pub async fn relay(
     let (first, mut end) = next_piece(app, session, p, timeout).await?;
     p.upstream_started = Some(Instant::now());
     let mut out = exchanger.open_streamed(peer, head, first).await?;
-    let mut sent = Ok(());
+    let mut sent = if end {
+        out.send(Vec::new(), true).await
+    } else {
+        Ok(())
+    };
     while !end && sent.is_ok() {
         let (bytes, last) = next_piece(app, session, p, timeout).await?;
         end = last;
-        sent = out.send(bytes).await;
-    }
-    if sent.is_ok() {
-        sent = out.end().await;
+        let mut batched = bytes.len();
+        let mut pieces = vec![bytes];
+        while !end && batched < BATCH {
+            let Some((bytes, last)) = ready_piece(app, session, p, timeout).await? else {
+                break;
+            };
+            end = last;
+            batched += bytes.len();
+            pieces.push(bytes);
+        }
+        sent = out.send(pieces, end).await;
     }
     let whole = sent.is_ok();
     if !whole {
@@ -63,6 +75,12 @@ pub async fn relay(
         .await
 }
 
+/// How much of the caller's body is gathered into one write, at most (and one piece
+/// more): the pieces that can be read at once when the first of them is, so a fast caller's
+/// body leaves in fewer, larger writes (fewer system calls, and fewer wake-ups of the
+/// target's reader). An HTTP/1.1 read takes at most 64 KiB, an HTTP/2 piece is a frame.
+const BATCH: usize = 256 * 1024;
+
 /// Reads the caller's next piece and substitutes it; also whether it was the last, in which
 /// case the request's uses are counted before it is returned (so before it leaves).
 async fn next_piece(
@@ -72,6 +90,43 @@ async fn next_piece(
     timeout: std::time::Duration,
 ) -> pingora::Result<(Bytes, bool)> {
     let piece = next_body_piece(session, timeout).await.map_err(carry)?;
+    substitute_piece(app, session, p, piece).await
+}
+
+/// [`next_piece`], if the caller's next piece can be read without waiting.
+async fn ready_piece(
+    app: &App,
+    session: &mut Session,
+    p: &mut ProxyCtx,
+    timeout: std::time::Duration,
+) -> pingora::Result<Option<(Bytes, bool)>> {
+    let Some(piece) = now(next_body_piece(session, timeout)) else {
+        return Ok(None);
+    };
+    let piece = piece.map_err(carry)?;
+    substitute_piece(app, session, p, piece).await.map(Some)
+}
+
+/// `future`'s output if it is ready at its first poll. Dropped otherwise: a body read is
+/// cancel safe (nothing is taken from the socket unless it is returned; pingora's own
+/// proxy races it against the answer the same way).
+fn now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// Substitutes the caller's `piece` (`None`: the body has ended); also whether it was the
+/// last, in which case the request's uses are counted first.
+async fn substitute_piece(
+    app: &App,
+    session: &mut Session,
+    p: &mut ProxyCtx,
+    piece: Option<Bytes>,
+) -> pingora::Result<(Bytes, bool)> {
     let end = piece.is_none() || session.is_body_done();
     let bytes = match piece {
         Some(piece) if !end => p.substitution.feed(app, &p.principal, piece).await,

@@ -6,8 +6,8 @@
 //! joined by channels, sending the answer's head before its body filter has seen a byte. The
 //! exchange needs none of that. A prepared request (its body read whole and substituted in
 //! `request_filter`, or none) leaves in one write ([`Exchanger::relay`]); a streamed one
-//! leaves as its head and first piece in one write, then one chunk per piece
-//! ([`Exchanger::open_streamed`], driven by [`crate::proxy::body::relay`]). The answer is
+//! leaves as its head and first piece in one write, then one chunk per piece, the pieces
+//! already read leaving together ([`Exchanger::open_streamed`], driven by [`crate::proxy::body::relay`]). The answer is
 //! then read and relayed in one loop ([`Exchanger::answer`]), where the guard can hold the
 //! head back until it has scanned the body's start. New connections come from a pingora
 //! [`TransportConnector`] (TCP) and [`TargetTls`] (TLS, verification, sessions resumed),
@@ -653,6 +653,9 @@ fn peer_key(peer: &HttpPeer) -> Result<PeerKey> {
 
 /// Appends one chunk of a `chunked` body: its size line, the bytes, the CRLF. Nothing for an
 /// empty piece (a zero-size chunk would end the body).
+/// The chunk that ends a chunked body.
+const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
 fn push_chunk(parts: &mut Vec<Bytes>, piece: Bytes) {
     if piece.is_empty() {
         return;
@@ -664,7 +667,7 @@ fn push_chunk(parts: &mut Vec<Bytes>, piece: Bytes) {
 
 /// A request whose body streams to the target as it is read from the caller and
 /// substituted ([`Exchanger::open_streamed`]): each piece leaves as one chunk. Only
-/// [`StreamedRequest::finish`] writes the body's end; dropped before that, the connection
+/// a [`StreamedRequest::send`] with `last` writes the body's end; dropped before that, the connection
 /// closes on a body without its end, so the target never holds a complete request.
 pub struct StreamedRequest {
     stream: Stream,
@@ -675,31 +678,37 @@ pub struct StreamedRequest {
 }
 
 impl StreamedRequest {
-    /// Sends one more piece of the body: as one chunk, or over TLS as part of the next
-    /// record-sized one ([`RecordChunks`]).
-    pub async fn send(&mut self, piece: Bytes) -> Result<()> {
-        if let Some(records) = &mut self.records {
-            return match records.push(&piece) {
-                Some(write) => self.write(&[write]).await,
-                None => Ok(()),
-            };
+    /// Sends the body's next pieces in one write: each as one chunk, or over TLS as part of
+    /// the next record-sized one ([`RecordChunks`]). With `last` the body's end (and over TLS
+    /// every byte still held back) leaves in the same write: after it the target holds the
+    /// whole request.
+    pub async fn send(&mut self, pieces: Vec<Bytes>, last: bool) -> Result<()> {
+        let mut parts = Vec::with_capacity(pieces.len() * 3 + 1);
+        match &mut self.records {
+            Some(records) => {
+                records.hold(&pieces);
+                parts.extend(if last {
+                    Some(records.finish())
+                } else {
+                    records.take()
+                });
+            }
+            None => {
+                for piece in pieces {
+                    push_chunk(&mut parts, piece);
+                }
+                if last {
+                    parts.push(Bytes::from_static(LAST_CHUNK));
+                }
+            }
         }
-        let mut parts = Vec::with_capacity(3);
-        push_chunk(&mut parts, piece);
+        if parts.is_empty() {
+            return Ok(());
+        }
         self.write(&parts).await
     }
 
-    /// Ends the body (with any bytes still held back): after this the target holds the whole
-    /// request.
-    pub async fn end(&mut self) -> Result<()> {
-        let last = match &mut self.records {
-            Some(records) => records.finish(),
-            None => Bytes::from_static(b"0\r\n\r\n"),
-        };
-        self.write(&[last]).await
-    }
-
-    /// Reads the answer's head: after [`Self::end`], or after a failed write, when the target
+    /// Reads the answer's head: after the last [`Self::send`], or after a failed write, when the target
     /// stopped reading the body and may have answered before closing (a 413, say).
     pub async fn answer_head(self, peer: &HttpPeer) -> Result<(HttpSession, PeerKey)> {
         Ok((read_answer_head(self.stream, peer).await?, self.key))

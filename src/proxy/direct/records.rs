@@ -33,11 +33,17 @@ impl Default for RecordChunks {
 }
 
 impl RecordChunks {
-    /// Adds `piece` to the held bytes; returns what to write now, a whole number of full TLS
-    /// records (a chunk of the held bytes that fills them, led by the previous chunk's CRLF),
-    /// or nothing while less than a record is held.
-    pub fn push(&mut self, piece: &[u8]) -> Option<Bytes> {
-        self.buf.extend_from_slice(piece);
+    /// Adds `pieces` to the held bytes.
+    pub fn hold<P: AsRef<[u8]>>(&mut self, pieces: &[P]) {
+        for piece in pieces {
+            self.buf.extend_from_slice(piece.as_ref());
+        }
+    }
+
+    /// What to write now: a whole number of full TLS records (a chunk of the held bytes that
+    /// fills them, led by the previous chunk's CRLF), or nothing while less than a record is
+    /// held.
+    pub fn take(&mut self) -> Option<Bytes> {
         let held = self.buf.len() - ROOM;
         let lead = if self.open { 2 } else { 0 };
         let len = filling_len(held, lead)?;
@@ -143,7 +149,8 @@ mod tests {
         let mut chunks = RecordChunks::default();
         let mut writes = Vec::new();
         for k in 0..64u8 {
-            writes.extend(chunks.push(&[b'a' + k % 26; TLS_RECORD]));
+            chunks.hold(&[[b'a' + k % 26; TLS_RECORD]]);
+            writes.extend(chunks.take());
         }
         let end = chunks.finish();
         assert_eq!(writes.len(), 64);
@@ -152,17 +159,19 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the pieces, the writes join into a chunked body of exactly their bytes,
+        /// Whatever the pieces, held a few at a time, the writes join into a chunked body of exactly their bytes,
         /// and every write before the end is whole records.
         #[test]
         fn writes_are_whole_records_and_carry_the_body(
             pieces in proptest::collection::vec(
-                proptest::collection::vec(any::<u8>(), 0..40_000), 0..12)
+                proptest::collection::vec(any::<u8>(), 0..40_000), 0..12),
+            batch in 1..4usize,
         ) {
             let mut chunks = RecordChunks::default();
             let mut wire = Vec::new();
-            for piece in &pieces {
-                if let Some(write) = chunks.push(piece) {
+            for batch in pieces.chunks(batch) {
+                chunks.hold(batch);
+                if let Some(write) = chunks.take() {
                     prop_assert!(!write.is_empty() && write.len() % TLS_RECORD == 0);
                     wire.extend_from_slice(&write);
                 }
