@@ -47,6 +47,8 @@ struct Marks {
     backslash: u64,
     /// `{`, `[`, `}` and `]`.
     nest: u64,
+    /// `{` and `[`.
+    open: u64,
     /// `,` and `:`.
     punct: u64,
 }
@@ -60,6 +62,7 @@ impl Marks {
             quote: 0,
             backslash: 0,
             nest: 0,
+            open: 0,
             punct: 0,
         };
         for (k, part) in parts.iter().enumerate() {
@@ -67,11 +70,13 @@ impl Marks {
             let is = |b: u8| v.simd_eq(u8x16::splat(b));
             // `{` and `[` differ only in bit 5 (0x7b, 0x5b), and so do `}` and `]`.
             let folded = v | u8x16::splat(0x20);
-            let nest = folded.simd_eq(u8x16::splat(b'{')) | folded.simd_eq(u8x16::splat(b'}'));
+            let open = folded.simd_eq(u8x16::splat(b'{'));
+            let nest = open | folded.simd_eq(u8x16::splat(b'}'));
             let at = 16 * k;
             marks.quote |= u64::from(is(b'"').to_bitmask()) << at;
             marks.backslash |= u64::from(is(b'\\').to_bitmask()) << at;
             marks.nest |= u64::from(nest.to_bitmask()) << at;
+            marks.open |= u64::from(open.to_bitmask()) << at;
             marks.punct |= u64::from((is(b',') | is(b':')).to_bitmask()) << at;
         }
         marks
@@ -93,24 +98,38 @@ impl Marks {
             quote: 0,
             backslash: 0,
             nest: 0,
+            open: 0,
             punct: 0,
         };
         for (k, half) in halves.iter().enumerate() {
             let v: __m256i = bytemuck::cast(*half);
             let is = |b: u8| _mm256_cmpeq_epi8(v, splat(b));
             let folded = _mm256_or_si256(v, splat(0x20));
-            let nest = _mm256_or_si256(
-                _mm256_cmpeq_epi8(folded, splat(b'{')),
-                _mm256_cmpeq_epi8(folded, splat(b'}')),
-            );
+            let open = _mm256_cmpeq_epi8(folded, splat(b'{'));
+            let nest = _mm256_or_si256(open, _mm256_cmpeq_epi8(folded, splat(b'}')));
             let at = 32 * k;
             marks.quote |= bits(is(b'"')) << at;
             marks.backslash |= bits(is(b'\\')) << at;
             marks.nest |= bits(nest) << at;
+            marks.open |= bits(open) << at;
             marks.punct |= bits(_mm256_or_si256(is(b','), is(b':'))) << at;
         }
         marks
     }
+}
+
+/// [`prefix_xor`] in one instruction, a carry-less multiplication by all ones: callable
+/// only where the CPU has PCLMULQDQ.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "pclmulqdq")]
+#[inline]
+fn prefix_xor_by_clmul(x: u64) -> u64 {
+    use std::arch::x86_64::{
+        _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_set1_epi8, _mm_set_epi64x,
+    };
+    let x = _mm_set_epi64x(0, i64::from_ne_bytes(x.to_ne_bytes()));
+    let product = _mm_clmulepi64_si128(x, _mm_set1_epi8(-1), 0);
+    u64::from_ne_bytes(_mm_cvtsi128_si64(product).to_ne_bytes())
 }
 
 /// Whether `b` opens a container.
@@ -118,6 +137,10 @@ impl Marks {
 fn opens(b: u8) -> bool {
     b | 0x20 == b'{'
 }
+
+/// Positions in a window, and one more: where a closer with nothing open in the window
+/// (it closes a container opened before) is matched, and never read.
+const POSITIONS: usize = WINDOW * BLOCK + 1;
 
 /// What the first pass keeps of a window for the second, and carries to the next window.
 struct Window {
@@ -130,10 +153,12 @@ struct Window {
     stopped: bool,
     /// Per block: the quotes not escaped, and the tokens between strings.
     visit: [u64; WINDOW],
-    /// Per block: the brackets and braces between strings.
-    nest: [u64; WINDOW],
-    /// Openings (positions in the window) of the containers that stay open past it, in order.
-    open: [u16; OPEN_KEPT],
+    /// By the position of each container that opens and closes within the window, where it
+    /// closes (other entries mean nothing).
+    close_at: [u16; POSITIONS],
+    /// Openings (positions in the window) of the containers open so far that stay open past
+    /// it, in order, and a slot more, written at every bracket.
+    open: [u16; OPEN_KEPT + 1],
     open_len: usize,
     /// Every container opening before this position in the window is visited (the stack
     /// was full there).
@@ -155,8 +180,8 @@ impl Window {
             blocks: 0,
             stopped: false,
             visit: [0; WINDOW],
-            nest: [0; WINDOW],
-            open: [0; OPEN_KEPT],
+            close_at: [0; POSITIONS],
+            open: [0; OPEN_KEPT + 1],
             open_len: 0,
             visit_before: 0,
             in_string,
@@ -165,9 +190,16 @@ impl Window {
         }
     }
 
-    /// The first pass over the window at `base`, classifying blocks with `marks`.
+    /// The first pass over the window at `base`, classifying blocks with `marks` and finding
+    /// the bytes inside strings with `xor` ([`prefix_xor`]).
     #[inline(always)]
-    fn classify(&mut self, chunk: &[u8], base: usize, marks: impl Fn(&[u8; BLOCK]) -> Marks) {
+    fn classify(
+        &mut self,
+        chunk: &[u8],
+        base: usize,
+        marks: impl Fn(&[u8; BLOCK]) -> Marks,
+        xor: impl Fn(u64) -> u64,
+    ) {
         self.base = base;
         self.blocks = 0;
         self.stopped = false;
@@ -196,18 +228,17 @@ impl Window {
             };
             let quote = m.quote & !escaped;
             // From an opening quote, inclusive, to its closing quote, exclusive.
-            let inside = prefix_xor(quote) ^ u64::from(in_string).wrapping_neg();
+            let inside = xor(quote) ^ u64::from(in_string).wrapping_neg();
             if m.backslash & !inside != 0 {
                 self.stopped = true;
                 break;
             }
             let nest = m.nest & !inside;
             let j = self.blocks;
-            if let (Some(v), Some(d)) = (self.visit.get_mut(j), self.nest.get_mut(j)) {
+            if let Some(v) = self.visit.get_mut(j) {
                 *v = nest | (m.punct & !inside) | quote;
-                *d = nest;
             }
-            self.match_nesting(nest, bytes, j * BLOCK);
+            self.match_nesting(nest, m.open, j * BLOCK);
             in_string = inside >> 63 == 1;
             self.carry = if n == BLOCK {
                 carry_out
@@ -221,75 +252,69 @@ impl Window {
         self.in_string = in_string;
     }
 
-    /// The first pass, by AVX2.
+    /// The first pass, by AVX2 and PCLMULQDQ.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,pclmulqdq")]
     fn classify_by_32(&mut self, chunk: &[u8], base: usize) {
-        self.classify(chunk, base, |bytes| Marks::by_32(bytes));
+        self.classify(
+            chunk,
+            base,
+            |bytes| Marks::by_32(bytes),
+            |x| prefix_xor_by_clmul(x),
+        );
     }
 
-    /// The first pass, by AVX2 where the CPU has it.
+    /// The first pass, by AVX2 and PCLMULQDQ where the CPU has them.
     #[allow(unsafe_code)]
     fn classify_fastest(&mut self, chunk: &[u8], base: usize) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: `classify_by_32` needs AVX2, and the CPU has it (checked just above).
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+        {
+            // SAFETY: `classify_by_32` needs AVX2 and PCLMULQDQ, and the CPU has them
+            // (checked just above).
             unsafe { self.classify_by_32(chunk, base) };
             return;
         }
-        self.classify(chunk, base, Marks::by_16);
+        self.classify(chunk, base, Marks::by_16, prefix_xor);
     }
 
-    /// Matches the brackets and braces of a block (at `at` in the window) on the stack of
-    /// containers open.
+    /// Matches the brackets and braces of a block (`nest`, the openers among them `open`;
+    /// the block at `at` in the window) on the stack of containers open, noting where each
+    /// container closes by where it opened (`close_at`). Without branches on the brackets,
+    /// which a body's shapes make hard to predict: every bracket writes the stack's spare
+    /// slot (an opener's position, kept by moving the top over it) and `close_at` at the
+    /// top's position (a closer's, kept by popping; an opener's is overwritten when the
+    /// container closes, or never read if it stays open).
     #[inline(always)]
-    fn match_nesting(&mut self, mut nest: u64, bytes: &[u8; BLOCK], at: usize) {
+    fn match_nesting(&mut self, mut nest: u64, open: u64, at: usize) {
         while nest != 0 {
             let k = nest.trailing_zeros() as usize;
             nest &= nest - 1;
-            if opens(bytes.get(k).copied().unwrap_or_default()) {
-                if self.open_len == OPEN_KEPT {
-                    // All are forgotten: everything opened up to here is visited.
-                    self.visit_before = at + k + 1;
-                    self.open_len = 0;
-                } else if let Some(slot) = self.open.get_mut(self.open_len) {
-                    *slot = u16::try_from(at + k).unwrap_or(u16::MAX);
-                    self.open_len += 1;
-                }
+            let pos = at + k;
+            let opener = open >> k & 1 == 1;
+            let top = match self.open_len.checked_sub(1) {
+                Some(t) => self.open.get(t).map_or(POSITIONS - 1, |&o| usize::from(o)),
+                None => POSITIONS - 1,
+            };
+            let pos16 = u16::try_from(pos).unwrap_or(u16::MAX);
+            if let Some(slot) = self.open.get_mut(self.open_len) {
+                *slot = pos16;
+            }
+            if let Some(close) = self.close_at.get_mut(top) {
+                *close = pos16;
+            }
+            self.open_len = if opener {
+                self.open_len + 1
             } else {
-                self.open_len = self.open_len.saturating_sub(1);
+                self.open_len.saturating_sub(1)
+            };
+            if self.open_len > OPEN_KEPT {
+                // All are forgotten: everything opened up to here is visited.
+                self.visit_before = pos + 1;
+                self.open_len = 0;
             }
         }
-    }
-
-    /// Where the container opened at byte `k` of block `j` closes: its block and byte.
-    #[inline]
-    fn close_of(&self, chunk: &[u8], j: usize, k: usize) -> (usize, usize) {
-        let mut depth = 0usize;
-        let mut jj = j;
-        let mut bits = self.nest.get(j).copied().unwrap_or_default() & !below(k);
-        while jj < self.blocks {
-            while bits != 0 {
-                let kk = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let b = chunk
-                    .get(self.base + jj * BLOCK + kk)
-                    .copied()
-                    .unwrap_or_default();
-                if opens(b) {
-                    depth += 1;
-                } else {
-                    depth -= 1;
-                    if depth == 0 {
-                        return (jj, kk);
-                    }
-                }
-            }
-            jj += 1;
-            bits = self.nest.get(jj).copied().unwrap_or_default();
-        }
-        // Not reached: the first pass matched the container within the window.
-        (self.blocks, 0)
     }
 }
 
@@ -352,7 +377,8 @@ impl Scanner {
                             self.structural(b, window.base + at + 1);
                         } else {
                             // Opens and closes in the window: passed over whole.
-                            let (jc, kc) = window.close_of(chunk, j, k);
+                            let close = window.close_at.get(at).map_or(0, |&c| usize::from(c));
+                            let (jc, kc) = (close / BLOCK, close % BLOCK);
                             self.expect_key = false;
                             next = if kc + 1 < BLOCK {
                                 (jc, kc + 1)
@@ -399,6 +425,7 @@ mod tests {
                 quote: mask(&|b| b == b'"'),
                 backslash: mask(&|b| b == b'\\'),
                 nest: mask(&|b| matches!(b, b'{' | b'}' | b'[' | b']')),
+                open: mask(&|b| matches!(b, b'{' | b'[')),
                 punct: mask(&|b| matches!(b, b',' | b':')),
             };
             assert_eq!(Marks::by_16(&bytes), want, "{bytes:?}");
@@ -425,13 +452,13 @@ mod tests {
         let mut base = 0;
         while base < body.len() {
             fastest.classify_fastest(body, base);
-            by_16.classify(body, base, Marks::by_16);
+            by_16.classify(body, base, Marks::by_16, super::prefix_xor);
             let kept = |w: &Window| {
                 let open: Vec<u16> = w.open.iter().take(w.open_len).copied().collect();
                 (
                     w.blocks,
                     w.visit,
-                    w.nest,
+                    w.close_at,
                     open,
                     w.visit_before,
                     w.carry,
