@@ -7,9 +7,10 @@
 //! exchange needs none of that. A prepared request (its body read whole and substituted in
 //! `request_filter`, or none) leaves in one write ([`Exchanger::relay`]); a streamed one
 //! leaves as its head and first piece in one write, then one chunk per piece, the pieces
-//! already read leaving together ([`Exchanger::open_streamed`], driven by [`crate::proxy::body::relay`]). The answer is
-//! then read and relayed in one loop ([`Exchanger::answer`]), where the guard can hold the
-//! head back until it has scanned the body's start. New connections come from a pingora
+//! already read leaving together ([`Exchanger::open_streamed`], driven by
+//! [`crate::proxy::body::relay`]). The answer is then read and relayed in one loop
+//! ([`Exchanger::answer`]), where the guard can hold the head back until it has scanned the
+//! body's start. New connections come from a pingora
 //! [`TransportConnector`] (TCP) and [`TargetTls`] (TLS, verification, sessions resumed),
 //! idle ones wait in paycred's [`IdlePool`]
 //! (see there for why not pingora's pool), and the response is parsed by pingora's HTTP/1
@@ -651,11 +652,11 @@ fn peer_key(peer: &HttpPeer) -> Result<PeerKey> {
     })
 }
 
-/// Appends one chunk of a `chunked` body: its size line, the bytes, the CRLF. Nothing for an
-/// empty piece (a zero-size chunk would end the body).
 /// The chunk that ends a chunked body.
 const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// Appends one chunk of a `chunked` body: its size line, the bytes, the CRLF. Nothing for an
+/// empty piece (a zero-size chunk would end the body).
 fn push_chunk(parts: &mut Vec<Bytes>, piece: Bytes) {
     if piece.is_empty() {
         return;
@@ -666,9 +667,10 @@ fn push_chunk(parts: &mut Vec<Bytes>, piece: Bytes) {
 }
 
 /// A request whose body streams to the target as it is read from the caller and
-/// substituted ([`Exchanger::open_streamed`]): each piece leaves as one chunk. Only
-/// a [`StreamedRequest::send`] with `last` writes the body's end; dropped before that, the connection
-/// closes on a body without its end, so the target never holds a complete request.
+/// substituted ([`Exchanger::open_streamed`]): each piece leaves as one chunk. Only a
+/// [`StreamedRequest::send`] with `last` writes the body's end; dropped before that, the
+/// connection closes on a body without its end, so the target never holds a complete
+/// request.
 pub struct StreamedRequest {
     stream: Stream,
     key: PeerKey,
@@ -708,8 +710,9 @@ impl StreamedRequest {
         self.write(&parts).await
     }
 
-    /// Reads the answer's head: after the last [`Self::send`], or after a failed write, when the target
-    /// stopped reading the body and may have answered before closing (a 413, say).
+    /// Reads the answer's head: after the last [`Self::send`], or after a failed write, when
+    /// the target stopped reading the body and may have answered before closing (a 413,
+    /// say).
     pub async fn answer_head(self, peer: &HttpPeer) -> Result<(HttpSession, PeerKey)> {
         Ok((read_answer_head(self.stream, peer).await?, self.key))
     }

@@ -159,8 +159,8 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the pieces, held a few at a time, the writes join into a chunked body of exactly their bytes,
-        /// and every write before the end is whole records.
+        /// Whatever the pieces, held a few at a time, the writes join into a chunked body of
+        /// exactly their bytes, and every write before the end is whole records.
         #[test]
         fn writes_are_whole_records_and_carry_the_body(
             pieces in proptest::collection::vec(

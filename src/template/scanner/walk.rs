@@ -12,12 +12,14 @@
 //! 1. Each block is classified once into bit masks ([`Marks`]: by AVX2 where the CPU has it,
 //!    else 16 bytes at a time through `wide`); the escaped bytes follow from the backslashes
 //!    ([`escaped`]) and a prefix XOR of the quotes that are not escaped marks the bytes
-//!    inside strings ([`prefix_xor`]). The quotes and the tokens between strings are kept for
-//!    the second pass, and the brackets and braces between strings are matched on a small
-//!    stack: what is left on it are the containers that stay open past the window.
+//!    inside strings ([`prefix_xor`], one carry-less multiplication with AVX2). The quotes and
+//!    the tokens between strings are kept for the second pass, and the brackets and braces
+//!    between strings are matched on a small stack: where each container closes is noted by
+//!    where it opened, and what is left on the stack are the containers that stay open past
+//!    the window.
 //! 2. The lexer's own steps ([`Scanner::structural`], [`Scanner::close_key`]) run at the kept
 //!    bytes in order, except inside a container that opens and closes within the window: it
-//!    is passed over whole, its brackets counted to its end. Opening and closing it leaves the
+//!    is passed over whole, to its noted close. Opening and closing it leaves the
 //!    path as it was, and after it no key is expected, which is all the byte lexer would have
 //!    left of it. An array of a thousand objects costs the lexer a step at each object's start
 //!    and at each comma.
