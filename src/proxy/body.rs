@@ -49,7 +49,7 @@ pub async fn relay(
         end = last;
         let mut batched = bytes.len();
         let mut pieces = vec![bytes];
-        while !end && batched < BATCH {
+        while !end && batched < BATCH && pieces.len() < BATCH_PIECES {
             let Some((bytes, last)) = ready_piece(app, session, p, timeout).await? else {
                 break;
             };
@@ -80,6 +80,10 @@ pub async fn relay(
 /// body leaves in fewer, larger writes (fewer system calls, and fewer wake-ups of the
 /// target's reader). An HTTP/1.1 read takes at most 64 KiB, an HTTP/2 piece is a frame.
 const BATCH: usize = 256 * 1024;
+
+/// The most pieces in one write: a caller's chunks of a byte each would otherwise make a
+/// batch of a quarter of a million pieces (each a buffer and three parts of the write).
+const BATCH_PIECES: usize = 64;
 
 /// Reads the caller's next piece and substitutes it; also whether it was the last, in which
 /// case the request's uses are counted before it is returned (so before it leaves).

@@ -140,6 +140,12 @@ fn opens(b: u8) -> bool {
     b | 0x20 == b'{'
 }
 
+thread_local! {
+    /// The room of every walk on a thread (about 9 KiB), made once: a walk reads no entry of
+    /// its arrays that it has not written in the same window, so they are never cleared.
+    static ROOM: std::cell::RefCell<Window> = std::cell::RefCell::new(Window::new(false, 0));
+}
+
 /// Positions in a window, and one more: where a closer with nothing open in the window
 /// (it closes a container opened before) is matched, and never read.
 const POSITIONS: usize = WINDOW * BLOCK + 1;
@@ -326,14 +332,20 @@ impl Scanner {
     /// else the start of the first block with a backslash between tokens. The scanner's state
     /// is the byte lexer's at the returned position.
     pub(super) fn walk(&mut self, chunk: &[u8]) -> usize {
+        ROOM.with_borrow_mut(|window| self.walk_in(chunk, window))
+    }
+
+    /// [`Scanner::walk`] with `window`'s room.
+    fn walk_in(&mut self, chunk: &[u8], window: &mut Window) -> usize {
         let len = chunk.len();
         let in_string = self.mode != Mode::Structure;
-        let mut window = Window::new(in_string, u64::from(in_string && self.escape));
+        window.carry = u64::from(in_string && self.escape);
+        window.last_escaped = false;
         let mut base = 0;
         while base < len {
             window.in_string = self.mode != Mode::Structure;
             window.classify_fastest(chunk, base);
-            self.visit(chunk, &window);
+            self.visit(chunk, window);
             base += window.blocks * BLOCK;
             if window.stopped {
                 self.escape = self.mode != Mode::Structure && window.carry == 1;
