@@ -38,12 +38,8 @@ pub async fn relay(
     answer_continue(session).await.map_err(carry)?;
     let (first, mut end) = next_piece(app, session, p, timeout).await?;
     p.upstream_started = Some(Instant::now());
-    let mut out = exchanger.open_streamed(peer, head, first).await?;
-    let mut sent = if end {
-        out.send(Vec::new(), true).await
-    } else {
-        Ok(())
-    };
+    let mut out = exchanger.open_streamed(peer, head, first, end).await?;
+    let mut sent = Ok(());
     while !end && sent.is_ok() {
         let (bytes, last) = next_piece(app, session, p, timeout).await?;
         end = last;

@@ -401,7 +401,8 @@ impl Exchanger {
 
     /// Starts a request whose body streams ([`StreamedRequest`]): its head (the body
     /// `chunked`: substitution changes its length) and the body's first piece leave in one
-    /// write, on an idle connection or a new one. A pooled connection the target had closed
+    /// write, with the body's end when that piece is the `last`, on an idle connection or a
+    /// new one. A pooled connection the target had closed
     /// fails that write, and the same bytes go out once more on a new connection: none of
     /// the request can have been taken.
     pub async fn open_streamed(
@@ -409,11 +410,15 @@ impl Exchanger {
         peer: &HttpPeer,
         head: Bytes,
         first: Bytes,
+        last: bool,
     ) -> Result<StreamedRequest> {
         let key = peer_key(peer)?;
         let write_timeout = peer.get_peer_options().and_then(|o| o.write_timeout);
         let mut parts = vec![head];
         push_chunk(&mut parts, first);
+        if last {
+            parts.push(Bytes::from_static(LAST_CHUNK));
+        }
         let (stream, reused) = match self.idle.take(key) {
             Some(stream) => {
                 self.reused.fetch_add(1, Ordering::Relaxed);
@@ -667,10 +672,9 @@ fn push_chunk(parts: &mut Vec<Bytes>, piece: Bytes) {
 }
 
 /// A request whose body streams to the target as it is read from the caller and
-/// substituted ([`Exchanger::open_streamed`]): each piece leaves as one chunk. Only a
-/// [`StreamedRequest::send`] with `last` writes the body's end; dropped before that, the
-/// connection closes on a body without its end, so the target never holds a complete
-/// request.
+/// substituted ([`Exchanger::open_streamed`]): each piece leaves as one chunk. Only the
+/// write of the last piece carries the body's end; dropped before that, the connection
+/// closes on a body without its end, so the target never holds a complete request.
 pub struct StreamedRequest {
     stream: Stream,
     key: PeerKey,

@@ -35,7 +35,7 @@ use super::path::Kind;
 use super::skim::{below, escaped, prefix_xor, BLOCK};
 use super::{Mode, Scanner};
 
-/// Blocks in a window: the masks kept for the second pass are 1 KiB on the stack.
+/// Blocks in a window (4 KiB of the chunk).
 const WINDOW: usize = 64;
 /// Containers that open in a window and stay open past it, as kept; one more, and all are
 /// forgotten: every container opening up to there is visited (which costs time, never
@@ -43,7 +43,7 @@ const WINDOW: usize = 64;
 const OPEN_KEPT: usize = 64;
 
 /// Where the bytes that the walk reads are in a block: bit `k` stands for byte `k`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Marks {
     quote: u64,
     backslash: u64,
@@ -60,13 +60,7 @@ impl Marks {
     #[inline]
     fn by_16(bytes: &[u8; BLOCK]) -> Marks {
         let (parts, _) = bytes.as_chunks::<16>();
-        let mut marks = Marks {
-            quote: 0,
-            backslash: 0,
-            nest: 0,
-            open: 0,
-            punct: 0,
-        };
+        let mut marks = Marks::default();
         for (k, part) in parts.iter().enumerate() {
             let v = u8x16::new(*part);
             let is = |b: u8| v.simd_eq(u8x16::splat(b));
@@ -96,13 +90,7 @@ impl Marks {
         let bits =
             |hits: __m256i| u64::from(u32::from_ne_bytes(_mm256_movemask_epi8(hits).to_ne_bytes()));
         let (halves, _) = bytes.as_chunks::<32>();
-        let mut marks = Marks {
-            quote: 0,
-            backslash: 0,
-            nest: 0,
-            open: 0,
-            punct: 0,
-        };
+        let mut marks = Marks::default();
         for (k, half) in halves.iter().enumerate() {
             let v: __m256i = bytemuck::cast(*half);
             let is = |b: u8| _mm256_cmpeq_epi8(v, splat(b));
