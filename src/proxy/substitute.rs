@@ -117,14 +117,20 @@ impl Substitution {
 
     /// Scans one chunk; returns the bytes to forward.
     ///
-    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`](crate::template::Scanner::may_resolve)) is only lexed
-    /// ([`Scanner::lex`](crate::template::Scanner::lex)) and forwarded as it came: no copy, no new buffer.
+    /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`](crate::template::Scanner::may_resolve)) is forwarded as
+    /// it came, no copy, no new buffer: kept unlexed ([`Scanner::defer`](crate::template::Scanner::defer)) where it may be, else
+    /// lexed ([`Scanner::lex`](crate::template::Scanner::lex)).
     pub async fn feed(
         &mut self,
         app: &App,
         principal: &Principal,
         chunk: Bytes,
     ) -> Result<Bytes, ApiError> {
+        // Nothing to substitute: sent on as it came, not copied, and lexed only should a
+        // later chunk need it.
+        if self.scanner.defer(&chunk).map_err(template_error)? {
+            return Ok(chunk);
+        }
         // Nothing to substitute: lexed, not copied, and forwarded as it came (less a `{`
         // the scanner holds back for the next chunk).
         if let Some(forward) = self.scanner.lex(&chunk).map_err(template_error)? {

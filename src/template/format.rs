@@ -160,6 +160,14 @@ impl BodyScanner {
         }
     }
 
+    /// [`Scanner::defer`]; other formats defer nothing.
+    pub fn defer(&mut self, chunk: &bytes::Bytes) -> Result<bool, TemplateError> {
+        match self {
+            BodyScanner::Json(s) => s.defer(chunk),
+            BodyScanner::Form(_) | BodyScanner::Xml(_) | BodyScanner::Other(_) => Ok(false),
+        }
+    }
+
     /// [`Scanner::may_resolve`]; `true` for other formats.
     pub fn may_resolve(&self, chunk: &[u8]) -> bool {
         match self {

@@ -133,6 +133,16 @@ impl EscapedBraces {
         *self = EscapedBraces::default();
     }
 
+    /// Whether an escape may have begun in the bytes kept: they hold a backslash. When not,
+    /// after a chunk without a backslash the search is where it starts
+    /// ([`EscapedBraces::default`]).
+    pub(super) fn pending(&self) -> bool {
+        self.tail
+            .get(..self.tail_len)
+            .unwrap_or_default()
+            .contains(&b'\\')
+    }
+
     /// Where the last byte (`b` or `B`) of the first escaped brace is in `chunk`, wherever
     /// the escape started; `None` when there is none, and the chunk's end is then kept for
     /// the next. The bytes before it are the same however the body is cut.

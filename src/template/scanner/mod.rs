@@ -18,6 +18,8 @@
 //! This file holds the [`Scanner`]'s state and what callers use; the work is done by
 //!
 //! - `lexer`: the state machine, byte by byte or string by string;
+//! - `deferred`: a streamed body's chunks sent on before they are lexed, and lexed only if
+//!   something after them needs it;
 //! - `skim`: whole blocks of 64 bytes between tokens, as bit masks;
 //! - `walk`: a chunk in which no template can start, from its bit masks, token by token;
 //! - `path`: the stack of containers that names the field (`items[0].pan`);
@@ -26,6 +28,7 @@
 //! - `template::held` (beside this module, shared by any format): the template held back, its
 //!   parse, cache and resolution.
 
+mod deferred;
 mod escape;
 mod lexer;
 mod path;
@@ -40,6 +43,7 @@ use once_cell::sync::Lazy;
 use super::expr::TemplateRef;
 use super::held::Held;
 pub use super::held::{ResolveError, Resolver, MAX_TEMPLATE_LEN};
+use deferred::Deferred;
 use escape::{has_escaped_braces, EscapedBraces};
 use path::Path;
 pub use path::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
@@ -140,6 +144,9 @@ pub struct Scanner {
     /// ([`Scanner::feed_last`], [`Scanner::feed_tail`], [`Scanner::skip`]), so that
     /// [`Scanner::finish`] can tell whether the body ends complete.
     tail: Option<Balance>,
+    /// Chunks sent on before they were lexed ([`Scanner::defer`]): the state above is the
+    /// lexer's before them. Made at the first chunk deferred.
+    deferred: Option<Box<Deferred>>,
     failed: Option<TemplateError>,
     /// [`Scanner::lex`]: the chunk is lexed, not written anywhere.
     discard: bool,
@@ -171,6 +178,7 @@ impl Scanner {
             braces: EscapedBraces::default(),
             substituted: 0,
             tail: None,
+            deferred: None,
             failed: None,
             discard: false,
             skim: true,
@@ -192,8 +200,16 @@ impl Scanner {
         self.braces.clear();
         self.substituted = 0;
         self.tail = None;
+        if let Some(deferred) = &mut self.deferred {
+            deferred.clear();
+        }
         self.failed = None;
         self.discard = false;
+    }
+
+    /// The scanner's first error, if it has failed.
+    fn check_failed(&self) -> Result<(), TemplateError> {
+        self.failed.clone().map_or(Ok(()), Err)
     }
 
     /// Whether `body` may contain a template: a cheap check that lets a caller skip scanning
@@ -211,6 +227,7 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<usize, TemplateError> {
+        self.catch_up()?;
         self.feed_chunk(chunk, out, r, false)
     }
 
@@ -228,6 +245,9 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<usize, TemplateError> {
+        if self.end_deferred(chunk, out)? {
+            return Ok(0);
+        }
         let count = self.feed_chunk(chunk, out, r, true)?;
         self.finish(out)?;
         Ok(count)
@@ -244,6 +264,7 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<usize, TemplateError> {
+        self.catch_up()?;
         self.feed_chunk(chunk, out, r, true)
     }
 
@@ -255,6 +276,12 @@ impl Scanner {
     /// resolver it does nothing and returns `None`: that chunk must be fed (one check, so the
     /// chunk is searched for `{{` once).
     pub fn lex(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
+        self.catch_up()?;
+        self.lex_now(chunk)
+    }
+
+    /// [`Scanner::lex`], with no chunk deferred before `chunk`.
+    fn lex_now(&mut self, chunk: &[u8]) -> Result<Option<usize>, TemplateError> {
         if self.may_resolve(chunk) {
             return Ok(None);
         }
@@ -317,6 +344,7 @@ impl Scanner {
     /// body must then end complete). Only more `skip` calls, or [`Scanner::finish`], may
     /// follow.
     pub fn skip(&mut self, piece: &[u8]) {
+        debug_assert!(!self.has_deferred(), "skip is for bodies read whole");
         self.pass_unlexed(piece);
     }
 
@@ -345,8 +373,9 @@ impl Scanner {
     /// an error, and so is a body that ends before its JSON does after a template was
     /// substituted (the target would receive a broken document with a card value in it).
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
+        self.check_failed()?;
+        if self.end_deferred(&[], out)? {
+            return Ok(());
         }
         let err = if self.mode == Mode::Template {
             Some(self.error(&[], "unterminated template"))

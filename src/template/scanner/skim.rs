@@ -9,6 +9,8 @@ use memchr::{memchr2, memchr3};
 use wide::u8x16;
 
 use super::path::{Kind, MAX_PATH_DEPTH};
+#[cfg(target_arch = "x86_64")]
+use super::walk::prefix_xor_by_clmul;
 use super::{Mode, Scanner};
 
 /// Position of the first byte that ends a run of plain string bytes: `"` or `\\`, and in a
@@ -191,15 +193,67 @@ impl Balance {
         !self.in_string && self.depth == 0
     }
 
-    /// Follows `bytes`.
-    pub(super) fn over(&mut self, bytes: &[u8]) {
+    /// Follows `bytes`, and tells whether they hold a `{{` or a backslash: by AVX2,
+    /// PCLMULQDQ and POPCNT where the CPU has them (it is what a large body's tail costs:
+    /// [`super::deferred`]).
+    #[allow(unsafe_code)]
+    pub(super) fn over(&mut self, bytes: &[u8]) -> Seen {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+            && std::arch::is_x86_feature_detected!("popcnt")
+        {
+            // SAFETY: `over_by_32` needs AVX2, PCLMULQDQ and POPCNT, and the CPU has them
+            // (checked just above).
+            return unsafe { self.over_by_32(bytes) };
+        }
+        self.over_with(bytes, nesting_masks, prefix_xor)
+    }
+
+    /// [`Balance::over`] by AVX2, PCLMULQDQ and POPCNT: callable only where the CPU has them.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,pclmulqdq,popcnt")]
+    fn over_by_32(&mut self, bytes: &[u8]) -> Seen {
+        self.over_with(
+            bytes,
+            |block| nesting_masks_by_32(block),
+            |x| prefix_xor_by_clmul(x),
+        )
+    }
+
+    /// [`Balance::over`] with a block's masks by `masks` and the bytes inside strings by
+    /// `xor` ([`prefix_xor`]).
+    #[inline(always)]
+    fn over_with(
+        &mut self,
+        bytes: &[u8],
+        masks: impl Fn(&[u8; BLOCK]) -> Nesting,
+        xor: impl Fn(u64) -> u64,
+    ) -> Seen {
         let (blocks, rest) = bytes.as_chunks::<BLOCK>();
+        // Bit 0: the byte before the block is a `{`.
+        let mut brace_before = 0;
+        let (mut pairs, mut backslashes) = (0, 0);
         for block in blocks {
-            if !self.block(block) {
+            let m = masks(block);
+            pairs |= m.brace & (m.brace << 1 | brace_before);
+            brace_before = m.brace >> 63;
+            backslashes |= m.backslash;
+            if !self.block(m, &xor) {
                 block.iter().for_each(|&b| self.byte(b));
             }
         }
-        rest.iter().for_each(|&b| self.byte(b));
+        let mut pair = pairs != 0;
+        let mut before = brace_before == 1;
+        for &b in rest {
+            pair |= before && b == b'{';
+            before = b == b'{';
+            self.byte(b);
+        }
+        Seen {
+            pair,
+            backslash: backslashes != 0 || rest.contains(&b'\\'),
+        }
     }
 
     #[inline]
@@ -225,14 +279,24 @@ impl Balance {
 
     /// Follows a block by its masks; false (and nothing changed) when it has a backslash
     /// between tokens, or more closers than open containers.
-    #[inline]
-    fn block(&mut self, bytes: &[u8; BLOCK]) -> bool {
-        let [quote, backslash, open, close] = nesting_masks(bytes);
-        let (escaped, escape_out) = escaped(backslash, u64::from(self.escape));
+    #[inline(always)]
+    fn block(&mut self, m: Nesting, xor: impl Fn(u64) -> u64) -> bool {
+        let Nesting {
+            quote,
+            backslash,
+            open,
+            close,
+            ..
+        } = m;
+        let (escaped, escape_out) = if backslash | u64::from(self.escape) == 0 {
+            (0, 0)
+        } else {
+            escaped(backslash, u64::from(self.escape))
+        };
         let quote = quote & !escaped;
         let starts_in = u64::from(self.in_string);
         // From an opening quote, inclusive, to its closing quote, exclusive.
-        let inside = prefix_xor(quote) ^ starts_in.wrapping_neg();
+        let inside = xor(quote) ^ starts_in.wrapping_neg();
         if backslash & !inside != 0 {
             return false;
         }
@@ -250,26 +314,73 @@ impl Balance {
     }
 }
 
-/// The quotes, backslashes, openers (`{`, `[`) and closers (`}`, `]`) of a block, as masks.
+/// What [`Balance::over`] saw besides the nesting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Seen {
+    /// Two `{` in a row.
+    pub pair: bool,
+    /// A backslash.
+    pub backslash: bool,
+}
+
+/// What [`Balance`] reads of a block: bit `k` for byte `k`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Nesting {
+    quote: u64,
+    backslash: u64,
+    /// `{` and `[`.
+    open: u64,
+    /// `}` and `]`.
+    close: u64,
+    /// `{` alone.
+    brace: u64,
+}
+
+/// A block's [`Nesting`], 16 bytes at a time.
 #[inline]
-fn nesting_masks(bytes: &[u8; BLOCK]) -> [u64; 4] {
+fn nesting_masks(bytes: &[u8; BLOCK]) -> Nesting {
     let (parts, _) = bytes.as_chunks::<16>();
-    let mut masks = [0u64; 4];
+    let mut m = Nesting::default();
     for (k, part) in parts.iter().enumerate() {
         let v = u8x16::new(*part);
+        let is = |b: u8| u64::from(v.simd_eq(u8x16::splat(b)).to_bitmask()) << (16 * k);
         // `{` and `[` differ only in bit 5, and so do `}` and `]`.
         let folded = v | u8x16::splat(0x20);
-        let found = [
-            v.simd_eq(u8x16::splat(b'"')),
-            v.simd_eq(u8x16::splat(b'\\')),
-            folded.simd_eq(u8x16::splat(b'{')),
-            folded.simd_eq(u8x16::splat(b'}')),
-        ];
-        for (mask, hits) in masks.iter_mut().zip(found) {
-            *mask |= u64::from(hits.to_bitmask()) << (16 * k);
-        }
+        let folded_is = |b: u8| u64::from(folded.simd_eq(u8x16::splat(b)).to_bitmask()) << (16 * k);
+        m.quote |= is(b'"');
+        m.backslash |= is(b'\\');
+        m.open |= folded_is(b'{');
+        m.close |= folded_is(b'}');
+        m.brace |= is(b'{');
     }
-    masks
+    m
+}
+
+/// A block's [`Nesting`], 32 bytes at a time by AVX2: callable only where the CPU has it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn nesting_masks_by_32(bytes: &[u8; BLOCK]) -> Nesting {
+    use std::arch::x86_64::{
+        __m256i, _mm256_cmpeq_epi8, _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
+    };
+    let splat = |b: u8| _mm256_set1_epi8(i8::from_ne_bytes([b]));
+    let bits =
+        |hits: __m256i| u64::from(u32::from_ne_bytes(_mm256_movemask_epi8(hits).to_ne_bytes()));
+    let (halves, _) = bytes.as_chunks::<32>();
+    let mut m = Nesting::default();
+    for (k, half) in halves.iter().enumerate() {
+        let v: __m256i = bytemuck::cast(*half);
+        let is = |b: u8| bits(_mm256_cmpeq_epi8(v, splat(b))) << (32 * k);
+        let folded = _mm256_or_si256(v, splat(0x20));
+        let folded_is = |b: u8| bits(_mm256_cmpeq_epi8(folded, splat(b))) << (32 * k);
+        m.quote |= is(b'"');
+        m.backslash |= is(b'\\');
+        m.open |= folded_is(b'{');
+        m.close |= folded_is(b'}');
+        m.brace |= is(b'{');
+    }
+    m
 }
 
 impl Scanner {
@@ -619,6 +730,39 @@ pub(super) mod tests {
         }
     }
 
+    /// The nesting is followed the same by AVX2 (where the CPU has it), 16 bytes at a time
+    /// and byte by byte, from any state and wherever the bytes start and end.
+    #[test]
+    fn balance_by_masks_matches_bytes() {
+        let bytes = random_blocks(2_000).concat();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in 0..3_000usize {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let start = usize::try_from(x % 4_096).unwrap();
+            let len = usize::try_from(x >> 20).unwrap() % 2_000;
+            let piece = &bytes[start..start + len];
+            let from = Balance::new(n % 2 == 0, n % 3 == 0, n % 40);
+            let mut by_bytes = from;
+            piece.iter().for_each(|&b| by_bytes.byte(b));
+            let seen = Seen {
+                pair: piece.windows(2).any(|w| w == b"{{"),
+                backslash: piece.contains(&b'\\'),
+            };
+            let mut fastest = from;
+            assert_eq!(fastest.over(piece), seen, "{n}");
+            let mut by_16 = from;
+            assert_eq!(
+                by_16.over_with(piece, nesting_masks, prefix_xor),
+                seen,
+                "{n}"
+            );
+            assert_eq!(fastest, by_bytes, "{n}");
+            assert_eq!(by_16, by_bytes, "{n}");
+        }
+    }
+
     /// `count` blocks of mostly the bytes a classifier marks and bytes one bit away from
     /// them, some any byte (xorshift, the same every run).
     pub(in super::super) fn random_blocks(count: usize) -> Vec<[u8; BLOCK]> {
@@ -728,7 +872,7 @@ pub(super) mod tests {
     }
 
     /// A document: values one after another, sometimes deeper than MAX_PATH_DEPTH, or soup.
-    fn document() -> impl Strategy<Value = String> {
+    pub(in super::super) fn document() -> impl Strategy<Value = String> {
         prop_oneof![
             6 => prop::collection::vec((gap(), json()), 1..4)
                 .prop_map(|v| v.into_iter().map(|(g, j)| format!("{g}{j}")).collect()),

@@ -113,7 +113,7 @@ impl Marks {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "pclmulqdq")]
 #[inline]
-fn prefix_xor_by_clmul(x: u64) -> u64 {
+pub(super) fn prefix_xor_by_clmul(x: u64) -> u64 {
     use std::arch::x86_64::{
         _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_set1_epi8, _mm_set_epi64x,
     };

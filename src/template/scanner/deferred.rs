@@ -1,0 +1,411 @@
+//! Chunks sent before they are lexed. In a streamed body, a chunk in which no template can
+//! start goes on to the target at once and is only kept here ([`Scanner::defer`]); it is lexed
+//! only if something after it needs the lexer's state: a chunk that may hold a template
+//! (which is then found where it is and named by its path), an escaped brace (refused, with
+//! its field), or more kept bytes than a body or the process may keep. A body that ends first
+//! was never lexed past its last template: its kept chunks are only followed for their
+//! nesting (`skim::Balance`, as bytes after the last template always are), which costs a
+//! fraction of lexing them. That is most of a large body, whose templates come early.
+//!
+//! The outcome is the lexer's, exactly: the same bytes reach the target and the same error
+//! is answered, only found later (before the body's end leaves: an error still drops the
+//! target's connection on an unfinished body). A chunk is kept only when lexing it could not
+//! fail nor change what the scanner holds back: no `{{` in it, no `{` at either end, and
+//! nothing carried into it (a template, a `{`, a key's `{`).
+//!
+//! Memory: the chunks are the caller's pieces, kept by reference (not copied), at most
+//! [`BODY_LIMIT`] bytes a body and [`PROCESS_LIMIT`] bytes for all bodies together; beyond
+//! either, the oldest chunks are lexed and let go, or a chunk is lexed at once.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+
+use super::escape::EscapedBraces;
+use super::skim::Balance;
+use super::{Mode, Scanner, TemplateError};
+
+/// The most bytes one body keeps unlexed: a body of up to about this much after its
+/// templates is never lexed there.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// The most bytes all bodies keep unlexed together: under load beyond it, chunks are lexed as
+/// they come, as a body larger than [`BODY_LIMIT`] has its older chunks lexed.
+pub const PROCESS_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Bytes kept by every [`Deferred`] in the process.
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+/// The chunks a scanner has sent on without lexing them, oldest first; the scanner's own
+/// state is the lexer's before the first of them.
+#[derive(Debug)]
+pub(super) struct Deferred {
+    chunks: VecDeque<Bytes>,
+    /// Their bytes, counted in [`KEPT`].
+    bytes: usize,
+    /// The most bytes kept ([`BODY_LIMIT`]; less in tests).
+    limit: usize,
+    /// The nesting over the chunks from the scanner's state, where a template was substituted
+    /// before them (the body must then end complete).
+    balance: Option<Balance>,
+    /// The search for escaped braces, from the scanner's, over the chunks.
+    braces: EscapedBraces,
+}
+
+impl Default for Deferred {
+    fn default() -> Self {
+        Deferred {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            limit: BODY_LIMIT,
+            balance: None,
+            braces: EscapedBraces::default(),
+        }
+    }
+}
+
+impl Clone for Deferred {
+    /// A copy keeps the same chunks, and counts them again.
+    fn clone(&self) -> Self {
+        KEPT.fetch_add(self.bytes, Ordering::Relaxed);
+        Deferred {
+            chunks: self.chunks.clone(),
+            bytes: self.bytes,
+            limit: self.limit,
+            balance: self.balance,
+            braces: self.braces.clone(),
+        }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        KEPT.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+impl Deferred {
+    pub(super) fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Lets every chunk go.
+    pub(super) fn clear(&mut self) {
+        KEPT.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.chunks.clear();
+        self.bytes = 0;
+        self.balance = None;
+    }
+
+    /// The oldest chunk, let go.
+    fn pop(&mut self) -> Option<Bytes> {
+        let chunk = self.chunks.pop_front()?;
+        self.bytes -= chunk.len();
+        KEPT.fetch_sub(chunk.len(), Ordering::Relaxed);
+        Some(chunk)
+    }
+
+    /// Counts `len` more bytes in the process's keeping, if they fit.
+    fn reserve(len: usize) -> bool {
+        KEPT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |kept| {
+            kept.checked_add(len).filter(|&k| k <= PROCESS_LIMIT)
+        })
+        .is_ok()
+    }
+
+    /// Whether `chunk` holds an escaped brace, its start possibly in the chunks kept.
+    fn escaped_brace_in(&self, chunk: &[u8]) -> bool {
+        self.braces.clone().find(chunk).is_some()
+    }
+}
+
+impl Scanner {
+    /// Takes a chunk of a streamed body that may go on to the target as it is, without lexing
+    /// it now (see the module's text): returns whether it did. When it does not, the chunk
+    /// must be lexed or fed as usual ([`Scanner::lex`], [`Scanner::feed`]), and the chunks
+    /// kept before it are lexed first.
+    pub fn defer(&mut self, chunk: &Bytes) -> Result<bool, TemplateError> {
+        self.check_failed()?;
+        let plain = self.skim
+            && self.tail.is_none()
+            && !self.carries_template()
+            && !self.brace_carried
+            && !self.key_brace
+            && !self.open_end
+            && chunk.first().is_some_and(|&b| b != b'{')
+            && chunk.last().is_some_and(|&b| b != b'{');
+        if !plain {
+            return Ok(false);
+        }
+        let start = (self.substituted > 0)
+            .then(|| Balance::new(self.mode != Mode::Structure, self.escape, self.path.depth()));
+        let kept = self.deferred.get_or_insert_default();
+        if kept.is_empty() {
+            // The first chunk kept: the searches go on from the scanner's state.
+            kept.braces = self.braces.clone();
+            kept.balance = start;
+        }
+        if chunk.len() > kept.limit {
+            return Ok(false);
+        }
+        // A `{{` and the start of an escaped brace (a backslash) are noticed while the
+        // nesting is followed, where it is; else searched for.
+        let (balance, backslash) = match kept.balance {
+            Some(mut balance) => {
+                let seen = balance.over(chunk);
+                if seen.pair {
+                    return Ok(false);
+                }
+                (Some(balance), seen.backslash)
+            }
+            None if Self::has_templates(chunk) => return Ok(false),
+            None => (None, memchr::memchr(b'\\', chunk).is_some()),
+        };
+        let braces = if backslash || kept.braces.pending() {
+            let mut braces = kept.braces.clone();
+            if braces.find(chunk).is_some() {
+                return Ok(false);
+            }
+            braces
+        } else {
+            EscapedBraces::default()
+        };
+        // The oldest chunks are lexed until this one fits the body's share.
+        while self
+            .deferred
+            .as_ref()
+            .is_some_and(|d| d.bytes + chunk.len() > d.limit)
+        {
+            self.lex_oldest()?;
+        }
+        if !Deferred::reserve(chunk.len()) {
+            return Ok(false);
+        }
+        let Some(kept) = &mut self.deferred else {
+            return Ok(false);
+        };
+        // What follows the kept chunks and this one, whichever of them were lexed above.
+        kept.braces = braces;
+        kept.balance = balance;
+        kept.bytes += chunk.len();
+        kept.chunks.push_back(chunk.clone());
+        Ok(true)
+    }
+
+    /// Whether chunks are kept unlexed.
+    pub(super) fn has_deferred(&self) -> bool {
+        self.deferred.as_ref().is_some_and(|d| !d.is_empty())
+    }
+
+    /// Lexes the chunks kept, in order, and lets them go: the scanner is then where the
+    /// lexer is after them.
+    pub(super) fn catch_up(&mut self) -> Result<(), TemplateError> {
+        while self.has_deferred() {
+            self.lex_oldest()?;
+        }
+        Ok(())
+    }
+
+    /// Lexes the oldest chunk kept and lets it go.
+    fn lex_oldest(&mut self) -> Result<(), TemplateError> {
+        if let Some(chunk) = self.deferred.as_mut().and_then(|d| d.pop()) {
+            // Kept chunks cannot reach the resolver, and none ends with a `{` held back.
+            let through = self.lex_now(&chunk)?;
+            debug_assert_eq!(through, Some(chunk.len()));
+        }
+        Ok(())
+    }
+
+    /// At the body's last chunk `end` (empty when it has ended without one): when no template
+    /// nor escaped brace is in it, the chunks kept are passed as bytes after the last
+    /// template, `end` with them, and the body is finished into `out` (returns true).
+    /// Otherwise the kept chunks are lexed and `end` must be fed as usual (false).
+    pub(super) fn end_deferred(
+        &mut self,
+        end: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, TemplateError> {
+        if !self.has_deferred() {
+            return Ok(false);
+        }
+        let may_resolve = self.may_resolve(end);
+        let Some(kept) = &mut self.deferred else {
+            return Ok(false);
+        };
+        if may_resolve || kept.escaped_brace_in(end) {
+            self.catch_up()?;
+            return Ok(false);
+        }
+        kept.braces.find(end);
+        if let Some(balance) = &mut kept.balance {
+            let _ = balance.over(end);
+        }
+        self.braces = kept.braces.clone();
+        self.tail = kept.balance;
+        kept.clear();
+        out.extend_from_slice(end);
+        self.finish(out)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::super::tests::resolver;
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Feeds `chunks` as the proxy streams a body: each chunk that can be deferred is
+    /// (when `defer`), else lexed, else fed; the last one with `feed_last`, or `finish` after
+    /// an empty end. Returns what the target receives and the count, or the error.
+    fn stream(
+        chunks: &[&[u8]],
+        defer: bool,
+        limit: usize,
+        end_empty: bool,
+    ) -> Result<(Vec<u8>, usize), TemplateError> {
+        let mut s = Scanner::new();
+        s.deferred.get_or_insert_default().limit = limit;
+        let mut out = Vec::new();
+        let mut count = 0;
+        let (end, init) = chunks
+            .split_last()
+            .map_or((&b""[..], &[][..]), |(e, i)| (*e, i));
+        let init_end = if end_empty { chunks } else { init };
+        for chunk in init_end {
+            let bytes = Bytes::copy_from_slice(chunk);
+            if defer && s.defer(&bytes)? {
+                out.extend_from_slice(chunk);
+                continue;
+            }
+            match s.lex(chunk)? {
+                Some(through) => out.extend_from_slice(&chunk[..through]),
+                None => count += s.feed(chunk, &mut out, &mut resolver)?,
+            }
+        }
+        if end_empty {
+            s.finish(&mut out)?;
+        } else {
+            count += s.feed_last(end, &mut out, &mut resolver)?;
+        }
+        // The scanner is reset: it lets its chunks go.
+        assert!(!s.has_deferred());
+        Ok((out, count))
+    }
+
+    /// Cuts `body` at `cuts`.
+    fn cut<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+        at.extend([0, body.len()]);
+        at.sort_unstable();
+        at.windows(2).map(|w| &body[w[0]..w[1]]).collect()
+    }
+
+    const T: &str = super::super::tests::PAN_NUMBER;
+
+    fn agree(body: &str, cuts: &[usize], limit: usize) -> Result<(Vec<u8>, usize), TemplateError> {
+        let chunks = cut(body.as_bytes(), cuts);
+        let mut outcomes = Vec::new();
+        for end_empty in [false, true] {
+            let fed = stream(&chunks, false, limit, end_empty);
+            let deferred = stream(&chunks, true, limit, end_empty);
+            assert_eq!(deferred, fed, "{body} cut at {cuts:?}, limit {limit}");
+            outcomes.push(fed);
+        }
+        outcomes.swap_remove(0)
+    }
+
+    #[test]
+    fn a_body_after_its_templates_is_sent_unlexed_and_ends_checked() {
+        let items = format!("[{}]", vec![r#"{"sku":"xxxxxxxx"}"#; 40].join(","));
+        let body = format!(r#"{{"card":"{T}","items":{items}}}"#);
+        let cuts: Vec<usize> = (1..40).map(|k| k * 23).collect();
+        let (out, count) = agree(&body, &cuts, BODY_LIMIT).unwrap();
+        assert_eq!(count, 1);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with(r#"{"card":"1:pan:number""#));
+        // Unfinished after a substitution: refused at the end.
+        let cut_short = &body[..body.len() - 2];
+        let err = agree(cut_short, &cuts, BODY_LIMIT).unwrap_err();
+        assert_eq!(err.field, "$");
+        // A template, a key with a template, an escaped brace after many plain chunks: each
+        // is found where it is, with its path, and so with a small limit.
+        for (late, refused) in [
+            (format!(r#""late":"{T}""#), false),
+            (format!(r#""k{T}":1"#), true),
+            (r#""esc":"a\u007b""#.to_string(), true),
+            (r#""esc":"a\\u007b""#.to_string(), false),
+        ] {
+            let body = format!(r#"{{"card":"{T}","items":{items},{late}}}"#);
+            for limit in [BODY_LIMIT, 100, 0] {
+                let got = agree(&body, &cuts, limit);
+                assert_eq!(got.is_err(), refused, "{body}: {got:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn keeping_is_counted_and_let_go() {
+        // Other tests run beside this one: only this scanner's share is checked.
+        let chunk = Bytes::from_static(br#","x":"yyyyyyyy""#);
+        let mut s = Scanner::new();
+        assert!(s.defer(&Bytes::from_static(b"[1,22")).unwrap());
+        assert!(s.defer(&chunk).unwrap());
+        let kept = |s: &Scanner| s.deferred.as_ref().map_or(0, |d| d.bytes);
+        assert_eq!(kept(&s), 5 + chunk.len());
+        let copy = s.clone();
+        assert_eq!(kept(&copy), kept(&s));
+        drop(copy);
+        // A `{` at an end, a `{{`, or a chunk over the limit is not kept.
+        assert!(!s.defer(&Bytes::from_static(b"{")).unwrap());
+        assert!(!s.defer(&Bytes::from_static(b",\"b\":{")).unwrap());
+        assert!(!s.defer(&Bytes::from_static(b",\"b\":\"{{\"")).unwrap());
+        if let Some(d) = &mut s.deferred {
+            d.limit = 4;
+        }
+        assert!(!s.defer(&chunk).unwrap());
+        assert!(s.has_deferred());
+        // Lexing a chunk lexes those kept before it first.
+        assert_eq!(s.lex(&chunk).unwrap(), Some(chunk.len()));
+        assert!(!s.has_deferred());
+        let mut out = Vec::new();
+        s.finish(&mut out).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Deferring whatever may be deferred gives what feeding every chunk gives: the same
+        /// bytes to the target, count and error, whatever the limit.
+        #[test]
+        fn deferring_matches_feeding(
+            doc in super::super::skim::tests::document(),
+            late in prop_oneof![
+                Just(String::new()),
+                Just(format!(r#","t":"{T}""#)),
+                Just(r#","e":"\u007B""#.to_string()),
+                Just(format!(r#","{T}":1"#)),
+                Just("{".to_string()),
+            ],
+            cuts in prop::collection::vec(any::<usize>(), 0..12),
+            limit in prop_oneof![Just(BODY_LIMIT), 0usize..64],
+        ) {
+            let body = format!(r#"{{"first":"{T}","doc":[{doc}]{late}}}"#);
+            let chunks = cut(body.as_bytes(), &cuts);
+            for end_empty in [false, true] {
+                let fed = stream(&chunks, false, limit, end_empty);
+                let deferred = stream(&chunks, true, limit, end_empty);
+                prop_assert_eq!(deferred, fed, "{}", body);
+            }
+            // Without a template before: nothing substituted, no nesting followed.
+            let body = format!("[{doc}]{late}");
+            let chunks = cut(body.as_bytes(), &cuts);
+            let fed = stream(&chunks, false, limit, false);
+            let deferred = stream(&chunks, true, limit, false);
+            prop_assert_eq!(deferred, fed, "{}", body);
+        }
+    }
+}
