@@ -193,21 +193,39 @@ impl Balance {
         !self.in_string && self.depth == 0
     }
 
-    /// Follows `bytes`, and tells whether they hold a `{{` or a backslash: by AVX2,
-    /// PCLMULQDQ and POPCNT where the CPU has them (it is what a large body's tail costs:
-    /// [`super::deferred`]).
+    /// Follows `bytes`, and tells whether they hold a `{{` or a backslash: by AVX-512 or
+    /// AVX2, with PCLMULQDQ and POPCNT, where the CPU has them (it is what a large body's
+    /// tail costs: [`super::deferred`]).
     #[allow(unsafe_code)]
     pub(super) fn over(&mut self, bytes: &[u8]) -> Seen {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("pclmulqdq")
+        if std::arch::is_x86_feature_detected!("pclmulqdq")
             && std::arch::is_x86_feature_detected!("popcnt")
         {
-            // SAFETY: `over_by_32` needs AVX2, PCLMULQDQ and POPCNT, and the CPU has them
-            // (checked just above).
-            return unsafe { self.over_by_32(bytes) };
+            if std::arch::is_x86_feature_detected!("avx512bw") {
+                // SAFETY: `over_by_64` needs AVX-512BW, PCLMULQDQ and POPCNT, and the CPU has
+                // them (checked just above).
+                return unsafe { self.over_by_64(bytes) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: `over_by_32` needs AVX2, PCLMULQDQ and POPCNT, and the CPU has them
+                // (checked just above).
+                return unsafe { self.over_by_32(bytes) };
+            }
         }
         self.over_with(bytes, nesting_masks, prefix_xor)
+    }
+
+    /// [`Balance::over`] by AVX-512BW, PCLMULQDQ and POPCNT: callable only where the CPU has
+    /// them.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512bw,pclmulqdq,popcnt")]
+    fn over_by_64(&mut self, bytes: &[u8]) -> Seen {
+        self.over_with(
+            bytes,
+            |block| nesting_masks_by_64(block),
+            |x| prefix_xor_by_clmul(x),
+        )
     }
 
     /// [`Balance::over`] by AVX2, PCLMULQDQ and POPCNT: callable only where the CPU has them.
@@ -231,6 +249,8 @@ impl Balance {
         xor: impl Fn(u64) -> u64,
     ) -> Seen {
         let (blocks, rest) = bytes.as_chunks::<BLOCK>();
+        // A copy, so that the state stays in registers (the loop's chains run through it).
+        let mut state = *self;
         // Bit 0: the byte before the block is a `{`.
         let mut brace_before = 0;
         let (mut pairs, mut backslashes) = (0, 0);
@@ -239,8 +259,8 @@ impl Balance {
             pairs |= m.brace & (m.brace << 1 | brace_before);
             brace_before = m.brace >> 63;
             backslashes |= m.backslash;
-            if !self.block(m, &xor) {
-                block.iter().for_each(|&b| self.byte(b));
+            if !state.block(m, &xor) {
+                block.iter().for_each(|&b| state.byte(b));
             }
         }
         let mut pair = pairs != 0;
@@ -248,8 +268,9 @@ impl Balance {
         for &b in rest {
             pair |= before && b == b'{';
             before = b == b'{';
-            self.byte(b);
+            state.byte(b);
         }
+        *self = state;
         Seen {
             pair,
             backslash: backslashes != 0 || rest.contains(&b'\\'),
@@ -300,9 +321,9 @@ impl Balance {
         if backslash & !inside != 0 {
             return false;
         }
-        let outside = !inside & !quote;
-        let opens = (open & outside).count_ones();
-        let closes = (close & outside).count_ones();
+        // (No bracket is a quote.)
+        let opens = (open & !inside).count_ones();
+        let closes = (close & !inside).count_ones();
         if i64::from(closes) > self.depth {
             // A closer may meet depth zero: byte by byte, where it is ignored.
             return false;
@@ -354,6 +375,25 @@ fn nesting_masks(bytes: &[u8; BLOCK]) -> Nesting {
         m.brace |= is(b'{');
     }
     m
+}
+
+/// A block's [`Nesting`], all 64 bytes at once by AVX-512BW (a compare gives a mask):
+/// callable only where the CPU has it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bw")]
+#[inline]
+fn nesting_masks_by_64(bytes: &[u8; BLOCK]) -> Nesting {
+    use std::arch::x86_64::{__m512i, _mm512_cmpeq_epi8_mask, _mm512_or_si512, _mm512_set1_epi8};
+    let splat = |b: u8| _mm512_set1_epi8(i8::from_ne_bytes([b]));
+    let v: __m512i = bytemuck::cast(*bytes);
+    let folded = _mm512_or_si512(v, splat(0x20));
+    Nesting {
+        quote: _mm512_cmpeq_epi8_mask(v, splat(b'"')),
+        backslash: _mm512_cmpeq_epi8_mask(v, splat(b'\\')),
+        open: _mm512_cmpeq_epi8_mask(folded, splat(b'{')),
+        close: _mm512_cmpeq_epi8_mask(folded, splat(b'}')),
+        brace: _mm512_cmpeq_epi8_mask(v, splat(b'{')),
+    }
 }
 
 /// A block's [`Nesting`], 32 bytes at a time by AVX2: callable only where the CPU has it.
@@ -760,6 +800,25 @@ pub(super) mod tests {
             );
             assert_eq!(fastest, by_bytes, "{n}");
             assert_eq!(by_16, by_bytes, "{n}");
+            #[cfg(target_arch = "x86_64")]
+            {
+                use std::arch::is_x86_feature_detected as has;
+                let base = has!("pclmulqdq") && has!("popcnt");
+                if base && has!("avx2") {
+                    let mut by_32 = from;
+                    #[allow(unsafe_code)]
+                    // SAFETY: the CPU has what `over_by_32` needs (checked just above).
+                    let seen_32 = unsafe { by_32.over_by_32(piece) };
+                    assert_eq!((seen_32, by_32), (seen, by_bytes), "{n}");
+                }
+                if base && has!("avx512bw") {
+                    let mut by_64 = from;
+                    #[allow(unsafe_code)]
+                    // SAFETY: the CPU has what `over_by_64` needs (checked just above).
+                    let seen_64 = unsafe { by_64.over_by_64(piece) };
+                    assert_eq!((seen_64, by_64), (seen, by_bytes), "{n}");
+                }
+            }
         }
     }
 
