@@ -15,7 +15,11 @@
 //!
 //! Memory: the chunks are the caller's pieces, kept by reference (not copied), at most
 //! [`BODY_LIMIT`] bytes a body and [`PROCESS_LIMIT`] bytes for all bodies together; beyond
-//! either, the oldest chunks are lexed and let go, or a chunk is lexed at once.
+//! either, the oldest chunks are lexed and let go, or a chunk is lexed at once. Only pieces
+//! of [`MIN_KEPT`] bytes or more are kept, and each counts as at least [`COUNTED_AT_LEAST`]:
+//! a piece may hold more memory than its length (an HTTP/2 frame is a slice of the
+//! connection's read buffer, a tiny piece an allocation and a slot of its own), so a caller
+//! sending small pieces cannot make the limits stand for much more memory.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,7 +38,14 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// they come, as a body larger than [`BODY_LIMIT`] has its older chunks lexed.
 pub const PROCESS_LIMIT: usize = 64 * 1024 * 1024;
 
-/// Bytes kept by every [`Deferred`] in the process.
+/// The shortest piece kept: a shorter one is lexed at once (it costs little to lex).
+pub const MIN_KEPT: usize = 4 * 1024;
+
+/// What a kept piece counts against the limits at least: an HTTP/2 frame's largest default
+/// size.
+pub const COUNTED_AT_LEAST: usize = 16 * 1024;
+
+/// Bytes kept by every [`Deferred`] in the process, as counted ([`Deferred::counted`]).
 static KEPT: AtomicUsize = AtomicUsize::new(0);
 
 /// The chunks a scanner has sent on without lexing them, oldest first; the scanner's own
@@ -42,10 +53,14 @@ static KEPT: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug)]
 pub(super) struct Deferred {
     chunks: VecDeque<Bytes>,
-    /// Their bytes, counted in [`KEPT`].
+    /// What they count ([`Deferred::counted`]), also counted in [`KEPT`].
     bytes: usize,
     /// The most bytes kept ([`BODY_LIMIT`]; less in tests).
     limit: usize,
+    /// The shortest piece kept ([`MIN_KEPT`]; less in tests).
+    min: usize,
+    /// What a piece counts at least ([`COUNTED_AT_LEAST`]; less in tests).
+    floor: usize,
     /// The nesting over the chunks from the scanner's state, where a template was substituted
     /// before them (the body must then end complete).
     balance: Option<Balance>,
@@ -59,6 +74,8 @@ impl Default for Deferred {
             chunks: VecDeque::new(),
             bytes: 0,
             limit: BODY_LIMIT,
+            min: MIN_KEPT,
+            floor: COUNTED_AT_LEAST,
             balance: None,
             braces: EscapedBraces::default(),
         }
@@ -73,6 +90,8 @@ impl Clone for Deferred {
             chunks: self.chunks.clone(),
             bytes: self.bytes,
             limit: self.limit,
+            min: self.min,
+            floor: self.floor,
             balance: self.balance,
             braces: self.braces.clone(),
         }
@@ -98,11 +117,17 @@ impl Deferred {
         self.balance = None;
     }
 
+    /// What a piece of `len` bytes counts against the limits.
+    fn counted(&self, len: usize) -> usize {
+        len.max(self.floor)
+    }
+
     /// The oldest chunk, let go.
     fn pop(&mut self) -> Option<Bytes> {
         let chunk = self.chunks.pop_front()?;
-        self.bytes -= chunk.len();
-        KEPT.fetch_sub(chunk.len(), Ordering::Relaxed);
+        let counted = self.counted(chunk.len());
+        self.bytes -= counted;
+        KEPT.fetch_sub(counted, Ordering::Relaxed);
         Some(chunk)
     }
 
@@ -146,7 +171,8 @@ impl Scanner {
             kept.braces = self.braces.clone();
             kept.balance = start;
         }
-        if chunk.len() > kept.limit {
+        let counted = kept.counted(chunk.len());
+        if chunk.len() < kept.min || counted > kept.limit {
             return Ok(false);
         }
         // A `{{` and the start of an escaped brace (a backslash) are noticed while the
@@ -175,20 +201,18 @@ impl Scanner {
         while self
             .deferred
             .as_ref()
-            .is_some_and(|d| d.bytes + chunk.len() > d.limit)
+            .is_some_and(|d| d.bytes + counted > d.limit)
         {
             self.lex_oldest()?;
         }
-        if !Deferred::reserve(chunk.len()) {
+        if !Deferred::reserve(counted) {
             return Ok(false);
         }
-        let Some(kept) = &mut self.deferred else {
-            return Ok(false);
-        };
+        let kept = self.deferred.get_or_insert_default();
         // What follows the kept chunks and this one, whichever of them were lexed above.
         kept.braces = braces;
         kept.balance = balance;
-        kept.bytes += chunk.len();
+        kept.bytes += counted;
         kept.chunks.push_back(chunk.clone());
         Ok(true)
     }
@@ -267,7 +291,8 @@ mod tests {
         end_empty: bool,
     ) -> Result<(Vec<u8>, usize), TemplateError> {
         let mut s = Scanner::new();
-        s.deferred.get_or_insert_default().limit = limit;
+        let kept = s.deferred.get_or_insert_default();
+        (kept.limit, kept.min, kept.floor) = (limit, 1, 1);
         let mut out = Vec::new();
         let mut count = 0;
         let (end, init) = chunks
@@ -350,27 +375,38 @@ mod tests {
     #[test]
     fn keeping_is_counted_and_let_go() {
         // Other tests run beside this one: only this scanner's share is checked.
-        let chunk = Bytes::from_static(br#","x":"yyyyyyyy""#);
+        let long = |text: &str| Bytes::from(format!(r#","x":"{}"{text}"#, "y".repeat(5_000)));
+        let piece = long("");
         let mut s = Scanner::new();
-        assert!(s.defer(&Bytes::from_static(b"[1,22")).unwrap());
-        assert!(s.defer(&chunk).unwrap());
+        // A short piece is lexed at once.
+        assert!(!s.defer(&Bytes::from_static(b"[1,22")).unwrap());
+        assert_eq!(s.lex(b"[1,22").unwrap(), Some(5));
+        assert!(s.defer(&piece).unwrap());
+        assert!(s.defer(&piece).unwrap());
+        // Each piece counts at least a frame's worth.
         let kept = |s: &Scanner| s.deferred.as_ref().map_or(0, |d| d.bytes);
-        assert_eq!(kept(&s), 5 + chunk.len());
+        assert_eq!(kept(&s), 2 * COUNTED_AT_LEAST);
         let copy = s.clone();
         assert_eq!(kept(&copy), kept(&s));
         drop(copy);
-        // A `{` at an end, a `{{`, or a chunk over the limit is not kept.
-        assert!(!s.defer(&Bytes::from_static(b"{")).unwrap());
-        assert!(!s.defer(&Bytes::from_static(b",\"b\":{")).unwrap());
-        assert!(!s.defer(&Bytes::from_static(b",\"b\":\"{{\"")).unwrap());
+        // A `{` at an end, or a `{{`, is not kept.
+        assert!(!s.defer(&long(",{")).unwrap());
+        assert!(!s.defer(&long(r#","b":"{{""#)).unwrap());
+        // Over the body's limit, the oldest pieces are lexed to make room.
+        if let Some(d) = &mut s.deferred {
+            d.limit = COUNTED_AT_LEAST;
+        }
+        assert!(s.defer(&piece).unwrap());
+        assert_eq!(kept(&s), COUNTED_AT_LEAST);
+        // A piece over the limit by itself is not kept, and lexing it lexes the kept first.
         if let Some(d) = &mut s.deferred {
             d.limit = 4;
         }
-        assert!(!s.defer(&chunk).unwrap());
+        assert!(!s.defer(&piece).unwrap());
         assert!(s.has_deferred());
-        // Lexing a chunk lexes those kept before it first.
-        assert_eq!(s.lex(&chunk).unwrap(), Some(chunk.len()));
+        assert_eq!(s.lex(&piece).unwrap(), Some(piece.len()));
         assert!(!s.has_deferred());
+        assert_eq!(kept(&s), 0);
         let mut out = Vec::new();
         s.finish(&mut out).unwrap();
     }
