@@ -88,6 +88,11 @@ pub struct Substitution {
     cache: Cache,
     /// Templates substituted so far.
     pub templates: usize,
+    /// A streamed JSON chunk's trailing `{`, held back for the next chunk: with that chunk's
+    /// first byte it may start a template, and the chunk without it may go on unlexed
+    /// ([`Scanner::defer`](crate::template::Scanner::defer) keeps no chunk that ends with
+    /// `{`). Where a body is cut never changes the outcome.
+    brace: bool,
 }
 
 fn template_error(e: TemplateError) -> ApiError {
@@ -113,19 +118,35 @@ impl Substitution {
     pub fn reset(&mut self) {
         self.scanner.reset();
         self.templates = 0;
+        self.brace = false;
+    }
+
+    /// `chunk` after the `{` held back from the previous one, if any (copied then).
+    fn after_brace(&mut self, chunk: &[u8]) -> Option<Bytes> {
+        std::mem::take(&mut self.brace).then(|| {
+            let mut joined = Vec::with_capacity(chunk.len() + 1);
+            joined.push(b'{');
+            joined.extend_from_slice(chunk);
+            Bytes::from(joined)
+        })
     }
 
     /// Scans one chunk; returns the bytes to forward.
     ///
     /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`](crate::template::Scanner::may_resolve)) is forwarded as
     /// it came, no copy, no new buffer: kept unlexed ([`Scanner::defer`](crate::template::Scanner::defer)) where it may be, else
-    /// lexed ([`Scanner::lex`](crate::template::Scanner::lex)).
+    /// lexed ([`Scanner::lex`](crate::template::Scanner::lex)). A JSON chunk's trailing `{` is held back for the next.
     pub async fn feed(
         &mut self,
         app: &App,
         principal: &Principal,
         chunk: Bytes,
     ) -> Result<Bytes, ApiError> {
+        let mut chunk = self.after_brace(&chunk).unwrap_or(chunk);
+        if self.scanner.is_json() && chunk.len() > 1 && chunk.last() == Some(&b'{') {
+            chunk.truncate(chunk.len() - 1);
+            self.brace = true;
+        }
         // Nothing to substitute: sent on as it came, not copied, and lexed only should a
         // later chunk need it.
         if self.scanner.defer(&chunk).map_err(template_error)? {
@@ -156,6 +177,8 @@ impl Substitution {
         principal: &Principal,
         chunk: &[u8],
     ) -> Result<Vec<u8>, ApiError> {
+        let joined = self.after_brace(chunk);
+        let chunk = joined.as_deref().unwrap_or(chunk);
         let mut out = Vec::new();
         self.feed_from_store(app, principal, Input::Chunk(chunk, Place::Last), &mut out)
             .await?;
@@ -349,6 +372,13 @@ impl Substitution {
     /// End of the body: what the scanner still holds.
     pub fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
         let mut out = Vec::new();
+        if std::mem::take(&mut self.brace) {
+            // A `{` completes no template: nothing is resolved.
+            let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
+            (self.scanner)
+                .feed(b"{", &mut out, &mut never)
+                .map_err(template_error)?;
+        }
         self.scanner.finish(&mut out).map_err(template_error)?;
         Ok(out)
     }

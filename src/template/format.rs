@@ -160,6 +160,11 @@ impl BodyScanner {
         }
     }
 
+    /// Whether the body is JSON.
+    pub fn is_json(&self) -> bool {
+        matches!(self, BodyScanner::Json(_))
+    }
+
     /// [`Scanner::defer`]; other formats defer nothing.
     pub fn defer(&mut self, chunk: &bytes::Bytes) -> Result<bool, TemplateError> {
         match self {

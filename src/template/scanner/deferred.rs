@@ -10,8 +10,9 @@
 //! The outcome is the lexer's, exactly: the same bytes reach the target and the same error
 //! is answered, only found later (before the body's end leaves: an error still drops the
 //! target's connection on an unfinished body). A chunk is kept only when lexing it could not
-//! fail nor change what the scanner holds back: no `{{` in it, no `{` at either end, and
-//! nothing carried into it (a template, a `{`, a key's `{`).
+//! fail nor change what the scanner holds back: no `{{` in it, no `{` at its end, and
+//! nothing carried into it (a template, a `{`, a key's `{`). (A chunk that starts with `{`
+//! may be kept: no chunk kept, or lexed with nothing carried, ends with one.)
 //!
 //! Memory: the chunks are the caller's pieces, kept by reference (not copied), at most
 //! [`BODY_LIMIT`] bytes a body and [`PROCESS_LIMIT`] bytes for all bodies together; beyond
@@ -158,7 +159,6 @@ impl Scanner {
             && !self.brace_carried
             && !self.key_brace
             && !self.open_end
-            && chunk.first().is_some_and(|&b| b != b'{')
             && chunk.last().is_some_and(|&b| b != b'{');
         if !plain {
             return Ok(false);
