@@ -373,13 +373,15 @@ impl Substitution {
     pub fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
         let mut out = Vec::new();
         if std::mem::take(&mut self.brace) {
-            // A `{` completes no template: nothing is resolved.
+            // The `{` held back is the body's last chunk; it completes no template, so
+            // nothing is resolved.
             let mut never = |_: &TemplateRef| Err(ResolveError::new("internal error"));
             (self.scanner)
-                .feed(b"{", &mut out, &mut never)
+                .feed_last(b"{", &mut out, &mut never)
                 .map_err(template_error)?;
+        } else {
+            self.scanner.finish(&mut out).map_err(template_error)?;
         }
-        self.scanner.finish(&mut out).map_err(template_error)?;
         Ok(out)
     }
 

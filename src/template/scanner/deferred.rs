@@ -139,11 +139,6 @@ impl Deferred {
         })
         .is_ok()
     }
-
-    /// Whether `chunk` holds an escaped brace, its start possibly in the chunks kept.
-    fn escaped_brace_in(&self, chunk: &[u8]) -> bool {
-        self.braces.clone().find(chunk).is_some()
-    }
 }
 
 impl Scanner {
@@ -257,15 +252,15 @@ impl Scanner {
         let Some(kept) = &mut self.deferred else {
             return Ok(false);
         };
-        if may_resolve || kept.escaped_brace_in(end) {
+        let mut braces = kept.braces.clone();
+        if may_resolve || braces.find(end).is_some() {
             self.catch_up()?;
             return Ok(false);
         }
-        kept.braces.find(end);
         if let Some(balance) = &mut kept.balance {
             let _ = balance.over(end);
         }
-        self.braces = kept.braces.clone();
+        self.braces = braces;
         self.tail = kept.balance;
         kept.clear();
         out.extend_from_slice(end);
