@@ -36,22 +36,19 @@ pub async fn relay(
 ) -> pingora::Result<u16> {
     let timeout = app.config.server.body_read_timeout;
     answer_continue(session).await.map_err(carry)?;
-    let (first, mut end) = next_piece(app, session, p, timeout).await?;
+    let mut first = Vec::new();
+    let mut end = next_piece(app, session, p, timeout, &mut first).await?;
     p.upstream_started = Some(Instant::now());
     let mut out = exchanger.open_streamed(peer, head, first, end).await?;
     let mut sent = Ok(());
     while !end && sent.is_ok() {
-        let (bytes, last) = next_piece(app, session, p, timeout).await?;
-        end = last;
-        let mut batched = bytes.len();
-        let mut pieces = vec![bytes];
-        while !end && batched < BATCH && pieces.len() < BATCH_PIECES {
-            let Some((bytes, last)) = ready_piece(app, session, p, timeout).await? else {
+        let mut pieces = Vec::new();
+        end = next_piece(app, session, p, timeout, &mut pieces).await?;
+        while !end && batched(&pieces) < BATCH && pieces.len() < BATCH_PIECES {
+            let Some(last) = ready_piece(app, session, p, timeout, &mut pieces).await? else {
                 break;
             };
             end = last;
-            batched += bytes.len();
-            pieces.push(bytes);
         }
         sent = out.send(pieces, end).await;
     }
@@ -81,16 +78,23 @@ const BATCH: usize = 256 * 1024;
 /// batch of a quarter of a million pieces (each a buffer and three parts of the write).
 const BATCH_PIECES: usize = 64;
 
-/// Reads the caller's next piece and substitutes it; also whether it was the last, in which
-/// case the request's uses are counted before it is returned (so before it leaves).
+/// The bytes in `pieces`.
+fn batched(pieces: &[Bytes]) -> usize {
+    pieces.iter().map(Bytes::len).sum()
+}
+
+/// Reads the caller's next piece and substitutes it into `out`; returns whether it was the
+/// last, in which case the request's uses are counted before it is returned (so before it
+/// leaves).
 async fn next_piece(
     app: &App,
     session: &mut Session,
     p: &mut ProxyCtx,
     timeout: std::time::Duration,
-) -> pingora::Result<(Bytes, bool)> {
+    out: &mut Vec<Bytes>,
+) -> pingora::Result<bool> {
     let piece = next_body_piece(session, timeout).await.map_err(carry)?;
-    substitute_piece(app, session, p, piece).await
+    substitute_piece(app, session, p, piece, out).await
 }
 
 /// [`next_piece`], if the caller's next piece can be read without waiting.
@@ -99,12 +103,15 @@ async fn ready_piece(
     session: &mut Session,
     p: &mut ProxyCtx,
     timeout: std::time::Duration,
-) -> pingora::Result<Option<(Bytes, bool)>> {
+    out: &mut Vec<Bytes>,
+) -> pingora::Result<Option<bool>> {
     let Some(piece) = now(next_body_piece(session, timeout)) else {
         return Ok(None);
     };
     let piece = piece.map_err(carry)?;
-    substitute_piece(app, session, p, piece).await.map(Some)
+    substitute_piece(app, session, p, piece, out)
+        .await
+        .map(Some)
 }
 
 /// `future`'s output if it is ready at its first poll. Dropped otherwise: a body read is
@@ -119,28 +126,32 @@ fn now<F: std::future::Future>(future: F) -> Option<F::Output> {
     }
 }
 
-/// Substitutes the caller's `piece` (`None`: the body has ended); also whether it was the
-/// last, in which case the request's uses are counted first.
+/// Substitutes the caller's `piece` (`None`: the body has ended) into `out`; returns whether
+/// it was the last, in which case the request's uses are counted first.
 async fn substitute_piece(
     app: &App,
     session: &mut Session,
     p: &mut ProxyCtx,
     piece: Option<Bytes>,
-) -> pingora::Result<(Bytes, bool)> {
+    out: &mut Vec<Bytes>,
+) -> pingora::Result<bool> {
     let end = piece.is_none() || session.is_body_done();
-    let bytes = match piece {
-        Some(piece) if !end => p.substitution.feed(app, &p.principal, piece).await,
+    match piece {
+        Some(piece) if !end => (p.substitution).feed(app, &p.principal, piece, out).await,
         Some(piece) => (p.substitution)
             .feed_last(app, &p.principal, &piece)
             .await
-            .map(Bytes::from),
-        None => p.substitution.finish().map(Bytes::from),
+            .map(|last| out.push(Bytes::from(last))),
+        None => p
+            .substitution
+            .finish()
+            .map(|last| out.push(Bytes::from(last))),
     }
     .map_err(carry)?;
     if end {
         record_uses(app, p).await.map_err(carry)?;
     }
-    Ok((bytes, end))
+    Ok(end)
 }
 
 /// pingora's `request_body_filter` for a proxied request.
@@ -156,13 +167,16 @@ pub async fn filter(
     let chunk = body.take();
     if !end_of_stream {
         // Before the end, `Some(empty)` holds back; `None` would end the body.
-        *body = Some(match chunk {
-            Some(chunk) => p
-                .substitution
-                .feed(app, &p.principal, chunk)
+        let mut out = Vec::new();
+        if let Some(chunk) = chunk {
+            (p.substitution)
+                .feed(app, &p.principal, chunk, &mut out)
                 .await
-                .map_err(carry)?,
-            None => Bytes::new(),
+                .map_err(carry)?;
+        }
+        *body = Some(match out.len() {
+            0 | 1 => out.pop().unwrap_or_default(),
+            _ => Bytes::from(out.concat()),
         });
         return Ok(());
     }

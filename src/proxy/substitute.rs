@@ -95,6 +95,14 @@ pub struct Substitution {
     brace: bool,
 }
 
+/// A `{` and `chunk`, joined (copied).
+fn joined_after_brace(chunk: &[u8]) -> Bytes {
+    let mut joined = Vec::with_capacity(chunk.len() + 1);
+    joined.push(b'{');
+    joined.extend_from_slice(chunk);
+    Bytes::from(joined)
+}
+
 fn template_error(e: TemplateError) -> ApiError {
     ApiError::invalid_template(&e.field, &e.template, e.message)
 }
@@ -123,49 +131,61 @@ impl Substitution {
 
     /// `chunk` after the `{` held back from the previous one, if any (copied then).
     fn after_brace(&mut self, chunk: &[u8]) -> Option<Bytes> {
-        std::mem::take(&mut self.brace).then(|| {
-            let mut joined = Vec::with_capacity(chunk.len() + 1);
-            joined.push(b'{');
-            joined.extend_from_slice(chunk);
-            Bytes::from(joined)
-        })
+        std::mem::take(&mut self.brace).then(|| joined_after_brace(chunk))
     }
 
-    /// Scans one chunk; returns the bytes to forward.
+    /// Scans one chunk; appends the bytes to forward to `out` (none, one or two pieces).
     ///
     /// A chunk in which nothing can be substituted ([`Scanner::may_resolve`](crate::template::Scanner::may_resolve)) is forwarded as
     /// it came, no copy, no new buffer: kept unlexed ([`Scanner::defer`](crate::template::Scanner::defer)) where it may be, else
-    /// lexed ([`Scanner::lex`](crate::template::Scanner::lex)). A JSON chunk's trailing `{` is held back for the next.
+    /// lexed ([`Scanner::lex`](crate::template::Scanner::lex)). A JSON chunk's trailing `{` is held back for the next, and
+    /// goes on as a piece of its own before that chunk when the chunk is kept unlexed (the
+    /// two are joined, a copy, only when the chunk must be lexed).
     pub async fn feed(
         &mut self,
         app: &App,
         principal: &Principal,
-        chunk: Bytes,
-    ) -> Result<Bytes, ApiError> {
-        let mut chunk = self.after_brace(&chunk).unwrap_or(chunk);
-        if self.scanner.is_json() && chunk.len() > 1 && chunk.last() == Some(&b'{') {
+        mut chunk: Bytes,
+        out: &mut Vec<Bytes>,
+    ) -> Result<(), ApiError> {
+        let brace = std::mem::take(&mut self.brace);
+        if self.scanner.is_json()
+            && chunk.len() + usize::from(brace) > 1
+            && chunk.last() == Some(&b'{')
+        {
             chunk.truncate(chunk.len() - 1);
             self.brace = true;
         }
         // Nothing to substitute: sent on as it came, not copied, and lexed only should a
         // later chunk need it.
-        if self.scanner.defer(&chunk).map_err(template_error)? {
-            return Ok(chunk);
+        if self.scanner.defer(brace, &chunk).map_err(template_error)? {
+            if brace {
+                out.push(Bytes::from_static(b"{"));
+            }
+            out.push(chunk);
+            return Ok(());
         }
+        let chunk = if brace {
+            joined_after_brace(&chunk)
+        } else {
+            chunk
+        };
         // Nothing to substitute: lexed, not copied, and forwarded as it came (less a `{`
         // the scanner holds back for the next chunk).
         if let Some(forward) = self.scanner.lex(&chunk).map_err(template_error)? {
-            return Ok(chunk.slice(..forward));
+            out.push(chunk.slice(..forward));
+            return Ok(());
         }
-        let mut out = Vec::new();
+        let mut substituted = Vec::new();
         self.feed_from_store(
             app,
             principal,
             Input::Chunk(&chunk, Place::Middle),
-            &mut out,
+            &mut substituted,
         )
         .await?;
-        Ok(Bytes::from(out))
+        out.push(Bytes::from(substituted));
+        Ok(())
     }
 
     /// Scans the last chunk of the body and ends it ([`Substitution::feed`] then

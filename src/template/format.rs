@@ -166,9 +166,9 @@ impl BodyScanner {
     }
 
     /// [`Scanner::defer`]; other formats defer nothing.
-    pub fn defer(&mut self, chunk: &bytes::Bytes) -> Result<bool, TemplateError> {
+    pub fn defer(&mut self, brace: bool, chunk: &bytes::Bytes) -> Result<bool, TemplateError> {
         match self {
-            BodyScanner::Json(s) => s.defer(chunk),
+            BodyScanner::Json(s) => s.defer(brace, chunk),
             BodyScanner::Form(_) | BodyScanner::Xml(_) | BodyScanner::Other(_) => Ok(false),
         }
     }

@@ -364,17 +364,42 @@ fn big_body_with(
 
 /// Writes `body` in three pieces apart in time, so that paycred reads it in more than one
 /// chunk, and returns the answer.
-fn send_in_thirds(mut conn: std::net::TcpStream, body: &str) -> String {
-    use std::io::{Read, Write};
+fn send_in_thirds(conn: std::net::TcpStream, body: &str) -> String {
     let third = body.len() / 3;
-    for piece in [&body[..third], &body[third..2 * third], &body[2 * third..]] {
-        conn.write_all(piece.as_bytes()).unwrap();
+    send_cut(conn, body, &[third, 2 * third])
+}
+
+/// Writes `body` cut at `cuts` (ascending), the pieces apart in time, and returns the answer.
+fn send_cut(mut conn: std::net::TcpStream, body: &str, cuts: &[usize]) -> String {
+    use std::io::{Read, Write};
+    let mut from = 0;
+    for &to in cuts.iter().chain([&body.len()]) {
+        conn.write_all(&body.as_bytes()[from..to]).unwrap();
         conn.flush().unwrap();
         std::thread::sleep(Duration::from_millis(30));
+        from = to;
     }
     let mut answer = String::new();
     let _ = conn.read_to_string(&mut answer);
     answer
+}
+
+#[test]
+fn a_streamed_body_cut_after_its_braces_reaches_the_target_whole() {
+    let (server, up, t, pm) = setup();
+    let (body, expected) = big_body_with(&pm, 200 * 1024, &|i, n| i == 0 || i == n - 1);
+    // Pieces that end just after a `{` (held back and sent with the piece after it, which
+    // goes on unlexed), the last one inside the last template's `{{`.
+    let mut cuts: Vec<usize> = [40, 80, 120, 160]
+        .iter()
+        .map(|k| k * 1024 + body[k * 1024..].find('{').unwrap() + 1)
+        .collect();
+    cuts.push(body.rfind("{{").unwrap() + 1);
+    let conn = raw_proxy_post(&server, &t, &up.url("/braces"), body.len());
+    let answer = send_cut(conn, &body, &cuts);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let got = &up.requests()[0];
+    assert!(got.body == expected.as_bytes(), "the streamed body differs");
 }
 
 #[test]

@@ -400,8 +400,8 @@ impl Exchanger {
     }
 
     /// Starts a request whose body streams ([`StreamedRequest`]): its head (the body
-    /// `chunked`: substitution changes its length) and the body's first piece leave in one
-    /// write, with the body's end when that piece is the `last`, on an idle connection or a
+    /// `chunked`: substitution changes its length) and the body's first pieces leave in one
+    /// write, with the body's end when they are the `last`, on an idle connection or a
     /// new one. A pooled connection the target had closed
     /// fails that write, and the same bytes go out once more on a new connection: none of
     /// the request can have been taken.
@@ -409,13 +409,16 @@ impl Exchanger {
         &self,
         peer: &HttpPeer,
         head: Bytes,
-        first: Bytes,
+        first: Vec<Bytes>,
         last: bool,
     ) -> Result<StreamedRequest> {
         let key = peer_key(peer)?;
         let write_timeout = peer.get_peer_options().and_then(|o| o.write_timeout);
-        let mut parts = vec![head];
-        push_chunk(&mut parts, first);
+        let mut parts = Vec::with_capacity(first.len() * 3 + 2);
+        parts.push(head);
+        for piece in first {
+            push_chunk(&mut parts, piece);
+        }
         if last {
             parts.push(Bytes::from_static(LAST_CHUNK));
         }

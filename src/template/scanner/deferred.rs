@@ -12,7 +12,10 @@
 //! target's connection on an unfinished body). A chunk is kept only when lexing it could not
 //! fail nor change what the scanner holds back: no `{{` in it, no `{` at its end, and
 //! nothing carried into it (a template, a `{`, a key's `{`). (A chunk that starts with `{`
-//! may be kept: no chunk kept, or lexed with nothing carried, ends with one.)
+//! may be kept: no chunk kept, or lexed with nothing carried, ends with one.) The proxy holds
+//! a streamed chunk's trailing `{` back and sends it with the next chunk: a chunk kept after
+//! such a `{` is taken as that `{` followed by the chunk (and is not kept when it starts with
+//! another `{`), without joining them; they are joined only should the chunk be lexed.
 //!
 //! Memory: the chunks are the caller's pieces, kept by reference (not copied), at most
 //! [`BODY_LIMIT`] bytes a body and [`PROCESS_LIMIT`] bytes for all bodies together; beyond
@@ -53,7 +56,7 @@ static KEPT: AtomicUsize = AtomicUsize::new(0);
 /// state is the lexer's before the first of them.
 #[derive(Debug)]
 pub(super) struct Deferred {
-    chunks: VecDeque<Bytes>,
+    chunks: VecDeque<Kept>,
     /// What they count ([`Deferred::counted`]), also counted in [`KEPT`].
     bytes: usize,
     /// The most bytes kept ([`BODY_LIMIT`]; less in tests).
@@ -67,6 +70,31 @@ pub(super) struct Deferred {
     balance: Option<Balance>,
     /// The search for escaped braces, from the scanner's, over the chunks.
     braces: EscapedBraces,
+}
+
+/// A chunk kept, after a `{` held back from the chunk before it when `brace`.
+#[derive(Debug, Clone)]
+struct Kept {
+    brace: bool,
+    bytes: Bytes,
+}
+
+impl Kept {
+    fn len(&self) -> usize {
+        self.bytes.len() + usize::from(self.brace)
+    }
+
+    /// The chunk as the lexer reads it: its `{` and its bytes joined (copied) when it has
+    /// one.
+    fn joined(self) -> Bytes {
+        if !self.brace {
+            return self.bytes;
+        }
+        let mut joined = Vec::with_capacity(self.len());
+        joined.push(b'{');
+        joined.extend_from_slice(&self.bytes);
+        Bytes::from(joined)
+    }
 }
 
 impl Default for Deferred {
@@ -129,7 +157,7 @@ impl Deferred {
         let counted = self.counted(chunk.len());
         self.bytes -= counted;
         KEPT.fetch_sub(counted, Ordering::Relaxed);
-        Some(chunk)
+        Some(chunk.joined())
     }
 
     /// Counts `len` more bytes in the process's keeping, if they fit.
@@ -146,8 +174,16 @@ impl Scanner {
     /// it now (see the module's text): returns whether it did. When it does not, the chunk
     /// must be lexed or fed as usual ([`Scanner::lex`], [`Scanner::feed`]), and the chunks
     /// kept before it are lexed first.
-    pub fn defer(&mut self, chunk: &Bytes) -> Result<bool, TemplateError> {
+    ///
+    /// With `brace`, the chunk is a `{` held back from the chunk before, then `chunk`: what
+    /// goes on is that `{` and `chunk`, and what must be lexed or fed when it is not kept is
+    /// the two joined.
+    pub fn defer(&mut self, brace: bool, chunk: &Bytes) -> Result<bool, TemplateError> {
         self.check_failed()?;
+        // After a held `{`, a chunk that starts with `{` may start a template with it.
+        if brace && chunk.first().is_none_or(|&b| b == b'{') {
+            return Ok(false);
+        }
         let plain = self.skim
             && self.tail.is_none()
             && !self.carries_template()
@@ -166,14 +202,19 @@ impl Scanner {
             kept.braces = self.braces.clone();
             kept.balance = start;
         }
-        let counted = kept.counted(chunk.len());
-        if chunk.len() < kept.min || counted > kept.limit {
+        let len = chunk.len() + usize::from(brace);
+        let counted = kept.counted(len);
+        if len < kept.min || counted > kept.limit {
             return Ok(false);
         }
         // A `{{` and the start of an escaped brace (a backslash) are noticed while the
         // nesting is followed, where it is; else searched for.
+        // A held `{` before a chunk that does not start with one cannot make a `{{`.
         let (balance, backslash) = match kept.balance {
             Some(mut balance) => {
+                if brace {
+                    let _ = balance.over(b"{");
+                }
                 let seen = balance.over(chunk);
                 if seen.pair {
                     return Ok(false);
@@ -185,7 +226,7 @@ impl Scanner {
         };
         let braces = if backslash || kept.braces.pending() {
             let mut braces = kept.braces.clone();
-            if braces.find(chunk).is_some() {
+            if (brace && braces.find(b"{").is_some()) || braces.find(chunk).is_some() {
                 return Ok(false);
             }
             braces
@@ -208,7 +249,10 @@ impl Scanner {
         kept.braces = braces;
         kept.balance = balance;
         kept.bytes += counted;
-        kept.chunks.push_back(chunk.clone());
+        kept.chunks.push_back(Kept {
+            brace,
+            bytes: chunk.clone(),
+        });
         Ok(true)
     }
 
@@ -277,8 +321,9 @@ mod tests {
     use proptest::prelude::*;
 
     /// Feeds `chunks` as the proxy streams a body: each chunk that can be deferred is
-    /// (when `defer`), else lexed, else fed; the last one with `feed_last`, or `finish` after
-    /// an empty end. Returns what the target receives and the count, or the error.
+    /// (when `defer`, with a chunk's trailing `{` held back for the next as the proxy
+    /// holds it), else lexed, else fed; the last one with `feed_last`, or `finish` after an
+    /// empty end. Returns what the target receives and the count, or the error.
     fn stream(
         chunks: &[&[u8]],
         defer: bool,
@@ -294,21 +339,35 @@ mod tests {
             .split_last()
             .map_or((&b""[..], &[][..]), |(e, i)| (*e, i));
         let init_end = if end_empty { chunks } else { init };
+        let joined = |brace: bool, chunk: &[u8]| {
+            let mut j = if brace { b"{".to_vec() } else { Vec::new() };
+            j.extend_from_slice(chunk);
+            j
+        };
+        let mut brace = false;
         for chunk in init_end {
-            let bytes = Bytes::copy_from_slice(chunk);
-            if defer && s.defer(&bytes)? {
-                out.extend_from_slice(chunk);
+            let held = std::mem::take(&mut brace);
+            let mut bytes = Bytes::copy_from_slice(chunk);
+            if defer && bytes.len() + usize::from(held) > 1 && bytes.last() == Some(&b'{') {
+                bytes.truncate(bytes.len() - 1);
+                brace = true;
+            }
+            if defer && s.defer(held, &bytes)? {
+                out.extend_from_slice(&joined(held, &bytes));
                 continue;
             }
-            match s.lex(chunk)? {
+            let chunk = joined(held, &bytes);
+            match s.lex(&chunk)? {
                 Some(through) => out.extend_from_slice(&chunk[..through]),
-                None => count += s.feed(chunk, &mut out, &mut resolver)?,
+                None => count += s.feed(&chunk, &mut out, &mut resolver)?,
             }
         }
-        if end_empty {
+        if end_empty && brace {
+            count += s.feed_last(b"{", &mut out, &mut resolver)?;
+        } else if end_empty {
             s.finish(&mut out)?;
         } else {
-            count += s.feed_last(end, &mut out, &mut resolver)?;
+            count += s.feed_last(&joined(brace, end), &mut out, &mut resolver)?;
         }
         // The scanner is reset: it lets its chunks go.
         assert!(!s.has_deferred());
@@ -368,16 +427,42 @@ mod tests {
     }
 
     #[test]
+    fn a_held_brace_goes_on_with_the_next_piece() {
+        // Cut after every `{`: each is held back, the piece after it is kept with it unless
+        // it starts with another `{` (a template cut in its `{{`), and the pieces kept after
+        // a held `{` are lexed joined to it when a later template needs the lexer's state.
+        let body = format!(r#"{{"card":"{T}","a":[{{"b":1}},{{"c":"{T}"}}],"d":{{}}}}"#);
+        let cuts: Vec<usize> = body.match_indices('{').map(|(i, _)| i + 1).collect();
+        for limit in [BODY_LIMIT, 3, 0] {
+            let (out, count) = agree(&body, &cuts, limit).unwrap();
+            assert_eq!(count, 2);
+            assert!(String::from_utf8(out).unwrap().ends_with(r#""}],"d":{}}"#));
+        }
+        // A piece after a held `{` counts the `{`, and one that starts with `{` is not kept.
+        let mut s = Scanner::new();
+        s.deferred.get_or_insert_default().floor = 1;
+        let text = format!(r#""x":"{}"}}"#, "y".repeat(5_000));
+        let piece = Bytes::from(text.clone());
+        assert!(s.defer(true, &piece).unwrap());
+        assert_eq!(s.deferred.as_ref().map(|d| d.bytes), Some(piece.len() + 1));
+        assert!(!s.defer(true, &Bytes::from(format!("{{{text}"))).unwrap());
+        // Lexed, the kept piece is the `{` and the piece: the document is closed after it.
+        s.catch_up().unwrap();
+        let mut out = Vec::new();
+        s.finish(&mut out).unwrap();
+    }
+
+    #[test]
     fn keeping_is_counted_and_let_go() {
         // Other tests run beside this one: only this scanner's share is checked.
         let long = |text: &str| Bytes::from(format!(r#","x":"{}"{text}"#, "y".repeat(5_000)));
         let piece = long("");
         let mut s = Scanner::new();
         // A short piece is lexed at once.
-        assert!(!s.defer(&Bytes::from_static(b"[1,22")).unwrap());
+        assert!(!s.defer(false, &Bytes::from_static(b"[1,22")).unwrap());
         assert_eq!(s.lex(b"[1,22").unwrap(), Some(5));
-        assert!(s.defer(&piece).unwrap());
-        assert!(s.defer(&piece).unwrap());
+        assert!(s.defer(false, &piece).unwrap());
+        assert!(s.defer(false, &piece).unwrap());
         // Each piece counts at least a frame's worth.
         let kept = |s: &Scanner| s.deferred.as_ref().map_or(0, |d| d.bytes);
         assert_eq!(kept(&s), 2 * COUNTED_AT_LEAST);
@@ -385,19 +470,19 @@ mod tests {
         assert_eq!(kept(&copy), kept(&s));
         drop(copy);
         // A `{` at an end, or a `{{`, is not kept.
-        assert!(!s.defer(&long(",{")).unwrap());
-        assert!(!s.defer(&long(r#","b":"{{""#)).unwrap());
+        assert!(!s.defer(false, &long(",{")).unwrap());
+        assert!(!s.defer(false, &long(r#","b":"{{""#)).unwrap());
         // Over the body's limit, the oldest pieces are lexed to make room.
         if let Some(d) = &mut s.deferred {
             d.limit = COUNTED_AT_LEAST;
         }
-        assert!(s.defer(&piece).unwrap());
+        assert!(s.defer(false, &piece).unwrap());
         assert_eq!(kept(&s), COUNTED_AT_LEAST);
         // A piece over the limit by itself is not kept, and lexing it lexes the kept first.
         if let Some(d) = &mut s.deferred {
             d.limit = 4;
         }
-        assert!(!s.defer(&piece).unwrap());
+        assert!(!s.defer(false, &piece).unwrap());
         assert!(s.has_deferred());
         assert_eq!(s.lex(&piece).unwrap(), Some(piece.len()));
         assert!(!s.has_deferred());
