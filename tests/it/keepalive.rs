@@ -1,6 +1,6 @@
 //! HTTP/1.1 keep-alive connections, plain and TLS: several requests on one connection (a
-//! REST one and a proxied one with a template among them), a request whose first byte comes alone, pipelined
-//! requests, the keep-alive timeout closing an idle connection, and a graceful stop with idle
+//! REST one and a proxied one with a template among them), a request whose first byte comes alone, one
+//! in TLS records of a byte each, pipelined requests, the keep-alive timeout closing an idle connection, and a graceful stop with idle
 //! connections open. (HTTP/2 on the TLS listener: the `h2` area.)
 
 use crate::common::tls::{h1_connect, H1};
@@ -147,6 +147,22 @@ fn tls_keep_alive_serves_each_request_on_the_same_connection() {
     let server = tls_server();
     let mut conn = tls(&server, WAIT);
     requests_on_one_connection(&server, &mut conn);
+}
+
+/// A request sent in TLS records of one byte each, which OpenSSL reads ahead of what it
+/// has been asked for: the bytes it holds are read through the stream, so each request on
+/// the connection is answered (none waits for the socket to become readable again).
+#[test]
+fn a_request_in_one_byte_tls_records_is_answered() {
+    let server = tls_server();
+    let mut conn = tls(&server, WAIT);
+    for _ in 0..3 {
+        for byte in HEALTH {
+            conn.write_all(std::slice::from_ref(byte)).unwrap();
+        }
+        conn.flush().unwrap();
+        assert_eq!(answer(&mut conn).map(|a| a.0), Some(200));
+    }
 }
 
 /// Two requests in one write: the first is answered; the second is answered too or the
