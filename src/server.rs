@@ -215,9 +215,8 @@ const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 /// for h2), or `http/1.1` only when `tls.http2` is off.
 ///
 /// OpenSSL reads ahead: the listener has no L4 read buffer (so that an idle connection holds
-/// none), and
-/// without it OpenSSL reads each record in two system calls, its 5-byte header and then its
-/// body. Reading ahead, it takes what has arrived in one (a new connection's handshake and
+/// none), and without it OpenSSL reads each record in two system calls, its 5-byte header
+/// and then its body. Reading ahead, it takes what has arrived in one (a new connection's handshake and
 /// first request: 4 reads instead of 10). What it holds is read through the stream before
 /// the socket is waited on, and its buffer is still let go whenever it is empty.
 fn tls_settings(tls: &crate::config::TlsConfig) -> Result<TlsSettings, StartError> {

@@ -12,7 +12,7 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::secret::{CardNumber, Revealed};
 use crate::template::{
-    BodyScanner, CredentialKind, Format, ResolveError, TemplateError, TemplateRef,
+    BodyScanner, CredentialKind, Format, ResolveError, Scanner, TemplateError, TemplateRef,
 };
 use bytes::Bytes;
 use std::collections::BTreeSet;
@@ -95,14 +95,6 @@ pub struct Substitution {
     brace: bool,
 }
 
-/// A `{` and `chunk`, joined (copied).
-fn joined_after_brace(chunk: &[u8]) -> Bytes {
-    let mut joined = Vec::with_capacity(chunk.len() + 1);
-    joined.push(b'{');
-    joined.extend_from_slice(chunk);
-    Bytes::from(joined)
-}
-
 fn template_error(e: TemplateError) -> ApiError {
     ApiError::invalid_template(&e.field, &e.template, e.message)
 }
@@ -131,7 +123,7 @@ impl Substitution {
 
     /// `chunk` after the `{` held back from the previous one, if any (copied then).
     fn after_brace(&mut self, chunk: &[u8]) -> Option<Bytes> {
-        std::mem::take(&mut self.brace).then(|| joined_after_brace(chunk))
+        std::mem::take(&mut self.brace).then(|| Scanner::after_brace(chunk))
     }
 
     /// Scans one chunk; appends the bytes to forward to `out` (none, one or two pieces).
@@ -149,13 +141,7 @@ impl Substitution {
         out: &mut Vec<Bytes>,
     ) -> Result<(), ApiError> {
         let brace = std::mem::take(&mut self.brace);
-        if self.scanner.is_json()
-            && chunk.len() + usize::from(brace) > 1
-            && chunk.last() == Some(&b'{')
-        {
-            chunk.truncate(chunk.len() - 1);
-            self.brace = true;
-        }
+        self.brace = self.scanner.is_json() && Scanner::hold_back_brace(brace, &mut chunk);
         // Nothing to substitute: sent on as it came, not copied, and lexed only should a
         // later chunk need it.
         if self.scanner.defer(brace, &chunk).map_err(template_error)? {
@@ -166,7 +152,7 @@ impl Substitution {
             return Ok(());
         }
         let chunk = if brace {
-            joined_after_brace(&chunk)
+            Scanner::after_brace(&chunk)
         } else {
             chunk
         };

@@ -87,13 +87,11 @@ impl Kept {
     /// The chunk as the lexer reads it: its `{` and its bytes joined (copied) when it has
     /// one.
     fn joined(self) -> Bytes {
-        if !self.brace {
-            return self.bytes;
+        if self.brace {
+            Scanner::after_brace(&self.bytes)
+        } else {
+            self.bytes
         }
-        let mut joined = Vec::with_capacity(self.len());
-        joined.push(b'{');
-        joined.extend_from_slice(&self.bytes);
-        Bytes::from(joined)
     }
 }
 
@@ -170,6 +168,26 @@ impl Deferred {
 }
 
 impl Scanner {
+    /// Takes a streamed JSON chunk's trailing `{` off `chunk`, to be held back and sent with
+    /// the next chunk (no chunk that ends with `{` is kept); returns whether it did. With
+    /// `brace` a `{` is already held before `chunk`, and a chunk of a lone `{` is held too
+    /// (the two may start a template).
+    pub fn hold_back_brace(brace: bool, chunk: &mut Bytes) -> bool {
+        let hold = chunk.len() + usize::from(brace) > 1 && chunk.last() == Some(&b'{');
+        if hold {
+            chunk.truncate(chunk.len() - 1);
+        }
+        hold
+    }
+
+    /// A `{` held back, then `chunk`: the two joined (copied), as the lexer must read them.
+    pub fn after_brace(chunk: &[u8]) -> Bytes {
+        let mut joined = Vec::with_capacity(chunk.len() + 1);
+        joined.push(b'{');
+        joined.extend_from_slice(chunk);
+        Bytes::from(joined)
+    }
+
     /// Takes a chunk of a streamed body that may go on to the target as it is, without lexing
     /// it now (see the module's text): returns whether it did. When it does not, the chunk
     /// must be lexed or fed as usual ([`Scanner::lex`], [`Scanner::feed`]), and the chunks
@@ -339,24 +357,23 @@ mod tests {
             .split_last()
             .map_or((&b""[..], &[][..]), |(e, i)| (*e, i));
         let init_end = if end_empty { chunks } else { init };
-        let joined = |brace: bool, chunk: &[u8]| {
-            let mut j = if brace { b"{".to_vec() } else { Vec::new() };
-            j.extend_from_slice(chunk);
-            j
+        let joined = |brace: bool, chunk: Bytes| {
+            if brace {
+                Scanner::after_brace(&chunk)
+            } else {
+                chunk
+            }
         };
         let mut brace = false;
         for chunk in init_end {
             let held = std::mem::take(&mut brace);
             let mut bytes = Bytes::copy_from_slice(chunk);
-            if defer && bytes.len() + usize::from(held) > 1 && bytes.last() == Some(&b'{') {
-                bytes.truncate(bytes.len() - 1);
-                brace = true;
-            }
+            brace = defer && Scanner::hold_back_brace(held, &mut bytes);
             if defer && s.defer(held, &bytes)? {
-                out.extend_from_slice(&joined(held, &bytes));
+                out.extend_from_slice(&joined(held, bytes));
                 continue;
             }
-            let chunk = joined(held, &bytes);
+            let chunk = joined(held, bytes);
             match s.lex(&chunk)? {
                 Some(through) => out.extend_from_slice(&chunk[..through]),
                 None => count += s.feed(&chunk, &mut out, &mut resolver)?,
@@ -367,7 +384,8 @@ mod tests {
         } else if end_empty {
             s.finish(&mut out)?;
         } else {
-            count += s.feed_last(&joined(brace, end), &mut out, &mut resolver)?;
+            let end = joined(brace, Bytes::copy_from_slice(end));
+            count += s.feed_last(&end, &mut out, &mut resolver)?;
         }
         // The scanner is reset: it lets its chunks go.
         assert!(!s.has_deferred());
@@ -437,6 +455,18 @@ mod tests {
             let (out, count) = agree(&body, &cuts, limit).unwrap();
             assert_eq!(count, 2);
             assert!(String::from_utf8(out).unwrap().ends_with(r#""}],"d":{}}"#));
+        }
+        // Which `{` is held back: a piece's last, unless the piece is that `{` alone with
+        // none held before it.
+        for (brace, piece, held, left) in [
+            (false, "ab{", true, "ab"),
+            (false, "{", false, "{"),
+            (true, "{", true, ""),
+            (true, "ab", false, "ab"),
+        ] {
+            let mut chunk = Bytes::from(piece);
+            assert_eq!(Scanner::hold_back_brace(brace, &mut chunk), held, "{piece}");
+            assert_eq!(chunk, left);
         }
         // A piece after a held `{` counts the `{`, and one that starts with `{` is not kept.
         let mut s = Scanner::new();
