@@ -6,6 +6,7 @@
 
 use super::direct::Exchanger;
 use super::failure::carry;
+use super::substitute::poll_once;
 use super::ProxyCtx;
 use crate::app::App;
 use crate::error::ApiError;
@@ -108,25 +109,14 @@ async fn ready_piece(
     timeout: std::time::Duration,
     out: &mut Vec<Bytes>,
 ) -> pingora::Result<Option<bool>> {
-    let Some(piece) = now(next_body_piece(session, timeout)) else {
+    // Cancel safe: pingora's own proxy races a body read against the answer the same way.
+    let Some(piece) = poll_once(next_body_piece(session, timeout)) else {
         return Ok(None);
     };
     let piece = piece.map_err(carry)?;
     substitute_piece(app, session, p, piece, out)
         .await
         .map(Some)
-}
-
-/// `future`'s output if it is ready at its first poll. Dropped otherwise: a body read is
-/// cancel safe (nothing is taken from the socket unless it is returned; pingora's own
-/// proxy races it against the answer the same way).
-fn now<F: std::future::Future>(future: F) -> Option<F::Output> {
-    let future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.poll(&mut cx) {
-        std::task::Poll::Ready(output) => Some(output),
-        std::task::Poll::Pending => None,
-    }
 }
 
 /// Substitutes the caller's `piece` (`None`: the body has ended) into `out`; returns whether

@@ -18,8 +18,10 @@ use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::future::Future;
 
-/// Polls a future once: its output if it is ready without waiting.
-fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
+/// Polls a future once: its output if it is ready without waiting. The future is dropped
+/// otherwise, so it must be cancel safe (a body read takes nothing from the socket unless it
+/// returns it).
+pub(crate) fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match fut.as_mut().poll(&mut cx) {

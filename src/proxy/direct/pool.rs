@@ -13,6 +13,7 @@
 //! connection put back past that closes the one idle longest. A peer takes the connection
 //! it put back last (the warmest).
 
+use crate::proxy::substitute::poll_once;
 use pingora::protocols::Stream;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -175,16 +176,13 @@ impl Drop for SweepTask {
 /// become readable since the last read, so an open, quiet connection costs no syscall;
 /// pingora's pool makes the same check.
 fn quiet(stream: &mut Stream) -> bool {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
     use tokio::io::AsyncReadExt;
     let mut byte = [0u8; 1];
     // `unconstrained`: the runtime's task budget could make a ready read look pending.
-    let read = std::pin::pin!(tokio::task::unconstrained(stream.read(&mut byte)));
-    match read.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Pending => true,
-        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => false,
-        Poll::Ready(Ok(_)) => {
+    match poll_once(tokio::task::unconstrained(stream.read(&mut byte))) {
+        None => true,
+        Some(Ok(0)) | Some(Err(_)) => false,
+        Some(Ok(_)) => {
             // What it sent is not logged: it is the target's, and may be anything.
             tracing::debug!("a target sent bytes unasked on an idle connection: closed");
             false
