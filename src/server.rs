@@ -7,8 +7,9 @@ use crate::config::Config;
 use crate::edge::idle::IdleWait;
 use crate::edge::live::{Live, Reloader};
 use crate::edge::metrics::MetricsPage;
+use crate::edge::tls::{server_config, TlsAccept};
 use arc_swap::ArcSwap;
-use pingora::listeners::tls::TlsSettings;
+use pingora::apps::ServerApp;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
@@ -174,15 +175,21 @@ pub fn build_server(
         crate::edge::gateway::Gateway::new(live, page.clone()),
     );
     proxy.h2_options = Some(h2_options());
-    let mut service = Service::new("paycred".to_string(), IdleWait::new(proxy));
+    let app = IdleWait::new(proxy);
     // No L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
     // the HTTP/1 reader has a header buffer of its own, and TLS reads its records itself.
+    // TLS is paycred's own (edge::tls), so pingora's listener is plain TCP either way.
     let listener = ListenerConfig::tcp(&listen).l4_buffer(L4BufferSettings::default().read(0));
-    service.add_listener(match tls {
-        Some(tls) => listener.tls(tls_settings(&tls)?),
-        None => listener,
-    });
-    server.add_service(service);
+    match tls {
+        Some(tls) => {
+            let config = server_config(&tls.cert_file, &tls.key_file, tls.http2)
+                .map_err(StartError::Listener)?;
+            server.add_service(listening(TlsAccept::new(config, app), listener));
+        }
+        None => {
+            server.add_service(listening(app, listener));
+        }
+    }
     if let Some(addr) = metrics_listen {
         let mut metrics = Service::new("paycred-metrics".to_string(), (*page).clone());
         metrics.add_tcp(&addr.to_string());
@@ -210,26 +217,11 @@ const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// A caller's HTTP/2 connection window, all its streams together: 1 MiB.
 const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
-/// The TLS listener's settings: pingora's intermediate profile with the certificate and key
-/// of `tls`, offering `h2` and `http/1.1` by ALPN (the client's preference among them wins
-/// for h2), or `http/1.1` only when `tls.http2` is off.
-///
-/// OpenSSL reads ahead: the listener has no L4 read buffer (so that an idle connection holds
-/// none), and without it OpenSSL reads each record in two system calls, its 5-byte header
-/// and then its body. Reading ahead, it takes what has arrived in one (a new connection's handshake and
-/// first request: 4 reads instead of 10). What it holds is read through the stream before
-/// the socket is waited on, and its buffer is still let go whenever it is empty.
-fn tls_settings(tls: &crate::config::TlsConfig) -> Result<TlsSettings, StartError> {
-    let mut settings = TlsSettings::intermediate(
-        &tls.cert_file.display().to_string(),
-        &tls.key_file.display().to_string(),
-    )
-    .map_err(|e| StartError::Listener(e.to_string()))?;
-    settings.set_read_ahead(true);
-    if tls.http2 {
-        settings.enable_h2();
-    }
-    Ok(settings)
+/// paycred's service: `app` on `listener`.
+fn listening<A: ServerApp + Send + Sync + 'static>(app: A, listener: ListenerConfig) -> Service<A> {
+    let mut service = Service::new("paycred".to_string(), app);
+    service.add_listener(listener);
+    service
 }
 
 /// The file holding the running server's process id (`paycred reload` signals it).

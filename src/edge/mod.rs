@@ -8,6 +8,7 @@
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
 //! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
 //! - [`idle`]: the small wait for each HTTP/1.x request before pingora's proxy takes it.
+//! - [`tls`]: the TLS listener (rustls): each connection's handshake before [`idle`].
 //!
 //! May import: `api`, `proxy`, `service`, `app`, `auth`, `http`, `ops`, `dev`, and below.
 
@@ -20,3 +21,4 @@ pub mod metrics;
 pub mod ratelimit;
 pub mod rest;
 pub mod routes;
+pub mod tls;

@@ -149,9 +149,9 @@ fn tls_keep_alive_serves_each_request_on_the_same_connection() {
     requests_on_one_connection(&server, &mut conn);
 }
 
-/// A request sent in TLS records of one byte each, which OpenSSL reads ahead of what it
-/// has been asked for: the bytes it holds are read through the stream, so each request on
-/// the connection is answered (none waits for the socket to become readable again).
+/// A request sent in TLS records of one byte each, which the TLS layer reads ahead of what
+/// it has been asked for: the bytes it holds are read through the stream, so each request
+/// on the connection is answered (none waits for the socket to become readable again).
 #[test]
 fn a_request_in_one_byte_tls_records_is_answered() {
     let server = tls_server();

@@ -45,6 +45,7 @@ mod restart;
 mod slow_bodies;
 mod storage_faults;
 mod template_props;
+mod tls_listener;
 mod verify_dialects;
 mod webhooks;
 mod xml_props;
