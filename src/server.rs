@@ -184,7 +184,8 @@ pub fn build_server(
         Some(tls) => {
             let config = server_config(&tls.cert_file, &tls.key_file, tls.http2)
                 .map_err(StartError::Listener)?;
-            server.add_service(listening(TlsAccept::new(config, app), listener));
+            let accept = TlsAccept::new(config, app, page.metrics.clone());
+            server.add_service(listening(accept, listener));
         }
         None => {
             server.add_service(listening(app, listener));

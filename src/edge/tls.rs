@@ -10,10 +10,14 @@
 //!
 //! What is offered: TLS 1.3 and 1.2 with ECDHE and AEAD ciphers only (rustls has no other);
 //! X25519, P-256 and P-384 key exchange; `h2` then `http/1.1` by ALPN (`http/1.1` only when
-//! `tls.http2` is off). Resumption by stateless tickets under a key made at start and rotated
-//! every 6 hours (a session resumes on the same process only); no 0-RTT early data, which an
-//! attacker could replay. No client certificates are asked for.
+//! `tls.http2` is off; a caller that offers ALPN but none of these is refused, as RFC 7301
+//! says). Resumption by stateless tickets, valid 12 hours, under a key made at start and
+//! replaced every 6 hours (the previous one still opens tickets; a session resumes on the
+//! same process only); no 0-RTT early data, which an attacker could replay. No client
+//! certificates are asked for. A failed handshake sends its alert, is logged with the
+//! caller's address and counted (`paycred_tls_handshake_failures_total`).
 
+use crate::ops::metrics::Metrics;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::raw_connect::ProxyDigest;
@@ -38,6 +42,9 @@ use tokio_rustls::TlsAcceptor;
 /// opens and then says nothing is let go after this, not after the keep-alive timeout.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest the alert of a failed handshake may take to leave.
+const ALERT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The rustls configuration of the listener: the certificate chain and key from PEM files.
 pub fn server_config(
     cert_file: &Path,
@@ -57,12 +64,31 @@ pub fn server_config(
     let key = PrivateKeyDer::from_pem_file(key_file)
         .map_err(|_| format!("tls.key_file {}: no PEM private key", key_file.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider.clone())
+    let signer = provider.key_provider.load_private_key(key).map_err(|_| {
+        format!(
+            "tls.key_file {}: a key of a kind paycred cannot sign with (RSA of 2048 to 8192 \
+             bits, ECDSA P-256 or P-384, or Ed25519)",
+            key_file.display()
+        )
+    })?;
+    let certified = rustls::sign::CertifiedKey::new(certs, signer);
+    match certified.keys_match() {
+        Ok(()) => {}
+        Err(rustls::Error::InconsistentKeys(_)) => {
+            return Err(format!(
+                "tls: the key in {} is not the one of the certificate in {}",
+                key_file.display(),
+                cert_file.display()
+            ))
+        }
+        Err(e) => return Err(format!("tls.cert_file {}: {e}", cert_file.display())),
+    }
+    let resolver = rustls::sign::SingleCertAndKey::from(certified);
+    let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?
         .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("tls: the certificate and key do not go together: {e}"))?;
+        .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = if http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {
@@ -76,27 +102,40 @@ pub fn server_config(
 pub struct TlsAccept<A> {
     acceptor: TlsAcceptor,
     app: Arc<A>,
+    metrics: Arc<Metrics>,
 }
 
 impl<A> TlsAccept<A> {
-    pub fn new(config: Arc<ServerConfig>, app: A) -> Self {
+    pub fn new(config: Arc<ServerConfig>, app: A, metrics: Arc<Metrics>) -> Self {
         TlsAccept {
             acceptor: TlsAcceptor::from(config),
             app: Arc::new(app),
+            metrics,
         }
     }
 
-    /// The connection after its handshake; `None` when the handshake fails or times out.
+    /// The connection after its handshake; `None` when the handshake fails or times out,
+    /// each noted in the log (with the caller's address) and counted in the metrics.
     async fn handshake(&self, stream: Stream) -> Option<TlsStream> {
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await {
+        let peer = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().cloned());
+        let peer = peer.map(|a| a.to_string()).unwrap_or_default();
+        let accept = self.acceptor.accept(stream).into_fallible();
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
             Ok(Ok(tls)) => Some(TlsStream::new(tls)),
-            // A caller's failed handshake is not paycred's error: noted, not raised.
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "TLS handshake failed");
+            Ok(Err((error, mut stream))) => {
+                // The alert rustls wrote (a protocol version or cipher paycred does not
+                // speak, say) may still be in the stream's write buffer: flushed, so that it
+                // goes out before the close.
+                let _ = tokio::time::timeout(ALERT_TIMEOUT, stream.flush()).await;
+                tracing::info!(%peer, %error, "TLS handshake failed");
+                self.metrics.record_tls_handshake_failure("failed");
                 None
             }
             Err(_) => {
-                tracing::debug!("TLS handshake timed out");
+                tracing::info!(%peer, "TLS handshake not finished in time");
+                self.metrics.record_tls_handshake_failure("timeout");
                 None
             }
         }
@@ -208,6 +247,9 @@ impl UniqueID for TlsStream {
     }
 }
 
+/// ALPN only: no OpenSSL handle and no `SslDigest` (paycred logs neither). pingora takes a
+/// stream without an `SslDigest` for cleartext when it decides on h2c, which paycred does not
+/// enable.
 impl Ssl for TlsStream {
     fn selected_alpn_proto(&self) -> Option<ALPN> {
         self.alpn.clone()
@@ -325,6 +367,24 @@ mod tests {
         let other = tempfile::tempdir().unwrap();
         let (_, key) = pem_files(other.path());
         let said = server_config(&cert, &key, true).unwrap_err();
-        assert!(said.contains("do not go together"), "{said}");
+        assert!(said.contains("is not the one of the certificate"), "{said}");
+        assert!(
+            said.contains("tls.crt") && said.contains("tls.key"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_key_ring_cannot_sign_with_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pem_files(dir.path());
+        let group = EcGroup::from_curve_name(Nid::SECP521R1).unwrap();
+        let p521 = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
+        std::fs::write(&key, p521.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        let said = server_config(&cert, &key, true).unwrap_err();
+        assert!(
+            said.starts_with("tls.key_file") && said.contains("cannot sign with"),
+            "{said}"
+        );
     }
 }

@@ -34,7 +34,8 @@ struct ClassLabel {
     class: &'static str,
 }
 
-/// A target not reached (`unreachable`) or too slow (`timeout`).
+/// What went wrong, by kind: a target not reached (`unreachable`) or too slow (`timeout`); a
+/// TLS handshake on the listener `failed` or not finished in time (`timeout`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
@@ -58,6 +59,7 @@ pub struct Metrics {
     webhook_deliveries: Family<OutcomeLabel, Counter>,
     webhook_attempt_latency: Histogram,
     webhook_pending: Gauge,
+    tls_handshake_failures: Family<KindLabel, Counter>,
 }
 
 /// A webhook delivery attempt's outcome (`delivered`, `retry`, `failed`).
@@ -107,6 +109,7 @@ impl Default for Metrics {
             webhook_deliveries: Family::default(),
             webhook_attempt_latency: Histogram::new(WEBHOOK_BUCKETS),
             webhook_pending: Gauge::default(),
+            tls_handshake_failures: Family::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -159,6 +162,14 @@ impl Default for Metrics {
             "Webhook deliveries pending (due, waiting for a retry, or being sent)",
             m.webhook_pending.clone(),
         );
+        registry.register(
+            "paycred_tls_handshake_failures",
+            "TLS listener: handshakes that failed (failed) or were not finished in time (timeout)",
+            m.tls_handshake_failures.clone(),
+        );
+        for kind in ["failed", "timeout"] {
+            let _ = m.tls_handshake_failures.get_or_create(&KindLabel { kind });
+        }
         for outcome in ["delivered", "retry", "failed"] {
             let _ = m
                 .webhook_deliveries
@@ -228,6 +239,14 @@ impl Metrics {
             .get_or_create(&OutcomeLabel { outcome })
             .inc();
         self.webhook_attempt_latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one TLS handshake on the listener that did not complete: `failed` (the caller
+    /// spoke no TLS, or nothing paycred offers) or `timeout`.
+    pub fn record_tls_handshake_failure(&self, kind: &'static str) {
+        self.tls_handshake_failures
+            .get_or_create(&KindLabel { kind })
+            .inc();
     }
 
     /// Sets how many webhook deliveries are pending.

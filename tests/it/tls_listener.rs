@@ -1,7 +1,7 @@
 //! The TLS listener's own behaviour: a session resumed on a new connection by its ticket,
-//! TLS 1.2 served as well as 1.3, a caller that speaks no TLS or never finishes its
-//! handshake let go without disturbing the others, and a key that does not go with its
-//! certificate refused at start. (Requests over TLS: the `keepalive` and `h2` areas.)
+//! TLS 1.2 served as well as 1.3, a failed handshake's alert sent, a caller that speaks no
+//! TLS or never finishes its handshake let go without disturbing the others, and a key that
+//! is not the certificate's refused at start. (Requests over TLS: the `keepalive` and `h2` areas.)
 
 use crate::common::tls::{h1_status, H1};
 use crate::common::*;
@@ -129,6 +129,23 @@ fn a_caller_that_speaks_no_tls_is_let_go_and_others_are_served() {
     assert_eq!(status, 200);
 }
 
+/// A caller whose ALPN names nothing paycred speaks gets the `no_application_protocol`
+/// alert before the close, not a bare close.
+#[test]
+fn a_failed_handshake_sends_its_alert() {
+    let server = tls_server();
+    let mut builder = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    builder.set_ca_file(server.ca.as_ref().unwrap()).unwrap();
+    builder.set_alpn_protos(b"\x06spdy/3").unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let said = match builder.build().connect("localhost", tcp) {
+        Ok(_) => panic!("the handshake succeeded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(said.contains("no application protocol"), "{said}");
+}
+
 /// A connection that opens and sends nothing is closed once the handshake timeout (10 s)
 /// passes, not at once and not only after the keep-alive timeout (60 s); the listener serves
 /// others meanwhile.
@@ -157,6 +174,6 @@ fn a_key_that_is_not_the_certificates_is_refused_at_start() {
     assert!(config.contains("srv.key"), "{config}");
     std::fs::write(&server.config_path, config.replace("srv.key", "ca.key")).unwrap();
     let said = refused_start(&server.config_path);
-    assert!(said.contains("do not go together"), "{said}");
+    assert!(said.contains("is not the one of the certificate"), "{said}");
     assert!(!said.contains("PRIVATE KEY"), "{said}");
 }
