@@ -117,10 +117,15 @@ impl<A> TlsAccept<A> {
     /// The connection after its handshake; `None` when the handshake fails or times out,
     /// each noted in the log (with the caller's address) and counted in the metrics.
     async fn handshake(&self, stream: Stream) -> Option<TlsStream> {
-        let peer = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().cloned());
-        let peer = peer.map(|a| a.to_string()).unwrap_or_default();
+        // The caller's address is written out only should the handshake fail.
+        let socket = stream.get_socket_digest();
+        let peer = || {
+            socket
+                .as_ref()
+                .and_then(|d| d.peer_addr())
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        };
         let accept = self.acceptor.accept(stream).into_fallible();
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
             Ok(Ok(tls)) => Some(TlsStream::new(tls)),
@@ -129,12 +134,12 @@ impl<A> TlsAccept<A> {
                 // speak, say) may still be in the stream's write buffer: flushed, so that it
                 // goes out before the close.
                 let _ = tokio::time::timeout(ALERT_TIMEOUT, stream.flush()).await;
-                tracing::info!(%peer, %error, "TLS handshake failed");
+                tracing::info!(peer = %peer(), %error, "TLS handshake failed");
                 self.metrics.record_tls_handshake_failure("failed");
                 None
             }
             Err(_) => {
-                tracing::info!(%peer, "TLS handshake not finished in time");
+                tracing::info!(peer = %peer(), "TLS handshake not finished in time");
                 self.metrics.record_tls_handshake_failure("timeout");
                 None
             }
