@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::edge::idle::IdleWait;
 use crate::edge::live::{Live, Reloader};
 use crate::edge::metrics::MetricsPage;
+use crate::edge::tls::listener::TlsListener;
 use crate::edge::tls::{server_config, TlsAccept};
 use arc_swap::ArcSwap;
 use pingora::apps::ServerApp;
@@ -137,7 +138,8 @@ pub fn build_server(
             .to_string(),
         ..ServerConf::default()
     };
-    let listen = config.listen.to_string();
+    let listen_addr = config.listen;
+    let listen = listen_addr.to_string();
     let tls = config.tls.clone();
     let metrics_listen = config.metrics.listen;
     let pid_file = pid_file(&config);
@@ -176,18 +178,19 @@ pub fn build_server(
     );
     proxy.h2_options = Some(h2_options());
     let app = IdleWait::new(proxy);
-    // No L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
-    // the HTTP/1 reader has a header buffer of its own, and TLS reads its records itself.
-    // TLS is paycred's own (edge::tls), so pingora's listener is plain TCP either way.
-    let listener = ListenerConfig::tcp(&listen).l4_buffer(L4BufferSettings::default().read(0));
+    // TLS has a listener of its own (edge::tls::listener). The plain one is pingora's, with
+    // no L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
+    // the HTTP/1 reader has a header buffer of its own.
     match tls {
         Some(tls) => {
             let config = server_config(&tls.cert_file, &tls.key_file, tls.http2)
                 .map_err(StartError::Listener)?;
             let accept = TlsAccept::new(config, app, page.metrics.clone());
-            server.add_service(listening(accept, listener));
+            server.add_service(TlsListener::new(listen_addr, accept));
         }
         None => {
+            let buffers = L4BufferSettings::default().read(0);
+            let listener = ListenerConfig::tcp(&listen).l4_buffer(buffers);
             server.add_service(listening(app, listener));
         }
     }

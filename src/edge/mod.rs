@@ -8,7 +8,8 @@
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
 //! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
 //! - [`idle`]: the small wait for each HTTP/1.x request before pingora's proxy takes it.
-//! - [`tls`]: the TLS listener (rustls): each connection's handshake before [`idle`].
+//! - [`tls`]: the TLS listener (rustls): its accept loop, each connection's handshake before
+//!   [`idle`], and the stream with buffers freed while it idles.
 //!
 //! May import: `api`, `proxy`, `service`, `app`, `auth`, `http`, `ops`, `dev`, and below.
 

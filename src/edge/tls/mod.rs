@@ -1,12 +1,13 @@
 //! The TLS listener, on rustls: the certificate and key of `tls:`, ALPN, session tickets, and
 //! each connection's handshake before the HTTP application takes it.
 //!
-//! The listener is a plain TCP one to pingora; [`TlsAccept`] stands in front of the HTTP
-//! application, completes the handshake ([`HANDSHAKE_TIMEOUT`] at most) and hands on the
-//! connection as a [`TlsStream`], which pingora reads, writes and asks for its ALPN like its
-//! own TLS streams. rustls rather than pingora's OpenSSL listener because an idle connection
-//! holds less (OpenSSL keeps about 14 KiB of state a connection, rustls about 7) and a
-//! handshake costs less CPU.
+//! [`listener`] accepts the TCP connections (a pingora service of paycred's own);
+//! [`TlsAccept`] stands in front of the HTTP application, completes the handshake
+//! ([`HANDSHAKE_TIMEOUT`] at most) and hands on the connection as a [`TlsStream`] (`stream`),
+//! which pingora reads, writes and asks for its ALPN like its own TLS streams. rustls rather
+//! than pingora's OpenSSL listener because an idle connection holds less (OpenSSL keeps
+//! about 14 KiB of state a connection; rustls about 3 KiB on its unbuffered API, with
+//! buffers freed while the connection idles) and a handshake costs less CPU.
 //!
 //! What is offered: TLS 1.3 and 1.2 with ECDHE and AEAD ciphers only (rustls has no other);
 //! X25519, P-256 and P-384 key exchange; `h2` then `http/1.1` by ALPN (`http/1.1` only when
@@ -17,26 +18,22 @@
 //! certificates are asked for. A failed handshake sends its alert, is logged with the
 //! caller's address and counted (`paycred_tls_handshake_failures_total`).
 
+pub mod listener;
+mod stream;
+
+pub use stream::TlsStream;
+
 use crate::ops::metrics::Metrics;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
-use pingora::protocols::raw_connect::ProxyDigest;
-use pingora::protocols::{
-    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
-    TimingDigest, UniqueID, UniqueIDType, ALPN,
-};
+use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ServerConfig;
-use std::io;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio_rustls::TlsAcceptor;
 
 /// Longest a caller may take over its handshake: a round trip or two, so a connection that
 /// opens and then says nothing is let go after this, not after the keep-alive timeout.
@@ -100,7 +97,7 @@ pub fn server_config(
 
 /// An HTTP application behind the listener's TLS handshake.
 pub struct TlsAccept<A> {
-    acceptor: TlsAcceptor,
+    config: Arc<ServerConfig>,
     app: Arc<A>,
     metrics: Arc<Metrics>,
 }
@@ -108,7 +105,7 @@ pub struct TlsAccept<A> {
 impl<A> TlsAccept<A> {
     pub fn new(config: Arc<ServerConfig>, app: A, metrics: Arc<Metrics>) -> Self {
         TlsAccept {
-            acceptor: TlsAcceptor::from(config),
+            config,
             app: Arc::new(app),
             metrics,
         }
@@ -126,14 +123,10 @@ impl<A> TlsAccept<A> {
                 .map(ToString::to_string)
                 .unwrap_or_default()
         };
-        let accept = self.acceptor.accept(stream).into_fallible();
+        let accept = TlsStream::accept(self.config.clone(), stream, ALERT_TIMEOUT);
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
-            Ok(Ok(tls)) => Some(TlsStream::new(tls)),
-            Ok(Err((error, mut stream))) => {
-                // The alert rustls wrote (a protocol version or cipher paycred does not
-                // speak, say) may still be in the stream's write buffer: flushed, so that it
-                // goes out before the close.
-                let _ = tokio::time::timeout(ALERT_TIMEOUT, stream.flush()).await;
+            Ok(Ok(tls)) => Some(tls),
+            Ok(Err(error)) => {
                 tracing::info!(peer = %peer(), %error, "TLS handshake failed");
                 self.metrics.record_tls_handshake_failure("failed");
                 None
@@ -172,127 +165,6 @@ where
     }
 }
 
-/// A caller's connection after its handshake, as pingora streams are: read and written
-/// through rustls, its ALPN and socket details answered for the HTTP layer.
-#[derive(Debug)]
-pub struct TlsStream {
-    tls: tokio_rustls::server::TlsStream<Stream>,
-    alpn: Option<ALPN>,
-}
-
-impl TlsStream {
-    fn new(tls: tokio_rustls::server::TlsStream<Stream>) -> Self {
-        // Only the two offered can be chosen.
-        let alpn = match tls.get_ref().1.alpn_protocol() {
-            Some(b"h2") => Some(ALPN::H2),
-            Some(b"http/1.1") => Some(ALPN::H1),
-            _ => None,
-        };
-        TlsStream { tls, alpn }
-    }
-
-    fn tcp(&self) -> &Stream {
-        self.tls.get_ref().0
-    }
-}
-
-impl AsyncRead for TlsStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tls).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tls).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tls).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tls.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tls).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tls).poll_shutdown(cx)
-    }
-}
-
-#[async_trait]
-impl Shutdown for TlsStream {
-    /// Sends `close_notify` and closes the connection's sending side.
-    async fn shutdown(&mut self) {
-        if let Err(e) = self.tls.shutdown().await {
-            tracing::debug!(error = %e, "TLS shutdown failed");
-        }
-    }
-}
-
-impl UniqueID for TlsStream {
-    fn id(&self) -> UniqueIDType {
-        self.tcp().id()
-    }
-}
-
-/// ALPN only: no OpenSSL handle and no `SslDigest` (paycred logs neither). pingora takes a
-/// stream without an `SslDigest` for cleartext when it decides on h2c, which paycred does not
-/// enable.
-impl Ssl for TlsStream {
-    fn selected_alpn_proto(&self) -> Option<ALPN> {
-        self.alpn.clone()
-    }
-}
-
-impl GetTimingDigest for TlsStream {
-    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
-        self.tcp().get_timing_digest()
-    }
-
-    fn get_read_pending_time(&self) -> Duration {
-        self.tcp().get_read_pending_time()
-    }
-
-    fn get_write_pending_time(&self) -> Duration {
-        self.tcp().get_write_pending_time()
-    }
-}
-
-impl GetProxyDigest for TlsStream {
-    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
-        self.tcp().get_proxy_digest()
-    }
-}
-
-impl GetSocketDigest for TlsStream {
-    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
-        self.tcp().get_socket_digest()
-    }
-
-    fn set_socket_digest(&mut self, digest: SocketDigest) {
-        self.tls.get_mut().0.set_socket_digest(digest);
-    }
-}
-
-impl Peek for TlsStream {}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -302,8 +174,8 @@ mod tests {
     use openssl::pkey::PKey;
     use openssl::x509::{X509Builder, X509NameBuilder};
 
-    /// A self-signed P-256 certificate and its key, as PEM files in `dir`.
-    fn pem_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    /// A self-signed P-256 certificate for `localhost` and its key, as PEM files in `dir`.
+    pub(super) fn pem_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
         let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
         let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
         let mut name = X509NameBuilder::new().unwrap();
@@ -314,6 +186,11 @@ mod tests {
         cert.set_subject_name(&name).unwrap();
         cert.set_issuer_name(&name).unwrap();
         cert.set_pubkey(&key).unwrap();
+        let names = openssl::x509::extension::SubjectAlternativeName::new()
+            .dns("localhost")
+            .build(&cert.x509v3_context(None, None))
+            .unwrap();
+        cert.append_extension(names).unwrap();
         let now = openssl::asn1::Asn1Time::days_from_now(0).unwrap();
         let later = openssl::asn1::Asn1Time::days_from_now(2).unwrap();
         cert.set_not_before(&now).unwrap();
