@@ -138,8 +138,7 @@ pub fn build_server(
             .to_string(),
         ..ServerConf::default()
     };
-    let listen_addr = config.listen;
-    let listen = listen_addr.to_string();
+    let listen = config.listen;
     let tls = config.tls.clone();
     let metrics_listen = config.metrics.listen;
     let pid_file = pid_file(&config);
@@ -186,11 +185,11 @@ pub fn build_server(
             let config = server_config(&tls.cert_file, &tls.key_file, tls.http2)
                 .map_err(StartError::Listener)?;
             let accept = TlsAccept::new(config, app, page.metrics.clone());
-            server.add_service(TlsListener::new(listen_addr, accept));
+            server.add_service(TlsListener::new(listen, accept));
         }
         None => {
             let buffers = L4BufferSettings::default().read(0);
-            let listener = ListenerConfig::tcp(&listen).l4_buffer(buffers);
+            let listener = ListenerConfig::tcp(listen.to_string()).l4_buffer(buffers);
             server.add_service(listening(app, listener));
         }
     }

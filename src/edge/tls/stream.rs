@@ -143,28 +143,24 @@ impl TlsStream {
             failed: false,
         };
         loop {
-            match tls.process(&mut Want::Handshake) {
+            let more = match tls.process(&mut Want::Handshake) {
                 Ok(Step::Done(_)) => break,
                 Ok(Step::NeedInput) => {
                     std::future::poll_fn(|cx| tls.poll_send(cx)).await?;
-                    if std::future::poll_fn(|cx| tls.poll_fill(cx)).await? == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "the caller closed the connection during the handshake",
-                        ));
-                    }
+                    std::future::poll_fn(|cx| tls.poll_fill(cx)).await? > 0
                 }
-                Ok(Step::End) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the caller closed the connection during the handshake",
-                    ))
-                }
+                Ok(Step::End) => false,
                 Err(error) => {
                     let send = std::future::poll_fn(|cx| tls.poll_send(cx));
                     let _ = tokio::time::timeout(alert_wait, send).await;
                     return Err(error);
                 }
+            };
+            if !more {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the caller closed the connection during the handshake",
+                ));
             }
         }
         // The server's last flight and its session tickets.
