@@ -988,6 +988,34 @@ fn new_connections_to_a_tls_target_resume_its_session() {
     assert_eq!(case.target.resumed(), [false, true, true, false, true]);
 }
 
+/// A TLS target whose answers come in many records (the head a record per line, 100 KB of
+/// body in records of 1,000 bytes): each answer reaches the caller whole and in order, and
+/// the next request reuses the connection, so nothing of one answer is left over for the
+/// next or lost in a read that took several records at once.
+#[test]
+fn answers_in_many_tls_records_arrive_whole_on_a_reused_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = TlsTargets::start(
+        dir.path(),
+        &[("proj_tls", true)],
+        KeepAliveTls::start_in_pieces,
+        |t| t.port,
+    );
+    let want = crate::common::upstream::pieces_body();
+    for _ in 0..3 {
+        // As above: the connection goes back to the pool just after the answer.
+        std::thread::sleep(Duration::from_millis(100));
+        let r = case.call("proj_tls");
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(
+            r.text.as_bytes() == want.as_slice(),
+            "the answer's body differs"
+        );
+    }
+    assert_eq!(case.target.answered(), 3);
+    assert_eq!(case.target.connections(), 1);
+}
+
 fn create_intent(server: &Server, t: &str, pm: &str, kind: &str, mandates: Value) -> Value {
     let r = server.call(
         "POST",

@@ -1,6 +1,7 @@
 //! TLS to targets for the direct exchange: the handshake verifies the target as pingora's
 //! connector does (the system's roots or the project's `proxy.ca_file`, the host name, SNI,
-//! ALPN `http/1.1`), at TLS 1.2 or later, and resumes the last session the same peer gave,
+//! ALPN `http/1.1`), at TLS 1.2 or later, reads ahead (a read takes what the socket holds,
+//! not a record's header and then its body), and resumes the last session the same peer gave,
 //! so a new connection to a target it already spoke with skips the certificate exchange and
 //! its verification.
 //!
@@ -58,6 +59,9 @@ impl TargetTls {
         builder.set_session_cache_mode(
             SslSessionCacheMode::CLIENT | SslSessionCacheMode::NO_INTERNAL_STORE,
         );
+        // A read takes what the socket holds rather than a record header, then its body: the
+        // target's answer in one or two reads, not two per record.
+        builder.set_read_ahead(true);
         let keep = sessions.clone();
         builder.set_new_session_callback(move |ssl, session| {
             if let Some(key) = ssl.ex_data(key_index).copied() {

@@ -342,6 +342,25 @@ pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> openssl::s
     acceptor.build()
 }
 
+/// How [`KeepAliveTls`] answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TlsAnswer {
+    KeepOpen,
+    Close,
+    Pieces,
+}
+
+/// The length of the body [`KeepAliveTls::start_in_pieces`] answers.
+pub const PIECES_BODY: usize = 100_000;
+
+/// The body [`KeepAliveTls::start_in_pieces`] answers: [`PIECES_BODY`] bytes of a pattern
+/// that shows any byte lost, repeated or out of place.
+pub fn pieces_body() -> Vec<u8> {
+    (0..PIECES_BODY)
+        .map(|i| b"0123456789abcdefghijklmnopqrstuvwxyz"[(i * 7 + i / 36) % 36])
+        .collect()
+}
+
 /// An HTTPS target that keeps connections open (or closes each after one answer): every
 /// request (head only; bodyless requests) is answered `200` with a `Content-Length`, so a
 /// proxy pools the connection. It records whether each handshake resumed a session.
@@ -355,15 +374,21 @@ pub struct KeepAliveTls {
 impl KeepAliveTls {
     /// Serves with the PEM certificate chain and key at these paths, keeping connections open.
     pub fn start(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
-        Self::serve(cert, key, false)
+        Self::serve(cert, key, TlsAnswer::KeepOpen)
     }
 
     /// The same, closing each connection after its first answer (`Connection: close`).
     pub fn start_closing(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
-        Self::serve(cert, key, true)
+        Self::serve(cert, key, TlsAnswer::Close)
     }
 
-    fn serve(cert: &std::path::Path, key: &std::path::Path, close: bool) -> KeepAliveTls {
+    /// The same as [`Self::start`], answering [`PIECES_BODY`] in many TLS records: the head
+    /// a record per line, the body in records of 1,000 bytes.
+    pub fn start_in_pieces(cert: &std::path::Path, key: &std::path::Path) -> KeepAliveTls {
+        Self::serve(cert, key, TlsAnswer::Pieces)
+    }
+
+    fn serve(cert: &std::path::Path, key: &std::path::Path, answer: TlsAnswer) -> KeepAliveTls {
         let acceptor: &'static openssl::ssl::SslAcceptor =
             Box::leak(Box::new(tls_acceptor(cert, key)));
         // Leaked like the acceptor: the serving closure must be `Copy`.
@@ -386,12 +411,27 @@ impl KeepAliveTls {
                     headers: Vec::new(),
                     body: Vec::new(),
                 });
-                let answer: &[u8] = if close {
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-                } else {
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+                let tls = reader.get_mut();
+                let sent = match answer {
+                    TlsAnswer::KeepOpen => tls.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
+                    ),
+                    TlsAnswer::Close => tls.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    ),
+                    TlsAnswer::Pieces => {
+                        let body = pieces_body();
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        head.split_inclusive("\r\n")
+                            .map(str::as_bytes)
+                            .chain(body.chunks(1000))
+                            .try_for_each(|piece| tls.write_all(piece))
+                    }
                 };
-                if reader.get_mut().write_all(answer).is_err() || close {
+                if sent.is_err() || answer == TlsAnswer::Close {
                     let _ = reader.get_mut().shutdown();
                     return;
                 }
