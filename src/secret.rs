@@ -11,17 +11,38 @@
 //!
 //! `Deserialize` is there: reading a value into its type is how it becomes safe to hold.
 //!
+//! Equality is constant time: `==` on these types compares with `subtle` (its time depends on
+//! the lengths only), and so does [`constant_time_eq`], the one comparison of raw secret bytes
+//! (a bearer token, a code, a MAC). No secret type derives `PartialEq`: a type that holds one
+//! compares field by field with [`ConstantTimeEq`] and without stopping at the first
+//! difference ([`Credential`](crate::domain::issuer::Credential) is written so).
+//!
 //! A leaf: imports nothing of paycred.
 
 use serde::{Deserialize, Deserializer};
 use std::fmt;
+pub use subtle::{Choice, ConstantTimeEq};
 use zeroize::Zeroizing;
 
 macro_rules! secret_text {
     ($(#[$doc:meta])* $name:ident, |$v:ident| $shown:expr) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq)]
+        #[derive(Clone)]
         pub struct $name(Zeroizing<String>);
+
+        impl ConstantTimeEq for $name {
+            fn ct_eq(&self, other: &Self) -> Choice {
+                self.0.as_bytes().ct_eq(other.0.as_bytes())
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.ct_eq(other).into()
+            }
+        }
+
+        impl Eq for $name {}
 
         impl $name {
             /// Takes a value.
@@ -110,13 +131,28 @@ impl CardNumber {
 
 /// One field of a credential as a proxy template reveals it into a body: the scanner's
 /// output. Card data keeps its type; an expiry month or year is not secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Revealed {
     Number(CardNumber),
     Cvc(Cvc),
     Cryptogram(Cryptogram),
     Expiry(String),
 }
+
+impl PartialEq for Revealed {
+    /// Constant time over the value; which kind of field each side is, is not secret.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Revealed::Number(a), Revealed::Number(b)) => a == b,
+            (Revealed::Cvc(a), Revealed::Cvc(b)) => a == b,
+            (Revealed::Cryptogram(a), Revealed::Cryptogram(b)) => a == b,
+            (Revealed::Expiry(a), Revealed::Expiry(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Revealed {}
 
 impl Revealed {
     /// The value itself, to be written into the body.
@@ -131,8 +167,22 @@ impl Revealed {
 }
 
 /// 32 bytes of key material (a master key, a data key, a derived secret).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct KeyMaterial(Zeroizing<[u8; 32]>);
+
+impl ConstantTimeEq for KeyMaterial {
+    fn ct_eq(&self, other: &Self) -> Choice {
+        self.0.as_slice().ct_eq(other.0.as_slice())
+    }
+}
+
+impl PartialEq for KeyMaterial {
+    fn eq(&self, other: &Self) -> bool {
+        self.ct_eq(other).into()
+    }
+}
+
+impl Eq for KeyMaterial {}
 
 impl KeyMaterial {
     /// Takes the bytes.
@@ -166,9 +216,9 @@ impl fmt::Debug for KeyMaterial {
     }
 }
 
-/// Whether two secrets are equal, in time that depends on their lengths only.
+/// Whether two secrets are equal, in time that depends on their lengths only (`subtle`).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.ct_eq(b).into()
 }
 
 /// The one mask of a card number: the first 6 and last 4 characters, a `*` for each one
@@ -202,6 +252,28 @@ mod tests {
             "KeyMaterial(..)"
         );
         assert_eq!((number.bin(), number.last4()), ("424242", "4242"));
+    }
+
+    #[test]
+    fn equality_compares_values() {
+        assert_eq!(
+            CardNumber::new("4242424242424242"),
+            CardNumber::from("4242424242424242")
+        );
+        assert_ne!(
+            CardNumber::new("4242424242424242"),
+            CardNumber::new("4242424242424241")
+        );
+        assert_ne!(Cvc::new("123"), Cvc::new("1234"));
+        assert_eq!(KeyMaterial::new([1; 32]), KeyMaterial::new([1; 32]));
+        assert_ne!(KeyMaterial::new([1; 32]), KeyMaterial::new([2; 32]));
+        let cvc = Revealed::Cvc(Cvc::new("123"));
+        assert_eq!(cvc, Revealed::Cvc(Cvc::new("123")));
+        assert_ne!(cvc, Revealed::Expiry("123".into()));
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
     }
 
     #[test]

@@ -247,7 +247,7 @@ struct TokenRef<'a>(&'a str);
 
 impl quick_cache::Equivalent<BearerToken> for TokenRef<'_> {
     fn equivalent(&self, key: &BearerToken) -> bool {
-        self.0 == key.expose()
+        crate::secret::constant_time_eq(self.0.as_bytes(), key.expose().as_bytes())
     }
 }
 

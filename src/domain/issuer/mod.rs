@@ -9,7 +9,7 @@ pub mod sandbox;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::secret::{CardNumber, Cryptogram, Cvc};
+use crate::secret::{CardNumber, Choice, ConstantTimeEq, Cryptogram, Cvc};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -98,8 +98,9 @@ pub struct CardFacts<'a> {
 /// A credential as the purchase intent exposes it: the Virtual Card, Network Token or PAN
 /// object. Serialises with the wire names (`expirationMonth`, ...), leaving out an absent
 /// `cvc` / `cryptogram`: this is where card data leaves, in the credential response and
-/// sealed with its intent. `Debug` masks the number and hides cvc and cryptogram.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// sealed with its intent. `Debug` masks the number and hides cvc and cryptogram; `==` is
+/// constant time over the card data, field by field without stopping at a difference.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Credential {
     /// Card or token number.
@@ -115,6 +116,40 @@ pub struct Credential {
     #[serde(default)]
     pub cryptogram: Option<Cryptogram>,
 }
+
+impl ConstantTimeEq for Credential {
+    fn ct_eq(&self, other: &Self) -> Choice {
+        let optional = |a: Option<&[u8]>, b: Option<&[u8]>| match (a, b) {
+            (Some(a), Some(b)) => a.ct_eq(b),
+            (a, b) => Choice::from(u8::from(a.is_none() && b.is_none())),
+        };
+        self.number.ct_eq(&other.number)
+            & self
+                .expiration_month
+                .as_bytes()
+                .ct_eq(other.expiration_month.as_bytes())
+            & self
+                .expiration_year
+                .as_bytes()
+                .ct_eq(other.expiration_year.as_bytes())
+            & optional(
+                self.cvc.as_ref().map(|c| c.expose().as_bytes()),
+                other.cvc.as_ref().map(|c| c.expose().as_bytes()),
+            )
+            & optional(
+                self.cryptogram.as_ref().map(|c| c.expose().as_bytes()),
+                other.cryptogram.as_ref().map(|c| c.expose().as_bytes()),
+            )
+    }
+}
+
+impl PartialEq for Credential {
+    fn eq(&self, other: &Self) -> bool {
+        self.ct_eq(other).into()
+    }
+}
+
+impl Eq for Credential {}
 
 impl Serialize for Credential {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -135,7 +170,7 @@ impl Serialize for Credential {
 }
 
 /// What an issuer answered, mapped onto the purchase intent's `status`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Issued {
     /// Ready to use: `active`.
     Active(Credential),
@@ -145,6 +180,21 @@ pub enum Issued {
     /// This credential type cannot be issued for this card: `unavailable`.
     Unavailable,
 }
+
+impl PartialEq for Issued {
+    /// The status, then the credential in constant time ([`Credential`]'s `==`).
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Issued::Active(a), Issued::Active(b)) | (Issued::Verify(a), Issued::Verify(b)) => {
+                a == b
+            }
+            (Issued::Unavailable, Issued::Unavailable) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Issued {}
 
 impl Issued {
     /// The purchase intent status: `active`, `verify` or `unavailable`.

@@ -222,7 +222,10 @@ impl Issuer for Sandbox {
                 }))
             }
             CredentialType::VirtualCard => {
-                if number.expose() == TEST_CARD_NO_VIRTUAL_CARD {
+                if constant_time_eq(
+                    number.expose().as_bytes(),
+                    TEST_CARD_NO_VIRTUAL_CARD.as_bytes(),
+                ) {
                     return Ok(Issued::Unavailable);
                 }
                 let Some(range) = sandbox_range(req.card.brand) else {
@@ -240,7 +243,10 @@ impl Issuer for Sandbox {
                 }))
             }
             CredentialType::NetworkToken => {
-                if number.expose() == TEST_CARD_NO_NETWORK_TOKEN {
+                if constant_time_eq(
+                    number.expose().as_bytes(),
+                    TEST_CARD_NO_NETWORK_TOKEN.as_bytes(),
+                ) {
                     return Ok(Issued::Unavailable);
                 }
                 let Some(range) = sandbox_range(req.card.brand) else {
@@ -256,7 +262,12 @@ impl Issuer for Sandbox {
                     cvc: None,
                     cryptogram: Some(self.cryptogram_for(req.intent_id)),
                 };
-                if !req.verified_before || req.card.number.expose() == TEST_CARD_ALWAYS_VERIFY {
+                if !req.verified_before
+                    || constant_time_eq(
+                        req.card.number.expose().as_bytes(),
+                        TEST_CARD_ALWAYS_VERIFY.as_bytes(),
+                    )
+                {
                     Ok(Issued::Verify(credential))
                 } else {
                     Ok(Issued::Active(credential))
