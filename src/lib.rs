@@ -2,26 +2,28 @@
 //! short-lived, mandate-bounded credentials, and proxies requests to payment APIs with
 //! card values substituted in, so callers never handle them.
 //!
-//! The layers, each importing only those below it (no module imports one above):
+//! The layers, top first. A module imports only modules of the layers below its own, never
+//! one of its own layer or above; `tests/it/layers.rs` reads this table and fails on any
+//! import (production or test code) that breaks it.
 //!
 //! ```text
-//! cli/           the command line (`main.rs` only parses and calls it)
-//! server         start-up: store, keys, the pingora server
-//! delivery/      webhook delivery: the worker that sends the outbox's events
-//! edge/          the HTTP edge: the gateway's phase table, routing, rate limits,
-//!                idempotency, REST handling
-//! api/ proxy/    the handlers: REST resources; the proxy route and its forwarding
-//! service/       what handlers and the proxy share: card intake, credentials of intents
-//! app            the shared state handed to handlers ([`app::App`])
-//! auth/          JWT → Principal; minting development tokens
-//! template/      the template language and its streaming scanner
-//! audit/ vault/  the audit log; encryption at rest and keys
-//! store/         persistence (the `Store` trait, the sled and PostgreSQL backends)
-//! domain/        pure rules: cards, mandates, issuers
-//! config/ ops/ dev/ http
-//!                configuration; logs and metrics; development tools; HTTP plumbing
-//! error clock secret
-//!                leaves: the error envelope, time, secret types
+//! cli/                     the command line (`main.rs` only parses and calls it)
+//! server                   start-up: store, keys, the pingora server
+//! delivery/                webhook delivery: the worker that sends the outbox's events
+//! edge/                    the HTTP edge: the gateway's phase table, routing, rate limits,
+//!                          idempotency, REST handling
+//! api/ proxy/              the handlers: REST resources; the proxy route and its forwarding
+//! service/                 what handlers and the proxy share: card intake, credentials of
+//!                          intents, the target guard
+//! app dev/                 the shared state handed to handlers ([`app::App`]); development
+//!                          tools (`serve --dev`, the demo page)
+//! auth/ vault/ template/   JWT → Principal; encryption at rest and keys; the template
+//!                          language and its streaming scanners
+//! store/                   persistence (the `Store` traits, the sled and PostgreSQL backends)
+//! config/ domain/ http     configuration; pure rules (cards, mandates, issuers); HTTP
+//!                          plumbing
+//! audit/                   the audit log's entries, chain and files
+//! ops/ error clock secret  leaves: logs and metrics, the error envelope, time, secret types
 //! ```
 
 pub mod api;

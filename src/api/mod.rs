@@ -19,7 +19,7 @@ pub mod verify;
 pub mod webhook_endpoints;
 
 #[cfg(test)]
-mod intents_tests;
+pub(crate) mod intents_tests;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};

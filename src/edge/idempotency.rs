@@ -245,8 +245,17 @@ pub fn spawn_sweeper(store: std::sync::Weak<dyn crate::store::Store>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::api::intents_tests::{
+        add_card, env, get_intent, guide_usd, private, reply, scope, who, Env, PAN_PROJECT, VISA,
+    };
+    use crate::api::{payment_methods, purchase_intents::create};
+    use crate::auth::Role;
+    use crate::clock::micros;
+    use serde_json::{json, Value};
+    use time::Duration;
 
     #[test]
     fn keys_are_checked() {
@@ -270,5 +279,99 @@ mod tests {
         assert_ne!(a, fingerprint("POST", "/q", b"{}"));
         assert_ne!(a, fingerprint("POST", "/p", b"{ }"));
         assert_ne!(a, fingerprint("PUT", "/p", b"{}"));
+    }
+
+    /// A create answered through `Idempotency-Key`: status, body, and whether it was a replay.
+    async fn create_once(env: &Env, p: &Principal, key: &str, req: &str) -> (u16, Value, bool) {
+        let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+        let in_flight = super::InFlight::default();
+        let r = super::run(
+            &env.app,
+            &in_flight,
+            p,
+            ("POST", &path, req.as_bytes()),
+            key,
+            create(&env.app, p, req.as_bytes()),
+        )
+        .await;
+        let replayed = r
+            .as_ref()
+            .is_ok_and(|r| r.headers.iter().any(|(n, _)| *n == "Idempotent-Replayed"));
+        let (status, v) = reply(r);
+        (status, v, replayed)
+    }
+
+    #[tokio::test]
+    async fn idempotent_replays_of_a_create_follow_the_intent_and_the_cvc_retention() {
+        let env = env();
+        let p = private("user_1");
+        let public = who(PAN_PROJECT, "user_1", Role::Public);
+        let pm = add_card(&env, &p, VISA).await;
+        let req =
+            json!({"credentialType": "pan", "paymentMethodId": pm, "mandates": guide_usd("10")})
+                .to_string();
+        let (status, first, replayed) = create_once(&env, &p, "new", &req).await;
+        assert_eq!((status, replayed), (201, false), "{first}");
+        assert_eq!(first["pan"]["cvc"], "123");
+
+        // A record as stored before intents were kept by id: the whole answer, no role.
+        let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+        let now = micros(env.app.clock.now());
+        let legacy = crate::store::IdempotentRecord {
+            fingerprint: super::fingerprint("POST", &path, req.as_bytes()),
+            status: 201,
+            body_sealed: Some(
+                env.app
+                    .vault
+                    .seal(
+                        PAN_PROJECT,
+                        &super::aad(&p, "old"),
+                        first.to_string().as_bytes(),
+                    )
+                    .unwrap(),
+            ),
+            intent_id: None,
+            role: None,
+            created_micros: now,
+            expires_micros: now + 86_400_000_000,
+        };
+        let sc = scope(PAN_PROJECT, "user_1");
+        env.app
+            .store
+            .put_idempotent(sc, "old", &legacy)
+            .await
+            .unwrap();
+
+        for key in ["new", "old"] {
+            let (status, v, replayed) = create_once(&env, &p, key, &req).await;
+            assert_eq!((status, &v, replayed), (201, &first, true), "{key}");
+        }
+        // The entity's public token gets no card: another request for a new record, the
+        // private role's answer for an old one.
+        assert_eq!(create_once(&env, &public, "new", &req).await.0, 409);
+        assert_eq!(create_once(&env, &public, "old", &req).await.0, 403);
+
+        // Past the cvc's retention the replays carry the card without it, as GET does.
+        env.clock.advance(Duration::hours(2));
+        let (_, now_shown) = get_intent(&env, &p, first["id"].as_str().unwrap()).await;
+        assert_eq!(now_shown["pan"]["number"], VISA, "{now_shown}");
+        assert!(now_shown["pan"].get("cvc").is_none(), "{now_shown}");
+        for key in ["new", "old"] {
+            let (status, v, _) = create_once(&env, &p, key, &req).await;
+            assert_eq!((status, &v), (201, &now_shown), "{key}");
+        }
+
+        // After the payment method is deleted: the intent, canceled, and no card.
+        let (status, _) = reply(payment_methods::delete(&env.app, &p, &pm).await);
+        assert_eq!(status, 204);
+        for key in ["new", "old"] {
+            let (status, v, _) = create_once(&env, &p, key, &req).await;
+            assert_eq!(
+                (status, v["status"].as_str()),
+                (201, Some("canceled")),
+                "{v}"
+            );
+            assert!(v.get("pan").is_none(), "{v}");
+        }
     }
 }

@@ -287,4 +287,51 @@ mod tests {
             assert_eq!(route(bad), None, "{bad:?}");
         }
     }
+
+    /// Every documented path and method is a route that answers that method (a documented
+    /// preflight: the methods the edge opens to browsers), every route form is there, and
+    /// every `$ref` resolves.
+    #[test]
+    fn every_route_form_is_described_and_refs_resolve() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&crate::api::openapi::DOCUMENT).unwrap_or_default();
+        let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+        assert_eq!(paths.len(), 2 * 18 + 3 + 4);
+        let text = doc.to_string();
+        let schemas = &doc["components"]["schemas"];
+        for part in text.split("#/components/schemas/").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            assert!(schemas.get(&name).is_some(), "{name}");
+        }
+        for (path, item) in &paths {
+            let concrete = path.replace("{projectId}", "p1").replace("{id}", "x1");
+            let route = route(&concrete);
+            let Some(route) = route else {
+                unreachable!("{path} is not a route")
+            };
+            // The preflight documented is the one the edge answers, with the same methods.
+            let browser: Vec<&str> = route.browser_methods().iter().map(|m| m.as_str()).collect();
+            let documented = &item["options"]["responses"]["204"]["headers"]
+                ["Access-Control-Allow-Methods"]["schema"]["enum"][0];
+            match browser.as_slice() {
+                [] => assert!(item.get("options").is_none(), "{path}"),
+                methods => assert_eq!(documented, &methods.join(", ").as_str(), "{path}"),
+            }
+            for method in item.as_object().into_iter().flat_map(|m| m.keys()) {
+                if method == "options" {
+                    continue;
+                }
+                assert!(
+                    route
+                        .allowed()
+                        .iter()
+                        .any(|m| m.as_str().eq_ignore_ascii_case(method)),
+                    "{method} {path} is not answered"
+                );
+            }
+        }
+    }
 }

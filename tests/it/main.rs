@@ -5,7 +5,7 @@
 //! Most areas start the real `paycred` binary on an ephemeral port with its own data dir
 //! and keys and talk HTTP to it, through the harness in [`common`]; a recording server on
 //! 127.0.0.1 (`common::upstream`) stands in for targets. `storage_faults` and
-//! `template_props` call the library in-process.
+//! `template_props` call the library in-process; `layers` reads the source files.
 //!
 //! Run one area with `cargo test --test it AREA::` (e.g. `cargo test --test it proxy::`).
 //! Proptest keeps the failing cases it found in `tests/proptest-regressions/AREA.txt` and
@@ -30,6 +30,7 @@ mod h2;
 mod idempotency;
 mod keepalive;
 mod keys;
+mod layers;
 mod log_hygiene;
 mod master_key;
 mod operations;

@@ -7,7 +7,6 @@ use super::verify::verify;
 use super::{payment_methods, sandbox};
 use crate::app::App;
 use crate::auth::Principal;
-use crate::clock::micros;
 use crate::domain::issuer::CredentialType;
 use crate::error::ApiResult;
 use crate::http::Response;
@@ -17,7 +16,7 @@ use crate::service::intents::{
 use crate::store::{IntentStatus, Scope, UseOutcome};
 use time::Duration;
 
-fn scope<'a>(project: &'a str, entity: &'a str) -> Scope<'a> {
+pub(crate) fn scope<'a>(project: &'a str, entity: &'a str) -> Scope<'a> {
     Scope { project, entity }
 }
 use crate::auth::{Authenticator, Role};
@@ -33,14 +32,14 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use time::macros::datetime;
 
-const PAN_PROJECT: &str = "proj_pan";
+pub(crate) const PAN_PROJECT: &str = "proj_pan";
 const NO_PAN_PROJECT: &str = "proj_nopan";
-const VISA: &str = "4242424242424242";
+pub(crate) const VISA: &str = "4242424242424242";
 const MASTERCARD: &str = "5555555555554444";
 
-struct Env {
-    app: Arc<App>,
-    clock: Arc<ManualClock>,
+pub(crate) struct Env {
+    pub(crate) app: Arc<App>,
+    pub(crate) clock: Arc<ManualClock>,
     dir: tempfile::TempDir,
 }
 
@@ -62,7 +61,7 @@ fn config(dir: &std::path::Path, pan: &str) -> Config {
     Config::from_yaml(&yaml).unwrap()
 }
 
-fn env() -> Env {
+pub(crate) fn env() -> Env {
     env_from(|dir| config(dir, "enabled"))
 }
 
@@ -85,7 +84,7 @@ fn env_from(make: impl FnOnce(&std::path::Path) -> Config) -> Env {
     Env { app, clock, dir }
 }
 
-fn who(project: &str, entity: &str, role: Role) -> Principal {
+pub(crate) fn who(project: &str, entity: &str, role: Role) -> Principal {
     Principal {
         project: project.into(),
         entity: entity.into(),
@@ -94,7 +93,7 @@ fn who(project: &str, entity: &str, role: Role) -> Principal {
     }
 }
 
-fn private(entity: &str) -> Principal {
+pub(crate) fn private(entity: &str) -> Principal {
     who(PAN_PROJECT, entity, Role::Private)
 }
 
@@ -106,14 +105,14 @@ fn body(r: &Response) -> Value {
 }
 
 /// Status and JSON of a handler result (errors as their envelope).
-fn reply(r: ApiResult<Response>) -> (u16, Value) {
+pub(crate) fn reply(r: ApiResult<Response>) -> (u16, Value) {
     match r {
         Ok(r) => (r.status, body(&r)),
         Err(e) => (e.status(), e.to_envelope()),
     }
 }
 
-async fn add_card(env: &Env, p: &Principal, number: &str) -> String {
+pub(crate) async fn add_card(env: &Env, p: &Principal, number: &str) -> String {
     let req = json!({"entityId": p.entity, "card": {"number": number,
         "expirationMonth": "12", "expirationYear": "2031", "cvc": "123"}});
     let (status, v) = reply(payment_methods::create(&env.app, p, req.to_string().as_bytes()).await);
@@ -125,7 +124,7 @@ async fn create_intent(env: &Env, p: &Principal, req: Value) -> (u16, Value) {
     reply(create(&env.app, p, req.to_string().as_bytes()).await)
 }
 
-fn guide_usd(max: &str) -> Value {
+pub(crate) fn guide_usd(max: &str) -> Value {
     json!([{"type": "maxAmount", "value": max}, {"type": "currency", "value": "USD"}])
 }
 
@@ -140,7 +139,7 @@ async fn intent(env: &Env, p: &Principal, pm: &str, kind: &str, mandates: Value)
     v
 }
 
-async fn get_intent(env: &Env, p: &Principal, id: &str) -> (u16, Value) {
+pub(crate) async fn get_intent(env: &Env, p: &Principal, id: &str) -> (u16, Value) {
     reply(get(&env.app, p, id).await)
 }
 
