@@ -10,8 +10,9 @@
 //! cli/                     the command line (`main.rs` only parses and calls it)
 //! server                   start-up: store, keys, the pingora server
 //! delivery/                webhook delivery: the worker that sends the outbox's events
-//! edge/                    the HTTP edge: the gateway's phase table, routing, rate limits,
-//!                          idempotency, REST handling
+//! edge/ browser/           the HTTP edge: the gateway's phase table, routing, rate limits,
+//!                          idempotency, REST handling; the browser checkout's forward proxy
+//!                          (interception CA, stand-ins, the swap, the CONNECT head)
 //! api/ proxy/              the handlers: REST resources; the proxy route and its forwarding
 //! service/                 what handlers and the proxy share: card intake, credentials of
 //!                          intents, the target guard
@@ -30,6 +31,7 @@ pub mod api;
 pub mod app;
 pub mod audit;
 pub mod auth;
+pub mod browser;
 pub mod cli;
 pub mod clock;
 pub mod config;

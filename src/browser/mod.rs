@@ -1,0 +1,12 @@
+//! Browser checkout: the forward proxy between an agent's browser and the internet, which
+//! puts a purchase intent's real card values into requests to a browser session's allowed
+//! hosts while the browser only ever holds stand-ins.
+//!
+//! - [`standin`]: the stand-in number and CVC of a session, and its (real, stand-in) pairs.
+//!
+//! Plain code over bytes, keys and rustls types: no listener and no store here.
+//!
+//! May import: the layers below `edge/` (`config`, `domain`, `secret`, `error`, `clock`,
+//! `dev`); nothing of `edge`.
+
+pub mod standin;
