@@ -3,6 +3,8 @@
 //! hosts while the browser only ever holds stand-ins.
 //!
 //! - [`standin`]: the stand-in number and CVC of a session, and its (real, stand-in) pairs.
+//! - [`swap`]: a request's body and query with every whole stand-in value replaced by the
+//!   real one.
 //!
 //! Plain code over bytes, keys and rustls types: no listener and no store here.
 //!
@@ -10,3 +12,4 @@
 //! `dev`); nothing of `edge`.
 
 pub mod standin;
+pub mod swap;
