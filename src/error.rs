@@ -32,6 +32,10 @@ pub enum ErrorKind {
     GatewayTimeout,
     /// A passkey assertion or registration that does not verify.
     InvalidPasskey,
+    /// The browser proxy asks for credentials (`Proxy-Authenticate`).
+    ProxyAuthenticationRequired,
+    /// A request head larger than the browser proxy reads.
+    RequestHeaderFieldsTooLarge,
 }
 
 impl ErrorKind {
@@ -53,6 +57,8 @@ impl ErrorKind {
             ErrorKind::StoreUnavailable => 503,
             ErrorKind::GatewayTimeout => 504,
             ErrorKind::InvalidPasskey => 400,
+            ErrorKind::ProxyAuthenticationRequired => 407,
+            ErrorKind::RequestHeaderFieldsTooLarge => 431,
         }
     }
 
@@ -75,6 +81,8 @@ impl ErrorKind {
             ErrorKind::StoreUnavailable => "storeUnavailable",
             ErrorKind::GatewayTimeout => "gatewayTimeout",
             ErrorKind::InvalidPasskey => "invalidPasskey",
+            ErrorKind::ProxyAuthenticationRequired => "proxyAuthenticationRequired",
+            ErrorKind::RequestHeaderFieldsTooLarge => "requestHeaderFieldsTooLarge",
         }
     }
 
@@ -97,6 +105,8 @@ impl ErrorKind {
             ErrorKind::StoreUnavailable => "Store unavailable",
             ErrorKind::GatewayTimeout => "Gateway timeout",
             ErrorKind::InvalidPasskey => "Invalid passkey",
+            ErrorKind::ProxyAuthenticationRequired => "Proxy authentication required",
+            ErrorKind::RequestHeaderFieldsTooLarge => "Request header fields too large",
         }
     }
 }
@@ -289,6 +299,9 @@ mod tests {
             BadGateway,
             StoreUnavailable,
             GatewayTimeout,
+            InvalidPasskey,
+            ProxyAuthenticationRequired,
+            RequestHeaderFieldsTooLarge,
         ];
         let names: std::collections::HashSet<_> = kinds.iter().map(|k| k.as_str()).collect();
         assert_eq!(names.len(), kinds.len());
@@ -296,5 +309,7 @@ mod tests {
             assert_eq!(serde_json::to_value(k).ok(), Some(json!(k.as_str())));
         }
         assert_eq!(GatewayTimeout.status(), 504);
+        assert_eq!(ProxyAuthenticationRequired.status(), 407);
+        assert_eq!(RequestHeaderFieldsTooLarge.status(), 431);
     }
 }

@@ -1,5 +1,5 @@
-//! Card data and keys, by type: [`CardNumber`], [`Cvc`], [`Cryptogram`], [`KeyMaterial`] and
-//! [`BearerToken`], and [`Revealed`], a credential field a proxy template writes into a body. A value of one of these types is card data or a key, and the compiler
+//! Card data and keys, by type: [`CardNumber`], [`Cvc`], [`Cryptogram`], [`KeyMaterial`],
+//! [`BearerToken`] and [`ProxyPassword`], and [`Revealed`], a credential field a proxy template writes into a body. A value of one of these types is card data or a key, and the compiler
 //! says where it flows:
 //!
 //! - the value lives in a [`Zeroizing`] buffer, wiped when it is dropped;
@@ -107,6 +107,11 @@ secret_text!(
 secret_text!(
     /// A bearer token (JWT) as a caller sent it.
     BearerToken,
+    |_v| "****"
+);
+secret_text!(
+    /// A browser session's proxy password as the browser sent it (`Proxy-Authorization`).
+    ProxyPassword,
     |_v| "****"
 );
 

@@ -5,11 +5,14 @@
 //! - [`standin`]: the stand-in number and CVC of a session, and its (real, stand-in) pairs.
 //! - [`swap`]: a request's body and query with every whole stand-in value replaced by the
 //!   real one.
+//! - [`connect`]: the proxy request head a browser opens a connection with (`CONNECT`,
+//!   `Proxy-Authorization`), read within bounds, and the proxy's small error answers.
 //!
 //! Plain code over bytes, keys and rustls types: no listener and no store here.
 //!
 //! May import: the layers below `edge/` (`config`, `domain`, `secret`, `error`, `clock`,
 //! `dev`); nothing of `edge`.
 
+pub mod connect;
 pub mod standin;
 pub mod swap;
