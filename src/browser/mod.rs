@@ -2,6 +2,8 @@
 //! puts a purchase intent's real card values into requests to a browser session's allowed
 //! hosts while the browser only ever holds stand-ins.
 //!
+//! - [`ca`]: the interception CA, the short-lived leaf certificate it mints for a host, and
+//!   the rustls server configuration that terminates the browser's TLS with it.
 //! - [`standin`]: the stand-in number and CVC of a session, and its (real, stand-in) pairs.
 //! - [`swap`]: a request's body and query with every whole stand-in value replaced by the
 //!   real one.
@@ -13,6 +15,7 @@
 //! May import: the layers below `edge/` (`config`, `domain`, `secret`, `error`, `clock`,
 //! `dev`); nothing of `edge`.
 
+pub mod ca;
 pub mod connect;
 pub mod standin;
 pub mod swap;
