@@ -53,6 +53,52 @@ pub struct FileConfig {
     /// Development only: serve the demo page at `/demo` (see `crate::dev::demo`).
     #[serde(default)]
     pub demo: Option<DemoFile>,
+    /// The browser checkout's forward proxy; absent: none.
+    #[serde(default)]
+    pub browser_proxy: Option<BrowserProxyFile>,
+}
+
+/// `browser_proxy:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserProxyFile {
+    /// Address the forward proxy listens on, e.g. `127.0.0.1:8443`.
+    pub listen: String,
+    /// The interception CA its leaf certificates are minted from.
+    pub ca: BrowserCaFile,
+}
+
+/// `browser_proxy.ca:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserCaFile {
+    /// PEM CA certificate (`paycred ca --out DIR` writes `ca.pem`).
+    pub cert_file: PathBuf,
+    /// PEM private key of that certificate (`ca-key.pem`).
+    pub key_file: PathBuf,
+}
+
+/// `projects[].browser_checkout:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserCheckoutFile {
+    /// Hosts a browser session may put real card values into: exact names or `*.suffix`
+    /// (one label more).
+    pub allowed_hosts: Vec<String>,
+    /// Longest browser session, e.g. `15m`.
+    #[serde(default = "default_browser_max_ttl")]
+    pub max_ttl: String,
+    /// Other hosts the proxy may tunnel without looking inside (never substituted).
+    #[serde(default)]
+    pub tunnel_hosts: Vec<String>,
+    /// `"name:port": "address:port"`: where the proxy connects for a name instead of asking
+    /// DNS (as curl's `--connect-to`); only where `proxy.allow_private_networks` is true.
+    #[serde(default)]
+    pub resolve: std::collections::BTreeMap<String, String>,
+}
+
+fn default_browser_max_ttl() -> String {
+    "15m".into()
 }
 
 /// `metrics:`
@@ -199,6 +245,10 @@ pub struct ProjectFile {
     /// How end users verify purchase intents beside the one-time code.
     #[serde(default)]
     pub verification: VerificationFile,
+    /// Browser checkout: the hosts and longest session of the project's browser sessions;
+    /// absent: none.
+    #[serde(default)]
+    pub browser_checkout: Option<BrowserCheckoutFile>,
 }
 
 /// `projects[].verification:`
@@ -328,6 +378,10 @@ impl FileConfig {
         }
         if let Some(demo) = &mut self.demo {
             at(&mut demo.private_key_file);
+        }
+        if let Some(browser) = &mut self.browser_proxy {
+            at(&mut browser.ca.cert_file);
+            at(&mut browser.ca.key_file);
         }
         if let Some(token) = self
             .metrics

@@ -8,6 +8,7 @@
 //!
 //! May import: `audit::chain` (the hash setting), `error`. Everything else may import it.
 
+pub mod browser;
 pub mod cors;
 pub mod file;
 pub mod keys;
@@ -70,6 +71,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Development only: the `/demo` page and its token-minting session route.
     pub demo: Option<DemoConfig>,
+    /// The browser checkout's forward proxy (`browser_proxy`); `None`: none.
+    pub browser_proxy: Option<browser::BrowserProxy>,
 }
 
 /// The checked `metrics:` section. Neither set: `/metrics` is served nowhere.
@@ -113,6 +116,8 @@ pub struct ProjectConfig {
     pub cors_allowed_origins: Vec<String>,
     /// Passkeys (`verification.passkeys`); `None`: off.
     pub passkeys: Option<passkeys::Passkeys>,
+    /// Browser checkout (`browser_checkout`); `None`: no browser sessions.
+    pub browser_checkout: Option<browser::BrowserCheckout>,
 }
 
 /// A project's JWT verification key. The algorithm comes from the key, never the token.
@@ -315,8 +320,11 @@ impl Config {
             require_file("demo.private_key_file", &demo.private_key_file)?;
         }
         let metrics = metrics(&file.metrics.unwrap_or_default(), listen)?;
+        let taken: Vec<SocketAddr> = std::iter::once(listen).chain(metrics.listen).collect();
+        let browser_proxy = browser::proxy(file.browser_proxy.as_ref(), &taken)?;
         Ok(Config {
             metrics,
+            browser_proxy,
             demo: file.demo,
             listen,
             tls,
@@ -349,11 +357,7 @@ fn metrics(file: &file::MetricsFile, public: SocketAddr) -> Result<MetricsConfig
             let addr: SocketAddr = l
                 .parse()
                 .map_err(|_| invalid("metrics.listen", "must be an address like 127.0.0.1:9464"))?;
-            if addr.port() == public.port()
-                && (addr.ip() == public.ip()
-                    || addr.ip().is_unspecified()
-                    || public.ip().is_unspecified())
-            {
+            if same_socket(addr, public) {
                 return Err(invalid("metrics.listen", "must differ from `listen`"));
             }
             Some(addr)
@@ -382,6 +386,31 @@ fn metrics(file: &file::MetricsFile, public: SocketAddr) -> Result<MetricsConfig
         listen,
         bearer_token,
     })
+}
+
+/// Whether two listeners would take the same socket (the same port, on the same address or
+/// on all of them).
+fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// A host pattern of an allow-list as written (`api.example.com`, `*.psp.example`, an IPv6
+/// address with or without brackets) in the form it is matched in: lower-case, an IPv6
+/// address canonical. `None` when it is none of these.
+fn host_pattern(host: &str) -> Option<String> {
+    if let Ok(ip) = host
+        .trim_matches(|c| c == '[' || c == ']')
+        .parse::<std::net::Ipv6Addr>()
+    {
+        return Some(ip.to_string());
+    }
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    ok.then(|| host.to_ascii_lowercase())
 }
 
 /// Ids of projects, entities and resources: what may appear in a path.
@@ -445,26 +474,12 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
     };
     let mut allowed_hosts = Vec::new();
     for (h, host) in p.proxy.allowed_hosts.iter().enumerate() {
-        if let Ok(ip) = host
-            .trim_matches(|c| c == '[' || c == ']')
-            .parse::<std::net::Ipv6Addr>()
-        {
-            allowed_hosts.push(ip.to_string());
-            continue;
-        }
-        allowed_hosts.push(host.to_ascii_lowercase());
-        let name = host.strip_prefix("*.").unwrap_or(host);
-        let ok = !name.is_empty()
-            && name.len() <= 253
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-        if !ok {
-            return Err(invalid(
+        allowed_hosts.push(host_pattern(host).ok_or_else(|| {
+            invalid(
                 format!("{key}.proxy.allowed_hosts[{h}]"),
                 "a host name or `*.suffix`",
-            ));
-        }
+            )
+        })?);
     }
     if let Some(ca) = &p.proxy.ca_file {
         require_file(&format!("{key}.proxy.ca_file"), ca)?;
@@ -475,6 +490,11 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         cors::validate(key, &p.cors).map_err(|(k, message)| invalid(k, message))?;
     let passkeys = passkeys::validate(key, p.verification.passkeys.as_ref())
         .map_err(|(k, message)| invalid(k, message))?;
+    let browser_checkout = browser::checkout(
+        key,
+        p.browser_checkout.as_ref(),
+        p.proxy.allow_private_networks,
+    )?;
     let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
     if timeout.is_zero() {
         return Err(invalid(format!("{key}.proxy.timeout"), "must be positive"));
@@ -488,6 +508,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         rate_limits,
         cors_allowed_origins,
         passkeys,
+        browser_checkout,
         proxy: ProxyConfig {
             allowed_hosts,
             allow_http: p.proxy.allow_http,
