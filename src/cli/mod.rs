@@ -3,10 +3,12 @@
 //!
 //! - [`keys`]: `data-key`, `client-key`, `master-key [rotate]`.
 //! - [`audit`]: `audit [--verify [--head FILE]]`, `audit head`, `audit accept-head`.
+//! - [`ca`]: `ca --out DIR`, the browser proxy's interception CA.
 //!
 //! May import anything below it; nothing imports it but `main.rs`.
 
 pub mod audit;
+pub mod ca;
 pub mod keys;
 
 use crate::config::Config;
@@ -70,6 +72,13 @@ enum Command {
         /// Lifetime, e.g. 5m.
         #[arg(long, default_value = "5m")]
         ttl: humantime::Duration,
+    },
+    /// Make an interception CA for the browser proxy: writes DIR/ca.pem and DIR/ca-key.pem
+    /// (0600), never over an existing file, and prints how to configure and trust it.
+    Ca {
+        /// Directory to write into (made if missing).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Validate a configuration file (the same checks as `serve`).
     Check {
@@ -269,6 +278,16 @@ fn migrate(config: &Config) -> Result<Vec<String>, String> {
     }])
 }
 
+/// Loads the browser proxy's CA, when the config has one, as `serve` will.
+fn browser_ca(config: &Config) -> Result<(), String> {
+    match &config.browser_proxy {
+        Some(b) => crate::browser::ca::Ca::load(&b.ca_cert_file, &b.ca_key_file)
+            .map(drop)
+            .map_err(|e| format!("browser_proxy.ca: {e}")),
+        None => Ok(()),
+    }
+}
+
 /// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
 fn serve(
     config: Option<PathBuf>,
@@ -372,9 +391,13 @@ pub fn run() -> ExitCode {
                 Err(e) => fail(format!("{}: {e}", key.display())),
             }
         }
+        Command::Ca { out } => print_lines(ca::run(&out)),
         Command::Check { config } => match Config::load(&config) {
-            Ok(c) => match crate::server::master_key(&c) {
-                Ok(_) => {
+            Ok(c) => match crate::server::master_key(&c)
+                .map_err(|e| e.to_string())
+                .and_then(|_| browser_ca(&c))
+            {
+                Ok(()) => {
                     let store = match &c.store {
                         crate::config::store::StoreConfig::Sled => "sled".to_string(),
                         crate::config::store::StoreConfig::Postgres(pg) => {

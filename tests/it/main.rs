@@ -17,6 +17,7 @@ mod common;
 mod audit;
 mod audit_head;
 mod auth;
+mod browser;
 mod client_encryption;
 mod cors;
 mod crash;
