@@ -71,7 +71,7 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 }
 
 /// Checks `browser_proxy:`: a listener apart from `taken` (the other listeners), CA files
-/// that exist (they are read and checked at start and by `paycred check`).
+/// that exist (`paycred check` reads them and checks the CA: `crate::browser::ca`).
 pub fn proxy(
     file: Option<&BrowserProxyFile>,
     taken: &[SocketAddr],
