@@ -314,15 +314,7 @@ impl Ca {
     /// from `now` − [`BACKDATE`] to `now` + [`LEAF_LIFETIME`], as rustls presents it.
     pub fn mint(&self, host: &str, now: OffsetDateTime) -> Result<Arc<CertifiedKey>, CaError> {
         let ip = host.parse::<IpAddr>().ok();
-        let name_ok = !host.is_empty()
-            && host.len() <= 253
-            && host.split('.').all(|l| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && l.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            });
-        if ip.is_none() && !name_ok {
+        if ip.is_none() && !super::is_host_name(host) {
             return Err(CaError::NotAHost);
         }
         let key = p256()?;

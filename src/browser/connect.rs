@@ -185,14 +185,7 @@ fn authority(target: &str) -> Result<(String, u16), ApiError> {
         }
         return Err(bad("an IPv6 address in brackets"));
     }
-    let labels_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
+    let labels_ok = super::is_host_name(&host);
     // A name whose last label is numeric reads as an address: only the canonical dotted quad.
     let numeric = host
         .rsplit('.')

@@ -19,3 +19,16 @@ pub mod ca;
 pub mod connect;
 pub mod standin;
 pub mod swap;
+
+/// Whether `host` is a host name: dot-separated labels of 1 to 63 letters, digits, `-` or
+/// `_`, 253 characters at most (no wildcard, no trailing dot).
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}

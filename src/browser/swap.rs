@@ -366,13 +366,31 @@ fn hex(b: u8) -> Option<u8> {
         .and_then(|d| u8::try_from(d).ok())
 }
 
-/// The characters of a form value (raw bytes `start..end`): `+` is a space, `%XX` a byte.
-/// `None` when it holds anything that cannot be in a card number, or too much.
-fn form_chars(src: &[u8], start: usize, end: usize) -> Option<Vec<Char>> {
+/// The characters of a value whose raw bytes are `start..end`, each read by `decode` (the
+/// byte at a position stands for, and how many raw bytes it takes). `None` when one cannot
+/// be in a card number, or there are too many.
+fn chars(
+    start: usize,
+    end: usize,
+    decode: impl Fn(usize) -> Option<(u8, usize)>,
+) -> Option<Vec<Char>> {
     let mut chars = Vec::new();
     let mut at = start;
     while at < end {
-        let (c, len) = match src[at] {
+        let (c, len) = decode(at)?;
+        if !number_char(c) || chars.len() == MAX_CHARS {
+            return None;
+        }
+        at += len;
+        chars.push(Char { c, end: at });
+    }
+    Some(chars)
+}
+
+/// The characters of a form value (raw bytes `start..end`): `+` is a space, `%XX` a byte.
+fn form_chars(src: &[u8], start: usize, end: usize) -> Option<Vec<Char>> {
+    chars(start, end, |at| {
+        Some(match src[at] {
             b'+' => (b' ', 1),
             b'%' => match (
                 src.get(at + 1).and_then(|&b| hex(b)),
@@ -382,14 +400,8 @@ fn form_chars(src: &[u8], start: usize, end: usize) -> Option<Vec<Char>> {
                 _ => (b'%', 1),
             },
             b => (b, 1),
-        };
-        if !number_char(c) || chars.len() == MAX_CHARS {
-            return None;
-        }
-        at += len;
-        chars.push(Char { c, end: at });
-    }
-    Some(chars)
+        })
+    })
 }
 
 /// A form field's name decoded (`+` and `%XX`), for telling a CVC's field.
@@ -458,18 +470,7 @@ fn multipart(src: &[u8], boundary: &[u8], values: &Values<'_>, edits: &mut Vec<E
         };
         let headers = String::from_utf8_lossy(&src[headers_start..content_start]);
         if let Some(name) = part_name(&headers) {
-            let chars: Option<Vec<Char>> = (content_end - content_start <= MAX_CHARS)
-                .then(|| {
-                    (content_start..content_end)
-                        .map(|i| {
-                            number_char(src[i]).then_some(Char {
-                                c: src[i],
-                                end: i + 1,
-                            })
-                        })
-                        .collect()
-                })
-                .flatten();
+            let chars = chars(content_start, content_end, |at| Some((src[at], 1)));
             if let Some(chars) = chars {
                 found.extend(edit(
                     src,
@@ -678,29 +679,18 @@ impl Json<'_, '_> {
         }
     }
 
-    /// The characters of a string's raw bytes `start..end` (its escapes checked), or
-    /// `None` when it holds anything that cannot be in a card number, or too much.
+    /// The characters of a string's raw bytes `start..end` (its escapes checked).
     fn string_chars(&self, start: usize, end: usize) -> Option<Vec<Char>> {
-        let mut chars = Vec::new();
-        let mut at = start;
-        while at < end {
-            let (c, len) = match self.src[at] {
-                b'\\' if self.src.get(at + 1) == Some(&b'u') => {
-                    let code = self.src[at + 2..at + 6]
-                        .iter()
-                        .try_fold(0u32, |acc, &b| Some(acc * 16 + u32::from(hex(b)?)))?;
-                    (u8::try_from(code).ok()?, 6)
-                }
-                b'\\' => return None,
-                b => (b, 1),
-            };
-            if !number_char(c) || chars.len() == MAX_CHARS {
-                return None;
+        chars(start, end, |at| match self.src[at] {
+            b'\\' if self.src.get(at + 1) == Some(&b'u') => {
+                let code = self.src[at + 2..at + 6]
+                    .iter()
+                    .try_fold(0u32, |acc, &b| Some(acc * 16 + u32::from(hex(b)?)))?;
+                Some((u8::try_from(code).ok()?, 6))
             }
-            at += len;
-            chars.push(Char { c, end: at });
-        }
-        Some(chars)
+            b'\\' => None,
+            b => Some((b, 1)),
+        })
     }
 
     fn number(&mut self) -> Result<(usize, usize), NotJson> {
@@ -1015,26 +1005,26 @@ mod tests {
     #[test]
     fn multipart_parts() {
         let ct = Some("multipart/form-data; boundary=XyZ");
-        let body = [
-            part("number", "", STAND_IN),
-            part("cvc", "", CVC_IN),
-            part("quantity", "", CVC_IN),
-            part("file", "; filename=\"n.txt\"", STAND_IN),
-            part("spaced", "", "4242 4242 4242 4242"),
-            part("note", "", "pay with 4242424242424242"),
-            "--XyZ--\r\n".to_string(),
-        ]
-        .concat();
-        let want = [
-            part("number", "", REAL),
-            part("cvc", "", CVC_REAL),
-            part("quantity", "", CVC_IN),
-            part("file", "; filename=\"n.txt\"", STAND_IN),
-            part("spaced", "", "4000 0566 5566 5556"),
-            part("note", "", "pay with 4242424242424242"),
-            "--XyZ--\r\n".to_string(),
-        ]
-        .concat();
+        // Each part: name, disposition's extra parameters, content sent, content forwarded.
+        let parts = [
+            ("number", "", STAND_IN, REAL),
+            ("cvc", "", CVC_IN, CVC_REAL),
+            ("quantity", "", CVC_IN, CVC_IN),
+            ("file", "; filename=\"n.txt\"", STAND_IN, STAND_IN),
+            ("spaced", "", "4242 4242 4242 4242", "4000 0566 5566 5556"),
+            (
+                "note",
+                "",
+                "pay with 4242424242424242",
+                "pay with 4242424242424242",
+            ),
+        ];
+        let body: String = parts
+            .iter()
+            .map(|(n, e, sent, _)| part(n, e, sent))
+            .collect();
+        let want: String = parts.iter().map(|(n, e, _, out)| part(n, e, out)).collect();
+        let (body, want) = (body + "--XyZ--\r\n", want + "--XyZ--\r\n");
         assert_eq!(run(&body, ct), (want.clone(), 3));
         // A quoted boundary, a preamble, and a part with its Content-Type.
         let quoted = Some("multipart/form-data; charset=utf-8; boundary=\"XyZ\"");
