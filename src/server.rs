@@ -141,6 +141,7 @@ pub fn build_server(
     let listen = config.listen;
     let tls = config.tls.clone();
     let metrics_listen = config.metrics.listen;
+    let head_read_timeout = config.server.head_read_timeout;
     let pid_file = pid_file(&config);
     let opt = pingora::server::configuration::Opt {
         upgrade,
@@ -176,7 +177,7 @@ pub fn build_server(
         crate::edge::gateway::Gateway::new(live, page.clone()),
     );
     proxy.h2_options = Some(h2_options());
-    let app = IdleWait::new(proxy);
+    let app = IdleWait::new(proxy, head_read_timeout);
     // TLS has a listener of its own (edge::tls::listener). The plain one is pingora's, with
     // no L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
     // the HTTP/1 reader has a header buffer of its own.

@@ -209,7 +209,8 @@ impl ProxyHttp for Gateway {
             return Ok(());
         };
         // The request body has been substituted by now: the numbers it revealed are known.
-        p.guard.arm(p.substitution.card_numbers());
+        p.guard
+            .arm(p.substitution.card_numbers(), p.substitution.cvcs());
         p.guard.head(upstream_response).map_err(failure::carry)
     }
 
@@ -420,7 +421,8 @@ impl Gateway {
         });
         let relayed = match &p.outgoing {
             Outgoing::Prepared(request) => {
-                p.guard.arm(p.substitution.card_numbers());
+                p.guard
+                    .arm(p.substitution.card_numbers(), p.substitution.cvcs());
                 exchanger
                     .relay(
                         session,
