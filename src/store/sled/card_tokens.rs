@@ -1,15 +1,14 @@
-//! Records of the token vault and of the client-encryption keys, and their sled operations.
-//!
-//! | tree          | key                 | value                                  |
-//! |---------------|---------------------|----------------------------------------|
-//! | `card_tokens` | scope, token id     | [`CardTokenRecord`] (JSON)             |
-//! | `client_keys` | project             | the project's keyset (JSON, private keys wrapped by the master key) |
+//! [`CardTokenStore`] on sled: the tree `card_tokens`, key the scope and the token's id,
+//! value the [`CardTokenRecord`] (JSON).
 //!
 //! A consumed token stays as a tombstone without its sealed card data, so a second use is told
 //! apart from an unknown id.
 
-use super::keys;
-use crate::store::{unavailable, CardTokenRecord, Scope, StoreError, StoreResult, TokenTake};
+use super::{keys, SledStore};
+use crate::store::{
+    unavailable, CardTokenRecord, CardTokenStore, Scope, StoreError, StoreResult, TokenTake,
+};
+use async_trait::async_trait;
 
 /// How long a spent (used or expired) token's tombstone is kept, so that a late second use
 /// is still told "used" or "expired" rather than "unknown".
@@ -106,17 +105,27 @@ pub fn take(
     }
 }
 
-/// Replaces the value at `key` if it is still `expected`; `false` when it changed.
-pub fn swap(
-    tree: &sled::Tree,
-    key: &str,
-    expected: Option<&[u8]>,
-    new: &[u8],
-) -> StoreResult<bool> {
-    Ok(tree
-        .compare_and_swap(key, expected, Some(new))
-        .map_err(unavailable)?
-        .is_ok())
+#[async_trait]
+impl CardTokenStore for SledStore {
+    async fn insert_card_token(
+        &self,
+        scope: Scope<'_>,
+        token: &CardTokenRecord,
+    ) -> StoreResult<()> {
+        insert(&self.card_tokens, scope, token)?;
+        self.durable().await
+    }
+
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<TokenTake> {
+        let taken = take(&self.card_tokens, scope, id, now_micros)?;
+        self.durable().await?;
+        Ok(taken)
+    }
 }
 
 #[cfg(test)]

@@ -5,8 +5,11 @@
 //! gets here; a purchase-intent answer is kept as the intent's id only, never its credential.
 //! Records past `expires_micros` are ignored on read and removed by [`sweep`].
 
-use super::keys;
-use crate::store::{unavailable, IdempotentRecord, Scope, StoreError, StoreResult};
+use super::{keys, SledStore};
+use crate::store::{
+    unavailable, IdempotencyStore, IdempotentRecord, Scope, StoreError, StoreResult,
+};
+use async_trait::async_trait;
 
 /// The tree key of an idempotency key.
 pub fn key(scope: Scope<'_>, idempotency_key: &str) -> Vec<u8> {
@@ -61,4 +64,30 @@ pub fn sweep(tree: &sled::Tree, now_micros: i64) -> StoreResult<usize> {
         }
     }
     Ok(removed)
+}
+
+#[async_trait]
+impl IdempotencyStore for SledStore {
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<IdempotentRecord>> {
+        get(&self.idem, scope, key, now_micros)
+    }
+
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &IdempotentRecord,
+    ) -> StoreResult<()> {
+        put(&self.idem, scope, key, record)?;
+        self.durable().await
+    }
+
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
+        sweep(&self.idem, now_micros)
+    }
 }
