@@ -1,11 +1,13 @@
 //! [`IntentStore`]: purchase intents ([`IntentRecord`]): their verification, their uses,
-//! and their ends ([`IntentEnd`]); and the refusal of a use, which both backends apply
-//! ([`use_refused`]).
+//! and their ends ([`IntentEnd`]); and the rules both backends apply to them: the refusal of
+//! a use ([`use_refused`]), a verification attempt ([`IntentRecord::apply_verification`]),
+//! the intent a proxy request takes ([`IntentRecord::is_active_of`]).
 
 use super::{
     AuditEvent, DueEnd, IntentEnd, IntentRecord, IntentStatus, Scope, StoreResult, UseOutcome,
     VerificationAttempt,
 };
+use crate::domain::issuer::CredentialType;
 use async_trait::async_trait;
 
 /// How often the finalizer asks the store to purge erased credential keys
@@ -34,8 +36,8 @@ pub trait IntentStore: Send + Sync + 'static {
     ) -> StoreResult<Option<IntentRecord>>;
 
     /// Applies one verification attempt (or the choice of where the code goes) to an intent in
-    /// `verify` atomically (a passed one also marks the payment method verified and writes
-    /// `audit`); the updated record.
+    /// `verify` atomically ([`IntentRecord::apply_verification`]; a passed one also marks the
+    /// payment method verified and writes `audit`); the updated record.
     async fn record_verification(
         &self,
         scope: Scope<'_>,
@@ -53,12 +55,13 @@ pub trait IntentStore: Send + Sync + 'static {
         now: time::OffsetDateTime,
     ) -> StoreResult<UseOutcome>;
 
-    /// The newest intent of `kind` for the payment method that is `active` at `now`.
+    /// The newest intent of `kind` for the payment method that is `active` at `now`
+    /// ([`IntentRecord::is_active_of`]).
     async fn newest_active_intent(
         &self,
         scope: Scope<'_>,
         pm_id: &str,
-        kind: crate::domain::issuer::CredentialType,
+        kind: CredentialType,
         now: time::OffsetDateTime,
     ) -> StoreResult<Option<IntentRecord>>;
 
@@ -111,4 +114,28 @@ pub fn use_refused(
         return Some(UseOutcome::Expired);
     }
     used_up.then_some(UseOutcome::UsageLimitReached)
+}
+
+impl IntentRecord {
+    /// Applies one verification attempt to this intent if it is in `verify`: a passed one
+    /// turns it `active`, a failed one is counted, a choice of where the code goes is kept.
+    /// Whether it passed; `None` when the intent is not in `verify` (then nothing changes).
+    pub fn apply_verification(&mut self, attempt: VerificationAttempt) -> Option<bool> {
+        if self.status != IntentStatus::Verify {
+            return None;
+        }
+        match attempt {
+            VerificationAttempt::Passed => self.status = IntentStatus::Active,
+            VerificationAttempt::Failed => {
+                self.failed_verifications = self.failed_verifications.saturating_add(1);
+            }
+            VerificationAttempt::OtpMethod(method) => self.otp_method = method,
+        }
+        Some(attempt == VerificationAttempt::Passed)
+    }
+
+    /// Whether this is an intent of `kind` that is `active` at `now_micros`.
+    pub fn is_active_of(&self, kind: CredentialType, now_micros: i64) -> bool {
+        self.credential_type == kind && self.status_at(now_micros) == IntentStatus::Active
+    }
 }

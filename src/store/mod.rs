@@ -4,25 +4,26 @@
 //! implement every trait, in files of the same names (`sled/intents.rs`,
 //! `postgres/intents.rs`, ...). [`open`] opens the configured one.
 //!
-//! | file                | what it holds                                                   |
-//! |---------------------|-----------------------------------------------------------------|
-//! | [`payment_methods`] | [`PaymentMethodStore`]: cards, deduplicated by fingerprint      |
-//! | [`intents`]         | [`IntentStore`]: purchase intents, their uses and ends; the refusal of a use |
-//! | [`idempotency`]     | [`IdempotencyStore`]: `Idempotency-Key` answers and claims      |
-//! | [`keyrings`]        | [`KeyringStore`]: data keyrings and client keysets (wrapped)    |
-//! | [`card_tokens`]     | [`CardTokenStore`]: token-vault cards                           |
-//! | [`webhooks`]        | [`WebhookStore`]: webhook endpoints and deliveries              |
-//! | [`passkeys`]        | [`PasskeyStore`]: passkeys and WebAuthn ceremony states         |
-//! | [`events`]          | [`EventStore`]: the events changes write; event types and ids   |
-//! | [`audit`]           | [`AuditStore`]: the audit log the store keeps                   |
-//! | this file           | [`StoreHealth`] (readiness, counters), [`Store`], [`open`], [`StoreError`] |
-//! | [`records`]         | the records every backend reads and writes                      |
-//! | [`deliveries`]      | delivery records, and how the webhook outbox works              |
-//! | [`sealed`]          | [`Sealed`]: a value the vault sealed, held parsed               |
-//! | [`pm_cache`]        | the cache of decoded records                                    |
-//! | [`copy`]            | `paycred store copy`: a sled store into PostgreSQL              |
-//! | `faulty`            | a wrapper that fails on demand (tests)                          |
-//! | `contract_tests`    | what every backend must do, run against both                    |
+//! | file                   | what it holds |
+//! |------------------------|--------------------|
+//! | [`payment_methods`]    | [`PaymentMethodStore`]: cards, deduplicated by fingerprint |
+//! | [`intents`]            | [`IntentStore`]: purchase intents, their uses and ends; the refusal of a use |
+//! | [`idempotency`]        | [`IdempotencyStore`]: `Idempotency-Key` answers and claims |
+//! | [`keyrings`]           | [`KeyringStore`]: data keyrings and client keysets (wrapped) |
+//! | [`card_tokens`]        | [`CardTokenStore`]: token-vault cards; the take and tombstone rule |
+//! | [`webhooks`]           | [`WebhookStore`]: webhook endpoints and deliveries |
+//! | [`passkeys`]           | [`PasskeyStore`]: passkeys and WebAuthn ceremony states |
+//! | [`events`]             | [`EventStore`]: the events changes write; event types and ids |
+//! | [`audit`]              | [`AuditStore`]: the audit log the store keeps |
+//! | this file              | [`StoreHealth`] (readiness, counters), [`Store`], [`open`], [`StoreError`] |
+//! | [`records`]            | the records every backend reads and writes |
+//! | [`deliveries`]         | delivery records, and how the webhook outbox works |
+//! | [`sealed`]             | [`Sealed`]: a value the vault sealed, held parsed |
+//! | [`pm_cache`]           | the cache of decoded records |
+//! | [`copy`]               | `paycred store copy`: a sled store into PostgreSQL |
+//! | [`sled`], [`postgres`] | the backends: a file per trait, named as above |
+//! | `faulty`               | a wrapper that fails on demand (tests) |
+//! | `contract_tests`       | what every backend must do, run against both |
 //!
 //! Everything is scoped by (project, entity): a lookup with another scope finds nothing,
 //! exactly as for an id that never existed. A write returns only after it is durable.
@@ -167,24 +168,21 @@ pub trait StoreHealth: Send + Sync + 'static {
     fn stats(&self) -> StoreStats;
 }
 
-/// The persistence interface of paycred: every resource's trait. Any type that implements
-/// them all is a `Store`; a `dyn Store` answers every method of them without importing them.
-pub trait Store:
-    PaymentMethodStore
-    + IntentStore
-    + IdempotencyStore
-    + KeyringStore
-    + CardTokenStore
-    + WebhookStore
-    + PasskeyStore
-    + EventStore
-    + AuditStore
-    + StoreHealth
-{
+/// `pub trait Name: A + B + … {}` with the blanket impl that makes every type implementing
+/// them all a `Name`.
+macro_rules! sum_of {
+    ($(#[$doc:meta])* $name:ident: $first:ident $(+ $rest:ident)*) => {
+        $(#[$doc])*
+        pub trait $name: $first $(+ $rest)* {}
+
+        impl<T: $first $(+ $rest)*> $name for T {}
+    };
 }
 
-impl<T> Store for T where
-    T: PaymentMethodStore
+sum_of! {
+    /// The persistence interface of paycred: every resource's trait. Any type that implements
+    /// them all is a `Store`; a `dyn Store` answers every method of them without importing them.
+    Store: PaymentMethodStore
         + IntentStore
         + IdempotencyStore
         + KeyringStore
@@ -194,5 +192,4 @@ impl<T> Store for T where
         + EventStore
         + AuditStore
         + StoreHealth
-{
 }

@@ -1,5 +1,6 @@
 //! [`PasskeyStore`]: an entity's passkeys ([`PasskeyRecord`]) and the WebAuthn ceremonies
-//! under way ([`WebauthnStateRecord`], taken once and refused once expired).
+//! under way ([`WebauthnStateRecord`], taken once and refused once expired:
+//! [`WebauthnStateRecord::live_at`]).
 
 use super::{AuditEvent, PasskeyRecord, Scope, StoreResult, WebauthnStateRecord};
 use async_trait::async_trait;
@@ -47,4 +48,11 @@ pub trait PasskeyStore: Send + Sync + 'static {
         key: &str,
         now_micros: i64,
     ) -> StoreResult<Option<WebauthnStateRecord>>;
+}
+
+impl WebauthnStateRecord {
+    /// Whether the ceremony may still go on at `now_micros` (not expired).
+    pub fn live_at(&self, now_micros: i64) -> bool {
+        self.expires_micros > now_micros
+    }
 }

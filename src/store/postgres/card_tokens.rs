@@ -1,8 +1,9 @@
 //! [`CardTokenStore`] on PostgreSQL: the table `card_tokens`, the record as `jsonb` beside
-//! its expiry. A take locks the row (`FOR UPDATE`) and applies [`crate::store::card_tokens`]'s
-//! rule; an insert first tidies the scope as that rule says, in SQL.
+//! its expiry. A take locks the row (`FOR UPDATE`) and applies [`take_at`]; an insert first
+//! tidies the scope as [`crate::store::card_tokens::tidy_at`] says, in SQL.
 
 use super::{from_json, json, timed, PgStore};
+use crate::store::card_tokens::{take_at, tombstones_kept_from};
 use crate::store::{CardTokenRecord, CardTokenStore, Scope, StoreResult, TokenTake};
 use async_trait::async_trait;
 use std::sync::atomic::Ordering;
@@ -16,14 +17,12 @@ impl CardTokenStore for PgStore {
     ) -> StoreResult<()> {
         let mut c = self.client().await?;
         let tx = timed(c.transaction()).await?;
-        // The scope's tidy-up, as the embedded store does it: expired tokens lose their sealed
-        // data, tombstones past their keep go.
-        let keep_until = token
-            .created_micros
-            .saturating_sub(crate::store::sled::card_tokens::TOMBSTONE_KEEP_MICROS);
+        // The scope's tidy-up at the token's creation (`tidy_at`, in SQL): tombstones past
+        // their keep go, expired tokens lose their sealed data.
+        let kept_from = tombstones_kept_from(token.created_micros);
         timed(tx.execute(
             "DELETE FROM card_tokens WHERE project = $1 AND entity = $2 AND expires_micros < $3",
-            &[&scope.project, &scope.entity, &keep_until],
+            &[&scope.project, &scope.entity, &kept_from],
         ))
         .await?;
         timed(tx.execute(
@@ -59,28 +58,17 @@ impl CardTokenStore for PgStore {
         else {
             return Ok(TokenTake::Unknown);
         };
-        let rec: CardTokenRecord = from_json(row.get(0))?;
-        if rec.used {
-            return Ok(TokenTake::Used);
-        }
-        let expired = now_micros >= rec.expires_micros;
-        let tombstone = CardTokenRecord {
-            number_sealed: None,
-            cvc_sealed: None,
-            used: !expired,
-            ..rec.clone()
+        let (took, replacement) = take_at(from_json(row.get(0))?, now_micros);
+        let Some(replacement) = replacement else {
+            return Ok(took);
         };
         timed(tx.execute(
             "UPDATE card_tokens SET record = $4 WHERE project = $1 AND entity = $2 AND id = $3",
-            &[&scope.project, &scope.entity, &id, &json(&tombstone)?],
+            &[&scope.project, &scope.entity, &id, &json(&replacement)?],
         ))
         .await?;
         timed(tx.commit()).await?;
         self.writes.fetch_add(1, Ordering::Relaxed);
-        Ok(if expired {
-            TokenTake::Expired
-        } else {
-            TokenTake::Taken(Box::new(rec))
-        })
+        Ok(took)
     }
 }

@@ -233,25 +233,18 @@ impl IntentStore for PgStore {
             return Ok(None);
         };
         let mut rec = intent_of(&row)?;
-        if rec.status != IntentStatus::Verify {
+        let Some(passed) = rec.apply_verification(attempt) else {
             return Ok(Some(rec));
-        }
-        match attempt {
-            VerificationAttempt::Passed => {
-                rec.status = IntentStatus::Active;
-                timed(tx.execute(
-                    "UPDATE payment_methods SET verified = true \
-                     WHERE project = $1 AND entity = $2 AND id = $3",
-                    &[&scope.project, &scope.entity, &rec.payment_method_id],
-                ))
-                .await?;
-                timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
-                write_events(&tx, &[event::intent_activated(&rec, audit.at_micros)]).await?;
-            }
-            VerificationAttempt::Failed => {
-                rec.failed_verifications = rec.failed_verifications.saturating_add(1);
-            }
-            VerificationAttempt::OtpMethod(method) => rec.otp_method = method,
+        };
+        if passed {
+            timed(tx.execute(
+                "UPDATE payment_methods SET verified = true \
+                 WHERE project = $1 AND entity = $2 AND id = $3",
+                &[&scope.project, &scope.entity, &rec.payment_method_id],
+            ))
+            .await?;
+            timed(tx.execute(OUTBOX, &[&json(&audit)?])).await?;
+            write_events(&tx, &[event::intent_activated(&rec, audit.at_micros)]).await?;
         }
         timed(tx.execute(
             "UPDATE intents SET status = $4, record = $5 WHERE project = $1 AND entity = $2 AND id = $3",
@@ -354,7 +347,7 @@ impl IntentStore for PgStore {
         let mut newest = None;
         for row in &rows {
             let rec = intent_of(row)?;
-            if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
+            if rec.is_active_of(kind, now) {
                 newest = Some(rec);
                 break;
             }

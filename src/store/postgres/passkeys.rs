@@ -106,6 +106,6 @@ impl PasskeyStore for PgStore {
         ))
         .await?;
         let state: Option<WebauthnStateRecord> = row.map(|r| from_json(r.get(0))).transpose()?;
-        Ok(state.filter(|s| s.expires_micros > now_micros))
+        Ok(state.filter(|s| s.live_at(now_micros)))
     }
 }

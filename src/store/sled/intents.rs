@@ -335,21 +335,13 @@ impl IntentStore for SledStore {
                     return Ok(None);
                 };
                 let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
-                if rec.status != IntentStatus::Verify {
+                let Some(passed) = rec.apply_verification(attempt) else {
                     return Ok(Some(rec));
-                }
-                match attempt {
-                    VerificationAttempt::Passed => {
-                        rec.status = IntentStatus::Active;
-                        t_verified
-                            .insert(keys::pm_ref(scope, &rec.payment_method_id), &[] as &[u8])?;
-                        to_outbox(t_outbox, &audit)?;
-                        events::write(t_events, &[event::intent_activated(&rec, audit.at_micros)])?;
-                    }
-                    VerificationAttempt::Failed => {
-                        rec.failed_verifications = rec.failed_verifications.saturating_add(1);
-                    }
-                    VerificationAttempt::OtpMethod(method) => rec.otp_method = method,
+                };
+                if passed {
+                    t_verified.insert(keys::pm_ref(scope, &rec.payment_method_id), &[] as &[u8])?;
+                    to_outbox(t_outbox, &audit)?;
+                    events::write(t_events, &[event::intent_activated(&rec, audit.at_micros)])?;
                 }
                 let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                 t_pi.insert(key.as_slice(), value)?;
@@ -422,7 +414,7 @@ impl IntentStore for SledStore {
                 continue;
             };
             let rec = Self::decode_pi(&bytes)?;
-            if rec.credential_type == kind && rec.status_at(now) == IntentStatus::Active {
+            if rec.is_active_of(kind, now) {
                 return Ok(Some(self.with_key(&key, rec)?));
             }
         }

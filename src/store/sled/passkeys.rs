@@ -23,7 +23,7 @@ pub fn put_state(
     for item in tree.scan_prefix(keys::scope_prefix(scope)) {
         let (k, v) = item.map_err(unavailable)?;
         let expired = serde_json::from_slice::<WebauthnStateRecord>(&v)
-            .map(|s| s.expires_micros <= now_micros)
+            .map(|s| !s.live_at(now_micros))
             .unwrap_or(true);
         if expired {
             // A concurrent take may have removed it; either way it is gone.
@@ -49,7 +49,7 @@ pub fn take_state(
         return Ok(None);
     };
     let state: WebauthnStateRecord = serde_json::from_slice(&v).map_err(corrupt)?;
-    Ok((state.expires_micros > now_micros).then_some(state))
+    Ok(state.live_at(now_micros).then_some(state))
 }
 
 #[async_trait]
