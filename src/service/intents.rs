@@ -166,7 +166,7 @@ pub const FINALIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(1
 const FINALIZE_BATCH: usize = 500;
 
 /// Ends the intents whose end is due at the app's time (past `expiresAt`, or a used-up limit
-/// whose end did not follow its use) through
+/// no use ended) through
 /// [`IntentStore::end_intent`](crate::store::IntentStore::end_intent), which destroys their
 /// credential; how many this call ended. Instances sharing a store may run it together: each
 /// end is conditional, so an intent ends once.

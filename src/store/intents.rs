@@ -2,6 +2,16 @@
 //! and their ends ([`IntentEnd`]); and the rules both backends apply to them: the refusal of
 //! a use ([`use_refused`]), a verification attempt ([`IntentRecord::apply_verification`]),
 //! the intent a proxy request takes ([`IntentRecord::is_active_of`]).
+//!
+//! A used-up intent ends inside the transaction of the use that reaches its limit, on both
+//! backends: the counted use, its `purchase_intent.used` event, the final status, the
+//! credential and its key destroyed and the `purchase_intent.exhausted` event commit
+//! together or not at all. So no intent is ever stored used up but still `active` (with a
+//! credential that can still be opened from the store's files), nothing is left for the
+//! finalizer to finish after a crash, and the end costs no second round trip to the
+//! database. [`IntentStore::intents_due_to_end`] still finds an `active` record whose limit
+//! is used up, should the store hold one all the same (written by other means than
+//! [`IntentStore::record_use`]): the finalizer ends it.
 
 use super::{
     AuditEvent, DueEnd, IntentEnd, IntentRecord, IntentStatus, Scope, StoreResult, UseOutcome,
@@ -47,7 +57,9 @@ pub trait IntentStore: Send + Sync + 'static {
     ) -> StoreResult<Option<IntentRecord>>;
 
     /// Counts one use of an intent, atomically: only an `active`, unexpired intent below its
-    /// usage limit is counted ([`use_refused`]). Durable when it returns.
+    /// usage limit is counted ([`use_refused`]). The use that reaches the limit ends the
+    /// intent ([`IntentEnd::UsedUp`]) in the same transaction (see the module
+    /// documentation). Durable when it returns.
     async fn record_use(
         &self,
         scope: Scope<'_>,
@@ -80,8 +92,8 @@ pub trait IntentStore: Send + Sync + 'static {
     ) -> StoreResult<Option<IntentRecord>>;
 
     /// Up to `limit` intents still stored live whose end is due at `now_micros` (past
-    /// `expiresAt`, or a used-up limit whose end a crash interrupted): what the finalizer
-    /// ends.
+    /// `expiresAt`, or an `active` one whose usage limit is used up: a record no use ended):
+    /// what the finalizer ends.
     async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>>;
 
     /// Removes what the store keeps of erased credential keys beyond their deletion, where

@@ -4,8 +4,9 @@
 //!
 //! Every end goes through `end_row`, inside the transaction of the change that ends the
 //! intent: the final status, the key row deleted, the event. Each is a conditional update of
-//! a row locked `FOR UPDATE`, so instances that race end an intent once. `DUE` finds the
-//! intents the finalizer ends.
+//! a row locked `FOR UPDATE` (or by the `UPDATE` that counts a use), so instances that race
+//! end an intent once. The use that reaches the usage limit ends its intent so, in the use's
+//! transaction (why: [`crate::store::intents`]); `DUE` finds the intents the finalizer ends.
 
 use super::cache::{newest_key, pm_key, Change};
 use super::events::write_events;
@@ -70,8 +71,9 @@ pub(super) async fn end_row(
     write_events(tx, &[event::intent_ended(rec, end, at_micros)]).await
 }
 
-/// Intents stored live whose end is due at `$1` (past `expiresAt`, or a used-up limit whose
-/// end did not follow its use), at most `$2`; the end as `expired` or `exhausted`.
+/// Intents stored live whose end is due at `$1` (past `expiresAt`, or an `active` one whose
+/// usage limit is used up: a record no use ended), at most `$2`; the end as `expired` or
+/// `exhausted`.
 pub(super) const DUE: &str = "\
     (SELECT project, entity, id, 'expired' AS due FROM intents \
      WHERE status IN ('active', 'verify') AND expires_micros <= $1 LIMIT $2) \
@@ -279,21 +281,20 @@ impl IntentStore for PgStore {
         if let Some(row) =
             timed(tx.query_opt(&st, &[&scope.project, &scope.entity, &id, &now])).await?
         {
-            let rec = intent_of(&row)?;
+            let mut rec = intent_of(&row)?;
+            let uses = rec.uses;
             write_events(&tx, &[event::intent_used(&rec, now)]).await?;
-            timed(tx.commit()).await?;
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            let uses: i64 = row.get("uses");
-            if row
-                .get::<_, Option<i64>>("usage_limit")
-                .is_some_and(|limit| uses >= limit)
-            {
-                // The use that reaches the limit ends the intent (the finalizer ends it if
-                // this instance stops in between).
-                drop(c);
-                self.end_intent(scope, id, IntentEnd::UsedUp, now).await?;
+            if rec.ends_with(IntentEnd::UsedUp, now) {
+                // The use that reaches the limit ends the intent in its transaction, on the row
+                // its update locked; other instances drop it from their caches with the commit.
+                end_row(&tx, scope, &mut rec, IntentEnd::UsedUp, now).await?;
+                let ended = [Change::payment_method(scope, &rec.payment_method_id)];
+                self.commit(tx, &ended).await?;
+            } else {
+                timed(tx.commit()).await?;
             }
-            return Ok(UseOutcome::Recorded(u32_of(uses)));
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(UseOutcome::Recorded(uses));
         }
         drop(tx);
         // Not counted: why (read after the refused update; the refusal itself was atomic).

@@ -7,7 +7,8 @@
 //!
 //! - Dedup: a UNIQUE index on (project, entity, fingerprint); a create that hits it refreshes
 //!   the stored method (`INSERT … ON CONFLICT DO NOTHING`, then the refresh under `FOR UPDATE`).
-//! - Mandate usage: one conditional `UPDATE … SET uses = uses + 1 WHERE … RETURNING uses`.
+//! - Mandate usage: one conditional `UPDATE … SET uses = uses + 1 WHERE … RETURNING uses`;
+//!   the use that reaches the limit ends its intent in that transaction.
 //! - Read-modify-write of a record (verification, cancel on delete): `SELECT … FOR UPDATE` in
 //!   the transaction that writes it back.
 //! - Audit: a change writes its event into `audit_outbox` in its own transaction; the audit
