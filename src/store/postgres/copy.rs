@@ -5,13 +5,14 @@ use super::audit::CHAIN_LOCK;
 use super::intents::insert_key;
 use super::{client, i64_of, json, timed, PgStore};
 use crate::audit::AuditHead;
+use crate::store::copy::Export;
 use crate::store::{corrupt, IntentRecord, StoreResult};
 use serde_json::Value;
 
 impl PgStore {
     /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
     /// how many of the export's rows the tables lack afterwards (0 when all is well).
-    pub fn import(&self, export: &crate::store::copy::Export) -> StoreResult<usize> {
+    pub fn import(&self, export: &Export) -> StoreResult<usize> {
         let (pool, export, keys) = (self.pool.clone(), export.clone(), self.head_keys.clone());
         self.blocking(async move {
             let mut c = client(&pool).await?;

@@ -416,16 +416,16 @@ impl Drop for PgStore {
     }
 }
 
-pub(super) fn i64_of(n: u32) -> i64 {
+fn i64_of(n: u32) -> i64 {
     i64::from(n)
 }
 
-pub(super) fn u32_of(n: i64) -> u32 {
+fn u32_of(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
 
 /// An event's or a delivery's number as its column holds it.
-pub(super) fn seq_i64(seq: u64) -> i64 {
+fn seq_i64(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
@@ -441,7 +441,7 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> StoreResult<T> {
     serde_json::from_value(value).map_err(corrupt)
 }
 
-pub(super) const OUTBOX: &str = "INSERT INTO audit_outbox (event) VALUES ($1)";
+const OUTBOX: &str = "INSERT INTO audit_outbox (event) VALUES ($1)";
 
 #[async_trait]
 impl StoreHealth for PgStore {

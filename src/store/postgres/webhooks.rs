@@ -1,11 +1,11 @@
 //! [`WebhookStore`] on PostgreSQL: endpoints in `webhook_endpoints`, and webhook deliveries
-//! ([`crate::store::deliveries`]): `webhook_fanout` holds
-//! the markers written with each event, `webhook_deliveries` the deliveries. Fan-out and
-//! claims lock their rows `FOR UPDATE SKIP LOCKED`, so instances sharing the database take
-//! each marker and each due delivery once; a claim is a lease (`next_micros` moved to its
-//! end) that expires by itself if its instance dies.
+//! ([`crate::store::deliveries`]): `webhook_fanout` holds the markers written with each
+//! event, `webhook_deliveries` the deliveries. Fan-out and claims lock their rows `FOR UPDATE
+//! SKIP LOCKED`, so instances sharing the database take each marker and each due delivery
+//! once; a claim is a lease (`next_micros` moved to its end) that expires by itself if its
+//! instance dies.
 
-use super::{client, from_json, json, timed, PgStore};
+use super::{client, from_json, json, seq_i64, timed, PgStore};
 use crate::audit::AuditEvent;
 use crate::store::deliveries::{sends, DeliveryRecord, DeliveryStatus};
 use crate::store::{corrupt, StoreResult, WebhookEndpointRecord, WebhookStore};
@@ -30,10 +30,6 @@ fn record_of(row: &Row) -> StoreResult<DeliveryRecord> {
         last_outcome: row.get("last_outcome"),
         created_micros: row.get("created_micros"),
     })
-}
-
-fn seq_i64(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
 async fn insert(

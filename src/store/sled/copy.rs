@@ -2,13 +2,14 @@
 //! ([`crate::store::copy`]).
 
 use super::{events, SledStore};
+use crate::store::copy::{Export, Scoped};
 use crate::store::{corrupt, unavailable, AuditStore, StoreResult};
 
 impl SledStore {
     /// Everything the store holds, for `paycred store copy` (records still sealed, keys still
     /// wrapped; the audit log as [`AuditStore::audit_log`] reads it).
-    pub fn export(&self) -> StoreResult<crate::store::copy::Export> {
-        let scoped = |tree: &sled::Tree| -> StoreResult<Vec<crate::store::copy::Scoped>> {
+    pub fn export(&self) -> StoreResult<Export> {
+        let scoped = |tree: &sled::Tree| -> StoreResult<Vec<Scoped>> {
             tree.iter()
                 .map(|item| {
                     let (k, v) = item.map_err(unavailable)?;
@@ -20,7 +21,7 @@ impl SledStore {
                             .map(str::to_string)
                             .ok_or_else(|| corrupt("bad scoped key"))
                     };
-                    Ok(crate::store::copy::Scoped {
+                    Ok(Scoped {
                         project: part()?,
                         entity: part()?,
                         id: part()?,
@@ -65,7 +66,7 @@ impl SledStore {
             .values()
             .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
             .collect::<StoreResult<Vec<_>>>()?;
-        Ok(crate::store::copy::Export {
+        Ok(Export {
             passkeys,
             webhook_endpoints,
             events: events::all(&self.events)?,

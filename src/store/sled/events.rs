@@ -1,4 +1,4 @@
-//! The `events` tree ([`crate::store::events`]): key `project \0` and the event's sequence
+//! [`EventStore`] on sled: the `events` tree ([`crate::store::events`]): key `project \0` and the event's sequence
 //! number (u64 BE, from sled's id generator, which only grows, across restarts too), so one
 //! project's events are one range, oldest first; value the event (JSON).
 //!

@@ -1,4 +1,5 @@
-//! Stored responses of `Idempotency-Key` requests (the `idem` tree).
+//! [`IdempotencyStore`] on sled: stored responses of `Idempotency-Key` requests (the `idem`
+//! tree); no claims (one process owns the store: the edge's in-process guard suffices).
 //!
 //! Key: `project \0 entity \0 idempotency-key` (so keys are scoped per project and entity);
 //! value: an [`IdempotentRecord`] as JSON. The response body is sealed by the vault before it

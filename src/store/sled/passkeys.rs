@@ -1,4 +1,4 @@
-//! Passkeys and WebAuthn ceremony states in sled.
+//! [`PasskeyStore`] on sled: passkeys and WebAuthn ceremony states.
 //!
 //! | tree             | key              | value                                   |
 //! |------------------|------------------|-----------------------------------------|

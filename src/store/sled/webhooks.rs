@@ -1,10 +1,10 @@
 //! [`WebhookStore`] on sled: webhook endpoints in the tree `webhooks` (key `project \0 id`,
 //! value the record as JSON), and webhook deliveries ([`crate::store::deliveries`]) in two
-//! trees: `webhook_deliveries`, key
-//! `project \0`, the event's number and the delivery's (u64 BE, sled's id generator), so an
-//! event's deliveries are one range, value the record (JSON); and `webhook_due`, key the
-//! next attempt's time and the delivery's number (both u64 BE), value the delivery's key,
-//! one entry per pending delivery, so the due ones are the tree's first range.
+//! trees: `webhook_deliveries`, key `project \0`, the event's number and the delivery's
+//! (u64 BE, sled's id generator), so an event's deliveries are one range, value the record
+//! (JSON); and `webhook_due`, key the next attempt's time and the delivery's number (both u64
+//! BE), value the delivery's key, one entry per pending delivery, so the due ones are the
+//! tree's first range.
 //!
 //! One process owns a sled store, so a claim is kept in memory only (the delivery's number
 //! and the end of its lease): claims never race another instance, and after a restart (or a
