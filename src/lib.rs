@@ -14,7 +14,7 @@
 //! service/       what handlers and the proxy share: card intake, credentials of intents
 //! app            the shared state handed to handlers ([`app::App`])
 //! auth/          JWT → Principal; minting development tokens
-//! template/      the template language and its streaming scanner
+//! template/      the template language and its streaming scanners (JSON, form, XML)
 //! audit/ vault/  the audit log; encryption at rest and keys
 //! store/         persistence (the `Store` trait, the sled and PostgreSQL backends)
 //! domain/        pure rules: cards, mandates, issuers
