@@ -100,6 +100,21 @@ impl Braces {
         }
     }
 
+    /// A `{` outside a template, when none is held: [`Braces::outside`] with a `{`, for a
+    /// scanner that has just let the held one go (or never held one) and skipped to this `{`.
+    #[inline]
+    pub(super) fn hold(&mut self) {
+        self.brace = true;
+    }
+
+    /// Units inside a template, after at least one other, that are neither `{` nor `}`:
+    /// [`Braces::inside`] with each, for a scanner that takes such a run at once.
+    #[inline]
+    pub(super) fn plain(&mut self) {
+        self.opened = false;
+        self.close = false;
+    }
+
     /// In a template that holds only its `{{`, where a third brace would be text.
     #[inline]
     pub(super) fn opened(&self) -> bool {

@@ -20,14 +20,23 @@ use wide::u8x16;
 
 use super::bits::{prefix_xor, BLOCK};
 
-/// A loop over blocks that reads each one's masks (`M`) by `masks` and the bytes inside
-/// strings by `xor` ([`prefix_xor`]): run by [`by_marks`] or [`by_nesting`] with the fastest
-/// this CPU has.
+/// A loop over the blocks of `bytes` from `at` that reads each one's masks (`M`) by `masks`
+/// and the bytes inside strings by `xor` ([`prefix_xor`]): run by [`by_marks`] or
+/// [`by_nesting`] with the fastest this CPU has. It is implemented for the loop's state by
+/// `&mut` (a window, a nesting), so that the compiled loop gets the state as a reference of its
+/// own, which nothing else aliases, and keeps it in registers.
 pub(super) trait BlockJob<M> {
     type Output;
 
-    /// The loop, with a block's masks by `masks` and the prefix XOR by `xor`.
-    fn run(self, masks: impl Fn(&[u8; BLOCK]) -> M, xor: impl Fn(u64) -> u64) -> Self::Output;
+    /// The loop over `bytes` from `at`, with a block's masks by `masks` and the prefix XOR by
+    /// `xor`.
+    fn run(
+        self,
+        bytes: &[u8],
+        at: usize,
+        masks: impl Fn(&[u8; BLOCK]) -> M,
+        xor: impl Fn(u64) -> u64,
+    ) -> Self::Output;
 }
 
 /// Where the bytes that the JSON walk reads are in a block: bit `k` stands for byte `k`.
@@ -204,89 +213,97 @@ fn prefix_xor_by_clmul(x: u64) -> u64 {
 /// Runs `job` with [`Marks`] by AVX2 and the prefix XOR by PCLMULQDQ where the CPU has them,
 /// else 16 bytes at a time and [`prefix_xor`].
 #[allow(unsafe_code)]
-pub(super) fn by_marks<J: BlockJob<Marks>>(job: J) -> J::Output {
+pub(super) fn by_marks<J: BlockJob<Marks>>(job: J, bytes: &[u8], at: usize) -> J::Output {
     #[cfg(target_arch = "x86_64")]
     if has!("avx2") && has!("pclmulqdq") {
         // SAFETY: `marks_by_32` is compiled for AVX2 and PCLMULQDQ, and the CPU has both
         // (checked just above); it is otherwise safe code.
-        return unsafe { marks_by_32(job) };
+        return unsafe { marks_by_32(job, bytes, at) };
     }
-    job.run(Marks::by_16, prefix_xor)
+    job.run(bytes, at, Marks::by_16, prefix_xor)
 }
 
 /// Runs `job` with [`Nesting`] by AVX-512BW or AVX2 and the prefix XOR by PCLMULQDQ where the
 /// CPU has them (and POPCNT, for the job's counts), else 16 bytes at a time and
 /// [`prefix_xor`].
 #[allow(unsafe_code)]
-pub(super) fn by_nesting<J: BlockJob<Nesting>>(job: J) -> J::Output {
+pub(super) fn by_nesting<J: BlockJob<Nesting>>(job: J, bytes: &[u8], at: usize) -> J::Output {
     #[cfg(target_arch = "x86_64")]
     if has!("pclmulqdq") && has!("popcnt") {
         if has!("avx512bw") {
             // SAFETY: `nesting_by_64` is compiled for AVX-512BW, PCLMULQDQ and POPCNT, and the
             // CPU has them (checked just above); it is otherwise safe code.
-            return unsafe { nesting_by_64(job) };
+            return unsafe { nesting_by_64(job, bytes, at) };
         }
         if has!("avx2") {
             // SAFETY: `nesting_by_32` is compiled for AVX2, PCLMULQDQ and POPCNT, and the CPU
             // has them (checked just above); it is otherwise safe code.
-            return unsafe { nesting_by_32(job) };
+            return unsafe { nesting_by_32(job, bytes, at) };
         }
     }
-    job.run(Nesting::by_16, prefix_xor)
+    job.run(bytes, at, Nesting::by_16, prefix_xor)
 }
 
 /// [`by_marks`] by AVX2 and PCLMULQDQ: callable only where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,pclmulqdq")]
-fn marks_by_32<J: BlockJob<Marks>>(job: J) -> J::Output {
-    job.run(|bytes| Marks::by_32(bytes), |x| prefix_xor_by_clmul(x))
+fn marks_by_32<J: BlockJob<Marks>>(job: J, bytes: &[u8], at: usize) -> J::Output {
+    job.run(bytes, at, |b| Marks::by_32(b), |x| prefix_xor_by_clmul(x))
 }
 
 /// [`by_nesting`] by AVX-512BW, PCLMULQDQ and POPCNT: callable only where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512bw,pclmulqdq,popcnt")]
-fn nesting_by_64<J: BlockJob<Nesting>>(job: J) -> J::Output {
-    job.run(|bytes| Nesting::by_64(bytes), |x| prefix_xor_by_clmul(x))
+fn nesting_by_64<J: BlockJob<Nesting>>(job: J, bytes: &[u8], at: usize) -> J::Output {
+    job.run(bytes, at, |b| Nesting::by_64(b), |x| prefix_xor_by_clmul(x))
 }
 
 /// [`by_nesting`] by AVX2, PCLMULQDQ and POPCNT: callable only where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,pclmulqdq,popcnt")]
-fn nesting_by_32<J: BlockJob<Nesting>>(job: J) -> J::Output {
-    job.run(|bytes| Nesting::by_32(bytes), |x| prefix_xor_by_clmul(x))
+fn nesting_by_32<J: BlockJob<Nesting>>(job: J, bytes: &[u8], at: usize) -> J::Output {
+    job.run(bytes, at, |b| Nesting::by_32(b), |x| prefix_xor_by_clmul(x))
 }
 
-/// The outputs of a job made by `job` and run by every way [`by_marks`] may run it on this
+/// The outputs of a job made by `job` and run over `bytes` from `at` by every way [`by_marks`] may run it on this
 /// CPU, 16 bytes at a time first: for tests, which compare them.
 #[cfg(test)]
 #[allow(unsafe_code)]
-pub(super) fn marks_each<J: BlockJob<Marks>>(job: impl Fn() -> J) -> Vec<J::Output> {
+pub(super) fn marks_each<J: BlockJob<Marks>>(
+    job: impl Fn() -> J,
+    bytes: &[u8],
+    at: usize,
+) -> Vec<J::Output> {
     #[allow(unused_mut)]
-    let mut all = vec![job().run(Marks::by_16, prefix_xor)];
+    let mut all = vec![job().run(bytes, at, Marks::by_16, prefix_xor)];
     #[cfg(target_arch = "x86_64")]
     if has!("avx2") && has!("pclmulqdq") {
         // SAFETY: the CPU has what `marks_by_32` is compiled for (checked just above).
-        all.push(unsafe { marks_by_32(job()) });
+        all.push(unsafe { marks_by_32(job(), bytes, at) });
     }
     all
 }
 
-/// The outputs of a job made by `job` and run by every way [`by_nesting`] may run it on
+/// The outputs of a job made by `job` and run over `bytes` from `at` by every way [`by_nesting`] may run it on
 /// this CPU, 16 bytes at a time first: for tests, which compare them.
 #[cfg(test)]
 #[allow(unsafe_code)]
-pub(super) fn nesting_each<J: BlockJob<Nesting>>(job: impl Fn() -> J) -> Vec<J::Output> {
+pub(super) fn nesting_each<J: BlockJob<Nesting>>(
+    job: impl Fn() -> J,
+    bytes: &[u8],
+    at: usize,
+) -> Vec<J::Output> {
     #[allow(unused_mut)]
-    let mut all = vec![job().run(Nesting::by_16, prefix_xor)];
+    let mut all = vec![job().run(bytes, at, Nesting::by_16, prefix_xor)];
     #[cfg(target_arch = "x86_64")]
     if has!("pclmulqdq") && has!("popcnt") {
         if has!("avx2") {
             // SAFETY: the CPU has what `nesting_by_32` is compiled for (checked just above).
-            all.push(unsafe { nesting_by_32(job()) });
+            all.push(unsafe { nesting_by_32(job(), bytes, at) });
         }
         if has!("avx512bw") {
             // SAFETY: the CPU has what `nesting_by_64` is compiled for (checked just above).
-            all.push(unsafe { nesting_by_64(job()) });
+            all.push(unsafe { nesting_by_64(job(), bytes, at) });
         }
     }
     all
@@ -298,15 +315,22 @@ mod tests {
     use super::*;
     use crate::template::testing::{mask_of, random_blocks};
 
-    /// A block's masks, and the prefix XOR of its quotes.
-    struct Classify([u8; BLOCK]);
+    /// The masks of the block at `at`, and the prefix XOR of its quotes.
+    struct Classify;
 
     impl<M> BlockJob<M> for Classify {
         type Output = (M, u64);
 
-        fn run(self, masks: impl Fn(&[u8; BLOCK]) -> M, xor: impl Fn(u64) -> u64) -> (M, u64) {
-            let quotes = mask_of(&self.0, &|b| b == b'"');
-            (masks(&self.0), xor(quotes))
+        fn run(
+            self,
+            bytes: &[u8],
+            at: usize,
+            masks: impl Fn(&[u8; BLOCK]) -> M,
+            xor: impl Fn(u64) -> u64,
+        ) -> (M, u64) {
+            let block = bytes.get(at..).and_then(|b| b.first_chunk()).unwrap();
+            let quotes = mask_of(block, &|b| b == b'"');
+            (masks(block), xor(quotes))
         }
     }
 
@@ -327,7 +351,7 @@ mod tests {
                 open: mask(&|b| matches!(b, b'{' | b'[')),
                 punct: mask(&|b| matches!(b, b',' | b':')),
             };
-            for got in marks_each(|| Classify(bytes)) {
+            for got in marks_each(|| Classify, &bytes, 0) {
                 assert_eq!(got, (marks, inside), "{bytes:?}");
             }
             let nesting = |m: Nesting| (m.quote, m.backslash, m.open, m.close, m.brace);
@@ -338,7 +362,7 @@ mod tests {
                 mask(&|b| matches!(b, b'}' | b']')),
                 mask(&|b| b == b'{'),
             );
-            for (got, xor) in nesting_each(|| Classify(bytes)) {
+            for (got, xor) in nesting_each(|| Classify, &bytes, 0) {
                 assert_eq!((nesting(got), xor), (want, inside), "{bytes:?}");
             }
         }

@@ -42,10 +42,7 @@ impl Balance {
     /// AVX2, with PCLMULQDQ and POPCNT, where the CPU has them (it is what a large body's
     /// tail costs: [`super::deferred`]).
     pub(super) fn over(&mut self, bytes: &[u8]) -> Seen {
-        simd::by_nesting(Over {
-            balance: self,
-            bytes,
-        })
+        simd::by_nesting(self, bytes, 0)
     }
 
     /// [`Balance::over`] with a block's masks by `masks` and the bytes inside strings by
@@ -155,17 +152,18 @@ pub(super) struct Seen {
 
 /// [`Balance::over`] as a loop over blocks, for [`simd::by_nesting`] to run with the fastest
 /// classifier.
-struct Over<'a> {
-    balance: &'a mut Balance,
-    bytes: &'a [u8],
-}
-
-impl BlockJob<Nesting> for Over<'_> {
+impl BlockJob<Nesting> for &mut Balance {
     type Output = Seen;
 
     #[inline(always)]
-    fn run(self, masks: impl Fn(&[u8; BLOCK]) -> Nesting, xor: impl Fn(u64) -> u64) -> Seen {
-        self.balance.over_with(self.bytes, masks, xor)
+    fn run(
+        self,
+        bytes: &[u8],
+        _at: usize,
+        masks: impl Fn(&[u8; BLOCK]) -> Nesting,
+        xor: impl Fn(u64) -> u64,
+    ) -> Seen {
+        self.over_with(bytes, masks, xor)
     }
 }
 
@@ -177,21 +175,20 @@ mod tests {
 
     /// [`Balance::over`] from a copy of a state, for [`simd::nesting_each`]: what it saw and
     /// the state after it.
-    struct OverCopy<'a> {
-        from: Balance,
-        bytes: &'a [u8],
-    }
+    struct OverCopy(Balance);
 
-    impl BlockJob<Nesting> for OverCopy<'_> {
+    impl BlockJob<Nesting> for OverCopy {
         type Output = (Seen, Balance);
 
         fn run(
             self,
+            bytes: &[u8],
+            _at: usize,
             masks: impl Fn(&[u8; BLOCK]) -> Nesting,
             xor: impl Fn(u64) -> u64,
         ) -> (Seen, Balance) {
-            let mut balance = self.from;
-            (balance.over_with(self.bytes, masks, xor), balance)
+            let mut balance = self.0;
+            (balance.over_with(bytes, masks, xor), balance)
         }
     }
 
@@ -218,7 +215,7 @@ mod tests {
             let mut fastest = from;
             assert_eq!(fastest.over(piece), seen, "{n}");
             assert_eq!(fastest, by_bytes, "{n}");
-            let each = simd::nesting_each(|| OverCopy { from, bytes: piece });
+            let each = simd::nesting_each(|| OverCopy(from), piece, 0);
             for got in each {
                 assert_eq!(got, (seen, by_bytes), "{n}");
             }

@@ -218,9 +218,7 @@ impl Scanner {
                         Some(b'"') => self.mode = Mode::Structure,
                         Some(b'\\') => self.escape = true,
                         // A `{`: held back, as it may open a template.
-                        _ => {
-                            self.braces.outside(true);
-                        }
+                        _ => self.braces.hold(),
                     }
                 }
                 Mode::Template => {
@@ -233,7 +231,7 @@ impl Scanner {
                         let take = plain.min(self.held.room());
                         if take > 0 {
                             self.held.extend(rest.get(..take).unwrap_or_default());
-                            self.braces.inside(false, false);
+                            self.braces.plain();
                             i += take;
                         }
                     }

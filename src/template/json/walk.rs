@@ -170,11 +170,7 @@ impl Window {
 
     /// The first pass, by AVX2 and PCLMULQDQ where the CPU has them.
     fn classify_fastest(&mut self, chunk: &[u8], base: usize) {
-        simd::by_marks(Classify {
-            window: self,
-            chunk,
-            base,
-        });
+        simd::by_marks(self, chunk, base);
     }
 
     /// Matches the brackets and braces of a block (`nest`, the openers among them `open`;
@@ -218,18 +214,18 @@ impl Window {
 
 /// [`Window::classify`] as a loop over blocks, for [`simd::by_marks`] to run with the fastest
 /// classifier.
-struct Classify<'a> {
-    window: &'a mut Window,
-    chunk: &'a [u8],
-    base: usize,
-}
-
-impl BlockJob<Marks> for Classify<'_> {
+impl BlockJob<Marks> for &mut Window {
     type Output = ();
 
     #[inline(always)]
-    fn run(self, masks: impl Fn(&[u8; BLOCK]) -> Marks, xor: impl Fn(u64) -> u64) {
-        self.window.classify(self.chunk, self.base, masks, xor);
+    fn run(
+        self,
+        chunk: &[u8],
+        base: usize,
+        masks: impl Fn(&[u8; BLOCK]) -> Marks,
+        xor: impl Fn(u64) -> u64,
+    ) {
+        self.classify(chunk, base, masks, xor);
     }
 }
 
@@ -264,7 +260,7 @@ impl Scanner {
         // with the next chunk's first byte it may start a template (in a key, be refused).
         if chunk.last() == Some(&b'{') && !window.last_escaped {
             match self.mode {
-                Mode::Value => self.braces.brace = true,
+                Mode::Value => self.braces.hold(),
                 Mode::Key => self.key_brace = true,
                 Mode::Structure | Mode::Template => {}
             }
@@ -337,18 +333,23 @@ mod tests {
     use super::super::tests::PAN_NUMBER;
     use super::{simd, BlockJob, Marks, Window, BLOCK};
 
-    /// What the first pass keeps of each window of `body`, by the classifier and prefix XOR
+    /// What the first pass keeps of each window of a body, by the classifier and prefix XOR
     /// it is run with.
-    struct Kept<'a>(&'a [u8]);
+    struct Kept;
 
     /// What a window keeps for the second pass and the next window.
     type Windows = Vec<(usize, [u64; 64], Vec<u16>, Vec<u16>, usize, u64, bool)>;
 
-    impl BlockJob<Marks> for Kept<'_> {
+    impl BlockJob<Marks> for Kept {
         type Output = Windows;
 
-        fn run(self, masks: impl Fn(&[u8; BLOCK]) -> Marks, xor: impl Fn(u64) -> u64) -> Windows {
-            let body = self.0;
+        fn run(
+            self,
+            body: &[u8],
+            _at: usize,
+            masks: impl Fn(&[u8; BLOCK]) -> Marks,
+            xor: impl Fn(u64) -> u64,
+        ) -> Windows {
             let mut w = Window::new(false, 0);
             let mut windows = Vec::new();
             let mut base = 0;
@@ -379,7 +380,7 @@ mod tests {
             .map(|i| format!(r#"{{"sku":"{sku}","n":[{i},{{"q":"{{\"]"}}]}}"#))
             .collect();
         let body = format!(r#"{{"items":[{}],"end":"\\"}}"#, items.join(","));
-        let each = simd::marks_each(|| Kept(body.as_bytes()));
+        let each = simd::marks_each(|| Kept, body.as_bytes(), 0);
         for (n, kept) in each.iter().enumerate() {
             assert_eq!(kept, &each[0], "classifier {n}");
         }
