@@ -470,9 +470,7 @@ mod tests {
 
     fn run(body: &str) -> Result<String, TemplateError> {
         run_every_cut(
-            FormScanner::new,
-            FormScanner::feed,
-            FormScanner::finish,
+            (FormScanner::new, FormScanner::feed, FormScanner::finish),
             body,
             &mut resolver,
         )

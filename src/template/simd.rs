@@ -20,6 +20,14 @@ use wide::u8x16;
 
 use super::bits::{prefix_xor, BLOCK};
 
+/// A block's masks (`M`), as a [`BlockJob`] is given them.
+pub(super) trait Masks<M>: Fn(&[u8; BLOCK]) -> M {}
+impl<M, F: Fn(&[u8; BLOCK]) -> M> Masks<M> for F {}
+
+/// A prefix XOR ([`prefix_xor`]), as a [`BlockJob`] is given it.
+pub(super) trait Xor: Fn(u64) -> u64 {}
+impl<F: Fn(u64) -> u64> Xor for F {}
+
 /// A loop over the blocks of `bytes` from `at` that reads each one's masks (`M`) by `masks`
 /// and the bytes inside strings by `xor` ([`prefix_xor`]): run by [`by_marks`] or
 /// [`by_nesting`] with the fastest this CPU has. It is implemented for the loop's state by
@@ -30,13 +38,7 @@ pub(super) trait BlockJob<M> {
 
     /// The loop over `bytes` from `at`, with a block's masks by `masks` and the prefix XOR by
     /// `xor`.
-    fn run(
-        self,
-        bytes: &[u8],
-        at: usize,
-        masks: impl Fn(&[u8; BLOCK]) -> M,
-        xor: impl Fn(u64) -> u64,
-    ) -> Self::Output;
+    fn run(self, bytes: &[u8], at: usize, masks: impl Masks<M>, xor: impl Xor) -> Self::Output;
 }
 
 /// Where the bytes that the JSON walk reads are in a block: bit `k` stands for byte `k`.
@@ -321,13 +323,7 @@ mod tests {
     impl<M> BlockJob<M> for Classify {
         type Output = (M, u64);
 
-        fn run(
-            self,
-            bytes: &[u8],
-            at: usize,
-            masks: impl Fn(&[u8; BLOCK]) -> M,
-            xor: impl Fn(u64) -> u64,
-        ) -> (M, u64) {
+        fn run(self, bytes: &[u8], at: usize, masks: impl Masks<M>, xor: impl Xor) -> (M, u64) {
             let block = bytes.get(at..).and_then(|b| b.first_chunk()).unwrap();
             let quotes = mask_of(block, &|b| b == b'"');
             (masks(block), xor(quotes))

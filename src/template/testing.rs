@@ -8,18 +8,14 @@ use super::bits::BLOCK;
 use super::error::TemplateError;
 use super::resolve::Resolver;
 
-/// A scanner's `feed`.
-pub(super) type Feed<S> =
-    fn(&mut S, &[u8], &mut Vec<u8>, &mut dyn Resolver) -> Result<usize, TemplateError>;
-/// A scanner's `finish`.
-pub(super) type Finish<S> = fn(&mut S, &mut Vec<u8>) -> Result<(), TemplateError>;
-
-/// Runs `body` through a scanner made by `new` whole, byte by byte and cut in two at every
-/// byte, checks that all agree, and returns the output.
+/// Runs `body` through a scanner (its `new`, `feed` and `finish`) whole, byte by byte and cut
+/// in two at every byte, checks that all agree, and returns the output.
 pub(super) fn run_every_cut<S>(
-    new: fn() -> S,
-    feed: Feed<S>,
-    finish: Finish<S>,
+    (new, feed, finish): (
+        impl Fn() -> S,
+        impl Fn(&mut S, &[u8], &mut Vec<u8>, &mut dyn Resolver) -> Result<usize, TemplateError>,
+        impl Fn(&mut S, &mut Vec<u8>) -> Result<(), TemplateError>,
+    ),
     body: &str,
     r: &mut dyn Resolver,
 ) -> Result<String, TemplateError> {

@@ -6,7 +6,7 @@
 
 use super::escape::escaped;
 use crate::template::bits::BLOCK;
-use crate::template::simd::{self, BlockJob, Nesting};
+use crate::template::simd::{self, BlockJob, Masks, Nesting, Xor};
 
 /// The nesting of JSON copied without being lexed, after a template was substituted: how many
 /// containers are open and whether it is inside a string, so that the end of the body can be
@@ -156,13 +156,7 @@ impl BlockJob<Nesting> for &mut Balance {
     type Output = Seen;
 
     #[inline(always)]
-    fn run(
-        self,
-        bytes: &[u8],
-        _at: usize,
-        masks: impl Fn(&[u8; BLOCK]) -> Nesting,
-        xor: impl Fn(u64) -> u64,
-    ) -> Seen {
+    fn run(self, bytes: &[u8], _: usize, masks: impl Masks<Nesting>, xor: impl Xor) -> Seen {
         self.over_with(bytes, masks, xor)
     }
 }
@@ -183,10 +177,10 @@ mod tests {
         fn run(
             self,
             bytes: &[u8],
-            _at: usize,
-            masks: impl Fn(&[u8; BLOCK]) -> Nesting,
-            xor: impl Fn(u64) -> u64,
-        ) -> (Seen, Balance) {
+            _: usize,
+            masks: impl Masks<Nesting>,
+            xor: impl Xor,
+        ) -> Self::Output {
             let mut balance = self.0;
             (balance.over_with(bytes, masks, xor), balance)
         }

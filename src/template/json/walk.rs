@@ -33,7 +33,7 @@ use super::escape::escaped;
 use super::path::Kind;
 use super::{Mode, Scanner};
 use crate::template::bits::{below, BLOCK};
-use crate::template::simd::{self, BlockJob, Marks};
+use crate::template::simd::{self, BlockJob, Marks, Masks, Xor};
 
 /// Blocks in a window (4 KiB of the chunk).
 const WINDOW: usize = 64;
@@ -218,13 +218,7 @@ impl BlockJob<Marks> for &mut Window {
     type Output = ();
 
     #[inline(always)]
-    fn run(
-        self,
-        chunk: &[u8],
-        base: usize,
-        masks: impl Fn(&[u8; BLOCK]) -> Marks,
-        xor: impl Fn(u64) -> u64,
-    ) {
+    fn run(self, chunk: &[u8], base: usize, masks: impl Masks<Marks>, xor: impl Xor) {
         self.classify(chunk, base, masks, xor);
     }
 }
@@ -331,7 +325,7 @@ impl Scanner {
 mod tests {
     use super::super::skim::tests::skim_and_bytes;
     use super::super::tests::PAN_NUMBER;
-    use super::{simd, BlockJob, Marks, Window, BLOCK};
+    use super::{simd, BlockJob, Marks, Masks, Window, Xor, BLOCK};
 
     /// What the first pass keeps of each window of a body, by the classifier and prefix XOR
     /// it is run with.
@@ -343,13 +337,7 @@ mod tests {
     impl BlockJob<Marks> for Kept {
         type Output = Windows;
 
-        fn run(
-            self,
-            body: &[u8],
-            _at: usize,
-            masks: impl Fn(&[u8; BLOCK]) -> Marks,
-            xor: impl Fn(u64) -> u64,
-        ) -> Windows {
+        fn run(self, body: &[u8], _: usize, masks: impl Masks<Marks>, xor: impl Xor) -> Windows {
             let mut w = Window::new(false, 0);
             let mut windows = Vec::new();
             let mut base = 0;

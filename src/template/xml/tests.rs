@@ -26,9 +26,7 @@ fn resolver(t: &TemplateRef) -> Result<Revealed, ResolveError> {
 
 fn run(body: &str) -> Result<String, TemplateError> {
     run_every_cut(
-        XmlScanner::new,
-        XmlScanner::feed,
-        XmlScanner::finish,
+        (XmlScanner::new, XmlScanner::feed, XmlScanner::finish),
         body,
         &mut resolver,
     )
