@@ -38,7 +38,7 @@ fn guard(mode: ResponseGuardMode, any_card: bool) -> ResponseGuard {
         response_guard: mode,
         response_guard_any_card: any_card,
     });
-    g.arm(vec![CardNumber::new(NUMBER)]);
+    g.arm(vec![CardNumber::new(NUMBER)], Vec::new());
     g
 }
 
@@ -48,7 +48,7 @@ fn chunks(answer: &[u8]) -> Vec<Bytes> {
 }
 
 fn through(g: &mut ResponseGuard, chunks: &[Bytes]) -> usize {
-    g.arm(vec![CardNumber::new(NUMBER)]);
+    g.arm(vec![CardNumber::new(NUMBER)], Vec::new());
     let mut sent = 0;
     for (i, chunk) in chunks.iter().enumerate() {
         let out = g.body(Some(chunk.clone()), i + 1 == chunks.len()).unwrap();

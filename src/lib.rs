@@ -19,7 +19,7 @@
 //! app dev/                 the shared state handed to handlers ([`app::App`]); development
 //!                          tools (`serve --dev`, the demo page)
 //! auth/ vault/ template/   JWT → Principal; encryption at rest and keys; the template
-//!                          language and its streaming scanners
+//!                          language and its streaming scanners (JSON, form, XML)
 //! store/                   persistence (the `Store` traits, the sled and PostgreSQL backends)
 //! config/ domain/ http     configuration; pure rules (cards, mandates, issuers); HTTP
 //!                          plumbing

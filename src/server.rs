@@ -9,6 +9,7 @@ use crate::edge::live::{Live, Reloader};
 use crate::edge::metrics::MetricsPage;
 use crate::edge::tls::listener::TlsListener;
 use crate::edge::tls::{server_config, TlsAccept};
+use crate::proxy::Proxy;
 use arc_swap::ArcSwap;
 use pingora::apps::ServerApp;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
@@ -141,6 +142,7 @@ pub fn build_server(
     let listen = config.listen;
     let tls = config.tls.clone();
     let metrics_listen = config.metrics.listen;
+    let head_read_timeout = config.server.head_read_timeout;
     let pid_file = pid_file(&config);
     let opt = pingora::server::configuration::Opt {
         upgrade,
@@ -153,10 +155,12 @@ pub fn build_server(
     } else {
         build_app(config)?
     };
+    // The proxy lives as long as the server: a reload keeps its connections.
+    let proxy = Proxy::new(&app.config.server);
     let page = Arc::new(MetricsPage {
         metrics: app.metrics.clone(),
         store: app.store.clone(),
-        exchanger: Arc::default(),
+        proxy: proxy.stats(),
     });
     let live = Arc::new(ArcSwap::from_pointee(
         Live::new(app).map_err(StartError::Listener)?,
@@ -173,10 +177,10 @@ pub fn build_server(
         .map_err(|e| StartError::Listener(format!("{}: {e}", pid_file.display())))?;
     let mut proxy = pingora::proxy::http_proxy(
         &server.configuration,
-        crate::edge::gateway::Gateway::new(live, page.clone()),
+        crate::edge::gateway::Gateway::new(live, page.clone(), proxy),
     );
     proxy.h2_options = Some(h2_options());
-    let app = IdleWait::new(proxy);
+    let app = IdleWait::new(proxy, head_read_timeout);
     // TLS has a listener of its own (edge::tls::listener). The plain one is pingora's, with
     // no L4 read buffer (pingora's default is 64 KiB per connection, kept while it idles):
     // the HTTP/1 reader has a header buffer of its own.

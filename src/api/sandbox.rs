@@ -1,7 +1,7 @@
 //! `POST /projects/:projectId/sandbox/authorizations` (docs/sandbox.md): a merchant charging a
 //! sandbox credential. Finds the entity's purchase intent that was issued the credential,
 //! checks its status and mandates, and counts an approved use atomically
-//! ([`crate::store::Store::record_use`]). A decline is a 200 too: `{approved, declineReason}`.
+//! ([`crate::store::IntentStore::record_use`]). A decline is a 200 too: `{approved, declineReason}`.
 //!
 //! - The credential is looked up among the JWT entity's intents by number and expiry; for
 //!   `pan` intents the number is the stored card's, and the newest matching intent that is

@@ -2,7 +2,7 @@
 //! SHA-256 or BLAKE3 as each hash says: [`chain`]), a file of JSON lines in the
 //! data dir ([`file`](mod@file)). The event of a change the
 //! store commits is recorded in the change's own transaction and moved into the log right
-//! after (`store::sled::audit_outbox`).
+//! after (`store::sled::audit`).
 //!
 //! Actions: `paymentMethod.create`, `paymentMethod.update` (a second create of the same card
 //! took its expiry and cvc), `paymentMethod.delete`, `purchaseIntent.create`,

@@ -205,6 +205,10 @@ pub struct ServerFile {
     /// Longest wait for the next bytes of a request body (e.g. `5s`): past it, 408.
     #[serde(default = "default_body_read_timeout")]
     pub body_read_timeout: String,
+    /// Longest an HTTP/1.x request's head may take to arrive whole, from its first bytes
+    /// (e.g. `10s`): past it, 408 and the connection closed.
+    #[serde(default = "default_head_read_timeout")]
+    pub head_read_timeout: String,
 }
 
 impl Default for ServerFile {
@@ -215,6 +219,7 @@ impl Default for ServerFile {
             graceful_shutdown_timeout: default_shutdown_timeout(),
             upstream_keepalive_pool_size: default_keepalive_pool(),
             body_read_timeout: default_body_read_timeout(),
+            head_read_timeout: default_head_read_timeout(),
         }
     }
 }
@@ -401,6 +406,9 @@ fn default_master_key_file() -> PathBuf {
 }
 fn default_body_read_timeout() -> String {
     "5s".into()
+}
+fn default_head_read_timeout() -> String {
+    "10s".into()
 }
 
 fn default_cvc_retention() -> String {

@@ -100,6 +100,8 @@ pub struct ServerSettings {
     pub upstream_keepalive_pool_size: usize,
     /// Longest wait for the next bytes of a request body, REST or proxied.
     pub body_read_timeout: Duration,
+    /// Longest an HTTP/1.x request head may take to arrive whole, from its first bytes.
+    pub head_read_timeout: Duration,
 }
 
 /// One project (tenant).
@@ -288,7 +290,16 @@ impl Config {
             )?,
             upstream_keepalive_pool_size: s.upstream_keepalive_pool_size,
             body_read_timeout: duration("server.body_read_timeout", &s.body_read_timeout)?,
+            head_read_timeout: duration("server.head_read_timeout", &s.head_read_timeout)?,
         };
+        if !(Duration::from_millis(100)..=Duration::from_secs(300))
+            .contains(&server.head_read_timeout)
+        {
+            return Err(invalid(
+                "server.head_read_timeout",
+                "must be between 100ms and 5m",
+            ));
+        }
         if !(Duration::from_millis(100)..=Duration::from_secs(300))
             .contains(&server.body_read_timeout)
         {

@@ -1,6 +1,7 @@
 //! The pingora glue: `impl ProxyHttp` for paycred, as a phase table. Each phase hands its
 //! work to the module that owns it: REST requests to [`super::rest`], the proxy route to
-//! [`crate::proxy`]. Only the edge and the proxy touch pingora's `Session`.
+//! [`Proxy`] (one for the server's life). Only the edge and the proxy touch pingora's
+//! `Session`.
 //!
 //! ```text
 //!  request ──▶ request_filter ─┬─ unknown route ─────────────▶ 404 envelope
@@ -12,32 +13,33 @@
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope, + cors headers  (Ok(true))
 //!                              └─ /proxy ─▶ auth (Svc-Authorization | Authorization) ─▶ limits
-//!                                        ─▶ proxy::start: target guard; no body, or one
+//!                                        ─▶ Proxy::start: target guard; no body, or one
 //!                                           ≤ 64 KiB with Content-Length, read and
 //!                                           substituted whole (400 before any connection)
-//!                                        ─▶ prepared: proxy::direct sends head and body in
-//!                                           one write and relays the answer through
-//!                                           proxy::guard  (Ok(true))
-//!                                        ─▶ larger or chunked: proxy::body::relay reads,
-//!                                           substitutes and sends it piece by piece over
-//!                                           the same exchange, then relays the answer
-//!                                           (an error leaves the target's copy unended)
-//!                                           (Ok(true))
-//!                                        ─▶ HEAD, CONNECT, upgrades: pingora proxies them
+//!                                        ─▶ Proxy::send, over paycred's direct exchange:
+//!                                           prepared: head and body in one write, the
+//!                                           answer relayed through the response guard
+//!                                           (Ok(true));
+//!                                           larger or chunked: read, substituted and sent
+//!                                           piece by piece, then the answer relayed (an
+//!                                           error leaves the target's copy unended)
+//!                                           (Ok(true));
+//!                                           HEAD, CONNECT, upgrades: left to pingora
 //!                                           (Ok(false)), with the phases below
-//!  upstream_peer ──▶ the checked address, SNI + verification for the host, project timeout
-//!  upstream_request_filter ──▶ proxy::forward: URI and Host of the target, the caller's
-//!                              headers as the forwarding policy allows
+//!  upstream_peer ──▶ Proxy::peer: the checked address, SNI + verification for the host,
+//!                    project timeout
+//!  upstream_request_filter ──▶ Proxy::upstream_head: URI and Host of the target, the
+//!                              caller's headers as the forwarding policy allows
 //!  [request header sent to the target]
-//!  request_body_filter ──▶ proxy::body::filter: an upgraded connection's bytes scanned
-//!  response_filter ──▶ proxy::guard: a compressed answer or a card number in a header
-//!                      refused (502), or the header masked
-//!  response_body_filter ──▶ proxy::guard: card numbers masked as the body streams, or
-//!                           the answer cut at the first one (`refuse`)
-//!  fail_to_proxy ──▶ proxy::failure: ApiError carried in the pingora error → envelope;
-//!                    connect errors 502, timeouts 504
-//!  logging ──▶ metrics (route shape, status, latency), the proxy's audit entry, and one
-//!              access-log line
+//!  request_body_filter ──▶ Proxy::request_body: an upgraded connection's bytes scanned
+//!  response_filter ──▶ Proxy::response_head: a compressed answer or a card number in a
+//!                      header refused (502), or the header masked
+//!  response_body_filter ──▶ Proxy::response_body: card numbers masked as the body
+//!                           streams, or the answer cut at the first one (`refuse`)
+//!  fail_to_proxy ──▶ failure::answer (Proxy::fail when proxied): ApiError carried in the
+//!                    pingora error → envelope; connect errors 502, timeouts 504
+//!  logging ──▶ metrics (route shape, status, latency), Proxy::record (the proxy's metrics
+//!              and audit entries), and one access-log line
 //! ```
 
 use super::cors;
@@ -49,7 +51,7 @@ use super::routes::{self, Resource, Route};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::http::{write_response, Response};
-use crate::proxy::{self, direct::Exchanger, failure, Outgoing, ProxyCtx, SVC_AUTHORIZATION};
+use crate::proxy::{failure, Proxy, ProxyCtx};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -66,18 +68,17 @@ pub struct Gateway {
     live: Arc<ArcSwap<Live>>,
     /// `Idempotency-Key`s whose first request is running.
     idempotency: idempotency::InFlight,
-    /// Connections for prepared bodies, made on first use (its TLS context loads the system
-    /// roots).
-    exchanger: Arc<std::sync::OnceLock<Exchanger>>,
+    /// The proxy route, and the connections it keeps to targets (a reload keeps them).
+    proxy: Proxy,
     metrics: Arc<MetricsPage>,
 }
 
 impl Gateway {
-    pub fn new(live: Arc<ArcSwap<Live>>, metrics: Arc<MetricsPage>) -> Self {
+    pub fn new(live: Arc<ArcSwap<Live>>, metrics: Arc<MetricsPage>, proxy: Proxy) -> Self {
         Self {
             live,
             idempotency: Default::default(),
-            exchanger: metrics.exchanger.clone(),
+            proxy,
             metrics,
         }
     }
@@ -100,7 +101,7 @@ pub struct RequestCtx {
 enum Answer {
     /// Written by paycred: the REST answer, an error, or the direct exchange's relay.
     Response(Response),
-    /// Proxied: the direct exchange if the body is prepared, else pingora.
+    /// Proxied ([`Proxy::send`]).
     Proxy,
 }
 
@@ -125,10 +126,10 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         // Every read of the body, REST or proxied, whoever reads it: a caller that sends
-        // nothing for this long is answered 408 (`http::read_body_pieces`,
-        // `proxy::failure`). pingora ignores it on HTTP/2 streams: paycred's own reads
-        // bound their wait themselves, and a body pingora streams to the target is ended by
-        // the project's proxy timeout.
+        // nothing for this long is answered 408 (`http::read_body_pieces`, `failure`).
+        // pingora ignores it on HTTP/2 streams: paycred's own reads bound their wait
+        // themselves, and a body pingora streams to the target is ended by the project's
+        // proxy timeout.
         session.set_read_timeout(Some(ctx.live.app.config.server.body_read_timeout));
         let mut response = match self.answer(session, ctx).await {
             Ok(Answer::Response(r)) => r,
@@ -136,12 +137,18 @@ impl ProxyHttp for Gateway {
                 let Some(p) = ctx.proxy.as_deref_mut() else {
                     return Ok(false);
                 };
-                if matches!(p.outgoing, Outgoing::Pingora) {
-                    return Ok(false);
-                }
+                let live = &ctx.live;
                 // An error here is a response cut short: pingora then closes the caller's
                 // connection instead of ending the response as if it were complete.
-                ctx.status = self.relay(session, &ctx.live, p).await?;
+                let sent = self
+                    .proxy
+                    .send(session, &live.app, &live.ca_roots, p)
+                    .await?;
+                let Some(status) = sent else {
+                    // HEAD, CONNECT, upgrades: pingora proxies them.
+                    return Ok(false);
+                };
+                ctx.status = status;
                 return Ok(true);
             }
             Err(e) => Response::error(&e),
@@ -163,7 +170,7 @@ impl ProxyHttp for Gateway {
                 "no upstream for this route",
             ));
         };
-        Ok(Box::new(Self::peer(&ctx.live, p)))
+        Ok(Box::new(self.proxy.peer(&ctx.live.ca_roots, p)))
     }
 
     async fn upstream_request_filter(
@@ -175,15 +182,7 @@ impl ProxyHttp for Gateway {
         let Some(p) = ctx.proxy.as_mut() else {
             return Err(Error::explain(ErrorType::InternalError, "no proxy state"));
         };
-        let body_changes = p.substitute && p.substitution.may_change_length();
-        proxy::forward::upstream_request(upstream, &p.target, &p.forwarding, body_changes)
-            .map_err(failure::carry)?;
-        if p.substitute {
-            // A retry replays the body through the filter: start over.
-            p.substitution.reset();
-        }
-        p.upstream_started.get_or_insert_with(Instant::now);
-        Ok(())
+        self.proxy.upstream_head(upstream, p)
     }
 
     async fn request_body_filter(
@@ -194,7 +193,11 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         match ctx.proxy.as_mut() {
-            Some(p) => proxy::body::filter(&ctx.live.app, p, body, end_of_stream).await,
+            Some(p) => {
+                self.proxy
+                    .request_body(&ctx.live.app, p, body, end_of_stream)
+                    .await
+            }
             None => Ok(()),
         }
     }
@@ -208,9 +211,7 @@ impl ProxyHttp for Gateway {
         let Some(p) = ctx.proxy.as_deref_mut() else {
             return Ok(());
         };
-        // The request body has been substituted by now: the numbers it revealed are known.
-        p.guard.arm(p.substitution.card_numbers());
-        p.guard.head(upstream_response).map_err(failure::carry)
+        self.proxy.response_head(p, upstream_response)
     }
 
     fn response_body_filter(
@@ -221,7 +222,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<Option<std::time::Duration>> {
         if let Some(p) = ctx.proxy.as_deref_mut() {
-            proxy::guard::filter(&mut p.guard, body, end_of_stream).map_err(failure::carry)?;
+            self.proxy.response_body(p, body, end_of_stream)?;
         }
         Ok(None)
     }
@@ -236,12 +237,10 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let unanswered = session.response_written().is_none();
-        ctx.status = failure::answer(session, e).await;
-        if let (true, Some(p)) = (unanswered, ctx.proxy.as_deref_mut()) {
-            // pingora had not sent the target's head yet: the guard's cut became a 502.
-            p.guard.answered_instead();
-        }
+        ctx.status = match ctx.proxy.as_deref_mut() {
+            Some(p) => self.proxy.fail(session, e, p).await,
+            None => failure::answer(session, e).await,
+        };
         FailToProxy {
             error_code: if ctx.status == 499 { 0 } else { ctx.status },
             can_reuse_downstream: false,
@@ -259,28 +258,9 @@ impl ProxyHttp for Gateway {
         let app = &ctx.live.app;
         app.metrics.record(ctx.route, ctx.status, elapsed);
         if let Some(p) = &ctx.proxy {
-            let upstream = p
-                .upstream_started
-                .map(|t| ended.saturating_duration_since(t));
-            app.metrics.record_proxy(
-                ctx.status,
-                upstream,
-                e.is_some() || p.failed,
-                p.substitution.templates,
-            );
-            // One entry per request, including every credential it revealed.
-            app.store.append_audit_nowait(p.audit_event(ctx.status));
-            if let Some(event) = p.guard_event() {
-                app.metrics
-                    .record_guard(p.guard.action.map_or("", |a| a.as_str()));
-                app.store.append_audit_nowait(event);
-            }
+            self.proxy.record(app, p, ctx.status, e.is_some(), ended);
         }
-        let target = ctx
-            .proxy
-            .as_ref()
-            .map(|p| p.target.url.host.as_str())
-            .unwrap_or("");
+        let target = ctx.proxy.as_deref().map_or("", ProxyCtx::host);
         tracing::info!(
             "{}",
             crate::ops::logging::RequestLine {
@@ -364,7 +344,10 @@ impl Gateway {
         let (principal, drop_authorization) = Self::authenticate(&live, session, &route, project)?;
         live.limits.check(&principal.project, &principal.entity)?;
         if route.resource == Resource::Proxy {
-            let p = proxy::start::start(app, session, principal, drop_authorization).await?;
+            let p = self
+                .proxy
+                .start(app, session, principal, drop_authorization)
+                .await?;
             ctx.proxy = Some(Box::new(p));
             return Ok(Answer::Proxy);
         }
@@ -383,7 +366,7 @@ impl Gateway {
         project: &str,
     ) -> Result<(Arc<Principal>, bool), ApiError> {
         let headers = &session.req_header().headers;
-        let (token, drop_authorization) = match headers.get(SVC_AUTHORIZATION) {
+        let (token, drop_authorization) = match headers.get(Proxy::SVC_AUTHORIZATION) {
             Some(v) if route.resource == Resource::Proxy => (Some(v.as_bytes()), false),
             _ => (
                 headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
@@ -396,60 +379,6 @@ impl Gateway {
             .authenticate(token, project, live.app.now_secs())
             .inspect_err(|e| Self::audit_auth_failure(live, project, route.label(), e))?;
         Ok((principal, drop_authorization))
-    }
-
-    /// The pingora peer of a proxied request.
-    fn peer(live: &Live, p: &ProxyCtx) -> HttpPeer {
-        proxy::peer::peer(&p.target, &p.project, live.ca_roots.get(&p.project.id))
-    }
-
-    /// Sends the request through [`proxy::direct`] (prepared, or its body streamed by
-    /// [`proxy::body::relay`]) and relays the answer; returns the status to record. On failure before the answer started, answers as
-    /// `fail_to_proxy` would (502, 504); after, returns the error so that pingora cuts the
-    /// caller's connection.
-    async fn relay(&self, session: &mut Session, live: &Live, p: &mut ProxyCtx) -> Result<u16> {
-        let peer = Self::peer(live, p);
-        let replayable = proxy::direct::replayable(session.req_header());
-        let exchanger = self.exchanger.get_or_init(|| {
-            // As pingora sizes its own pool: the setting per worker thread.
-            let server = &live.app.config.server;
-            let pool_size = server
-                .upstream_keepalive_pool_size
-                .saturating_mul(server.threads.max(1));
-            Exchanger::new(pool_size)
-        });
-        let relayed = match &p.outgoing {
-            Outgoing::Prepared(request) => {
-                p.guard.arm(p.substitution.card_numbers());
-                exchanger
-                    .relay(
-                        session,
-                        &peer,
-                        request,
-                        replayable,
-                        &mut p.upstream_started,
-                        &mut p.guard,
-                    )
-                    .await
-            }
-            Outgoing::Streamed(head) => {
-                let head = head.clone();
-                proxy::body::relay(&live.app, session, p, exchanger, &peer, head).await
-            }
-            Outgoing::Pingora => return Ok(0),
-        };
-        let e = match relayed {
-            Ok(status) => return Ok(status),
-            Err(e) => e,
-        };
-        if session.response_written().is_some() {
-            // Cut short: `fail_to_proxy` records it, and the caller's connection is closed.
-            return Err(e);
-        }
-        // The guard's refusal is an answer, not a target failure.
-        p.failed = failure::carried(&e).is_none();
-        session.set_keepalive(None);
-        Ok(failure::answer(session, &e).await)
     }
 
     /// Records an authentication failure for a configured project in the audit log, in the

@@ -19,11 +19,11 @@
 //!
 //! In-flight keys are held in memory, and, where several instances share the store
 //! (PostgreSQL), also claimed in the store with a lease of [`LEASE`]
-//! ([`Store::claim_idempotent`](crate::store::Store::claim_idempotent)): the same key sent to
-//! several instances at once runs once, the others answer 409 (or the stored answer once it
-//! is there). A claim is released when its request ends; one whose instance crashed (or
-//! whose client went away mid-request) lapses after [`LEASE`], so a key is never locked for
-//! longer. Known window: a crash after the write became durable but before the
+//! ([`IdempotencyStore::claim_idempotent`](crate::store::IdempotencyStore::claim_idempotent)):
+//! the same key sent to several instances at once runs once, the others answer 409 (or the
+//! stored answer once it is there). A claim is released when its request ends; one whose
+//! instance crashed (or whose client went away mid-request) lapses after [`LEASE`], so a key
+//! is never locked for longer. Known window: a crash after the write became durable but before the
 //! stored response did leaves the key free, so a retry runs again (a payment method then
 //! answers 200 with the existing card, found by fingerprint; a purchase intent is issued anew).
 //! The proxy route is not covered: its `Idempotency-Key` header goes to the target, whose own

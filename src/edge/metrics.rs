@@ -11,7 +11,7 @@ use crate::config::MetricsConfig;
 use crate::error::ApiError;
 use crate::http::Response;
 use crate::ops::metrics::Metrics;
-use crate::proxy::direct::Exchanger;
+use crate::proxy::ProxyStats;
 use crate::secret::constant_time_eq;
 use crate::store::Store;
 use async_trait::async_trait;
@@ -19,26 +19,22 @@ use http::header;
 use pingora::apps::http_app::ServeHttp;
 use pingora::http::RequestHeader;
 use pingora::protocols::http::ServerSession;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// What `/metrics` shows: the request metrics, the store's and the direct exchange's counters.
 #[derive(Clone)]
 pub struct MetricsPage {
     pub metrics: Arc<Metrics>,
     pub store: Arc<dyn Store>,
-    /// The direct exchange's connections, once it has made one.
-    pub exchanger: Arc<OnceLock<Exchanger>>,
+    /// The direct exchange's connection counters ([`crate::proxy::Proxy::stats`]).
+    pub proxy: ProxyStats,
 }
 
 impl MetricsPage {
     /// The page in Prometheus text format.
     pub fn render(&self) -> Response {
         let stats = self.store.stats();
-        let (opened, reused) = self
-            .exchanger
-            .get()
-            .map(Exchanger::connections)
-            .unwrap_or_default();
+        let (opened, reused) = self.proxy.connections();
         let text = self.metrics.render(&[
             (
                 "paycred_target_connections_opened_total",

@@ -58,7 +58,8 @@ pub async fn relay(
         // The rest of the caller's body is unread.
         session.set_keepalive(None);
     }
-    p.guard.arm(p.substitution.card_numbers());
+    p.guard
+        .arm(p.substitution.card_numbers(), p.substitution.cvcs());
     let (upstream, key) = match out.answer_head(peer).await {
         Ok(answer) => answer,
         // No answer after a failed write: the write's error is the one to report.

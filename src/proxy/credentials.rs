@@ -10,12 +10,13 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::domain::issuer::{Credential, CredentialType};
 use crate::error::ApiError;
-use crate::secret::{CardNumber, Revealed};
+use crate::secret::{CardNumber, Cvc, Revealed};
 use crate::service::intents;
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
 use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
 use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One credential, as templates address it with JSONPath over the object
 /// `{number, expirationMonth, expirationYear, cvc?, cryptogram?, card: {…}, token: {…}}`
@@ -27,6 +28,8 @@ pub struct CredentialValues {
     pub revealed: String,
     /// The purchase intent it came from (`None` for `pan`): counted as one use per request.
     pub intent_id: Option<String>,
+    /// A template selected its cvc: the response guard looks for it in the answer.
+    cvc_selected: AtomicBool,
 }
 
 impl CredentialValues {
@@ -35,12 +38,22 @@ impl CredentialValues {
             credential,
             revealed,
             intent_id,
+            cvc_selected: AtomicBool::new(false),
         }
     }
 
     /// The credential's card number (a stored card's, a virtual card's or a network token's).
     pub fn number(&self) -> &CardNumber {
         &self.credential.number
+    }
+
+    /// The credential's cvc, if a template of the request selected it.
+    pub fn cvc_selected(&self) -> Option<&Cvc> {
+        if self.cvc_selected.load(Ordering::Relaxed) {
+            self.credential.cvc.as_ref()
+        } else {
+            None
+        }
     }
 
     /// The value the template's JSONPath selects, or why there is none (a message without
@@ -52,7 +65,10 @@ impl CredentialValues {
             CredentialField::Number => Some(Revealed::Number(c.number.clone())),
             CredentialField::ExpirationMonth => Some(Revealed::Expiry(c.expiration_month.clone())),
             CredentialField::ExpirationYear => Some(Revealed::Expiry(c.expiration_year.clone())),
-            CredentialField::Cvc => c.cvc.clone().map(Revealed::Cvc),
+            CredentialField::Cvc => {
+                self.cvc_selected.store(true, Ordering::Relaxed);
+                c.cvc.clone().map(Revealed::Cvc)
+            }
             CredentialField::Cryptogram => c.cryptogram.clone().map(Revealed::Cryptogram),
         };
         match value {

@@ -1,14 +1,17 @@
-//! A proxy request from its head to a [`ProxyCtx`]: the target checked and resolved, and a
-//! body up to [`PREFLIGHT_LIMIT`] with a `Content-Length` read and substituted whole, so that
-//! every template is validated and resolved (and every use counted) before the target is
-//! contacted. Such a body leaves as one prepared request through [`super::direct`]; any other
-//! body streams through pingora ([`super::body`]).
+//! A proxy request from its head to a [`ProxyCtx`] ([`super::Proxy::start`]): the target
+//! checked and resolved by the target guard ([`target`]), and a body up to
+//! [`PREFLIGHT_LIMIT`] with a `Content-Length` read and substituted whole, so that every
+//! template is validated and resolved (and every use counted) before the target is contacted.
+//! Such a body leaves as one prepared request over the direct exchange ([`super::direct`]); a
+//! larger or chunked one streams over the same exchange, substituted piece by piece
+//! ([`super::body::relay`]). Only `HEAD`, `CONNECT` and upgrades, which carry no body, go
+//! through pingora's proxy pipeline.
 
 use super::direct::{self, RequestBuf};
 use super::forward::{target_uri, Forwarding};
 use super::guard::ResponseGuard;
 use super::substitute::Substitution;
-use super::{body, target, Outgoing, ProxyCtx, PREFLIGHT_LIMIT, SVC_TARGET_URL};
+use super::{body, target, Outgoing, Proxy, ProxyCtx, PREFLIGHT_LIMIT};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
@@ -36,7 +39,7 @@ pub async fn start(
     let req = session.req_header();
     let headers = &req.headers;
     let raw_target = headers
-        .get(SVC_TARGET_URL)
+        .get(Proxy::SVC_TARGET_URL)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| {
             ApiError::invalid_field("Svc-Target-URL", "required: the URL to forward to")

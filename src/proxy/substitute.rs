@@ -10,7 +10,7 @@ use super::credentials::{self, Lookup};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::secret::{CardNumber, Revealed};
+use crate::secret::{CardNumber, Cvc, Revealed};
 use crate::template::{
     BodyScanner, CredentialKind, Format, ResolveError, Scanner, TemplateError, TemplateRef,
 };
@@ -411,6 +411,14 @@ impl Substitution {
         self.cache
             .values()
             .filter_map(|l| l.as_ref().ok().map(|v| v.number().clone()))
+            .collect()
+    }
+
+    /// The cvcs the request's templates selected, for the response guard.
+    pub fn cvcs(&self) -> Vec<Cvc> {
+        self.cache
+            .values()
+            .filter_map(|l| l.as_ref().ok().and_then(|v| v.cvc_selected().cloned()))
             .collect()
     }
 

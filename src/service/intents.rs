@@ -166,9 +166,10 @@ pub const FINALIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(1
 const FINALIZE_BATCH: usize = 500;
 
 /// Ends the intents whose end is due at the app's time (past `expiresAt`, or a used-up limit
-/// whose end did not follow its use) through [`Store::end_intent`](crate::store::Store::end_intent),
-/// which destroys their credential; how many this call ended. Instances sharing a store may
-/// run it together: each end is conditional, so an intent ends once.
+/// no use ended) through
+/// [`IntentStore::end_intent`](crate::store::IntentStore::end_intent), which destroys their
+/// credential; how many this call ended. Instances sharing a store may run it together: each
+/// end is conditional, so an intent ends once.
 pub async fn end_due_intents(app: &App) -> ApiResult<usize> {
     let now = app.now_micros();
     let due = app.store.intents_due_to_end(now, FINALIZE_BATCH).await?;

@@ -1,10 +1,10 @@
 //! Passkeys (WebAuthn), shared by the passkey routes (registration) and verification (the
 //! assertion a purchase intent asks for). The WebAuthn library checks every ceremony:
 //! challenge, origin, RP ID, signature, user presence and verification, and the signature
-//! counter. Its ceremony state is kept in the store ([`Store::put_webauthn_state`]), so any
+//! counter. Its ceremony state is kept in the store ([`PasskeyStore::put_webauthn_state`]), so any
 //! instance finishes what another started, and is taken once.
 //!
-//! [`Store::put_webauthn_state`]: crate::store::Store::put_webauthn_state
+//! [`PasskeyStore::put_webauthn_state`]: crate::store::PasskeyStore::put_webauthn_state
 
 use crate::app::App;
 use crate::config::passkeys::Passkeys;

@@ -103,8 +103,8 @@ pub fn run(
     if missing > 0 {
         return Err(format!("{missing} copied rows are not in the database"));
     }
-    let log = crate::store::Store::audit_log(&target).map_err(|e| e.to_string())?;
-    let head = crate::store::Store::audit_head(&target).map_err(|e| e.to_string())?;
+    let log = crate::store::AuditStore::audit_log(&target).map_err(|e| e.to_string())?;
+    let head = crate::store::AuditStore::audit_head(&target).map_err(|e| e.to_string())?;
     let n = crate::audit::verify(&log).map_err(|b| format!("database audit log: {b}"))?;
     crate::audit::verify_head(&log, head.as_ref())
         .map_err(|b| format!("database audit log: {b}"))?;

@@ -3,16 +3,20 @@
 //! 1. Every event is written with a fan-out marker, in the transaction of the change that
 //!    causes it (sled: a key of the `events` tree; PostgreSQL: a `webhook_fanout` row), so no
 //!    committed event can be missed, whatever order the events commit in.
-//! 2. [`crate::store::Store::fan_out_events`] turns each marker into one [`DeliveryRecord`]
-//!    per enabled endpoint whose `enabledEvents` match ([`sends`]), and removes the marker,
-//!    in one transaction.
+//! 2. [`WebhookStore::fan_out_events`] turns each marker into one [`DeliveryRecord`] per
+//!    enabled endpoint whose `enabledEvents` match ([`sends`]), and removes the marker, in
+//!    one transaction.
 //! 3. The delivery worker claims due pending deliveries
-//!    ([`crate::store::Store::claim_deliveries`]): a claim moves the delivery's next attempt
-//!    to the end of a lease, so a claim whose instance died expires by itself and the
-//!    delivery is due again. It records the outcome of each attempt with the lease as its
-//!    proof of claim ([`crate::store::Store::record_delivery`]): a claim lost meanwhile records
-//!    nothing. (sled, which one process owns, keeps its claims in memory: a restart frees
-//!    them all, and what was being sent is due at once.)
+//!    ([`WebhookStore::claim_deliveries`]): a claim moves the delivery's next attempt to the
+//!    end of a lease, so a claim whose instance died expires by itself and the delivery is
+//!    due again. It records the outcome of each attempt with the lease as its proof of claim
+//!    ([`WebhookStore::record_delivery`]): a claim lost meanwhile records nothing. (sled,
+//!    which one process owns, keeps its claims in memory: a restart frees them all, and what
+//!    was being sent is due at once.)
+//!
+//! [`WebhookStore::fan_out_events`]: super::WebhookStore::fan_out_events
+//! [`WebhookStore::claim_deliveries`]: super::WebhookStore::claim_deliveries
+//! [`WebhookStore::record_delivery`]: super::WebhookStore::record_delivery
 
 use super::WebhookEndpointRecord;
 use serde::{Deserialize, Serialize};

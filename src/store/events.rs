@@ -17,13 +17,25 @@
 //! | `purchase_intent.expired`           | the end past `expiresAt` (the finalizer)        |
 //!
 //! The three ends are written where every end is stored (`IntentRecord::finish`, in each
-//! backend's `intent_end`), in the end's transaction.
+//! backend's `intents`), in the end's transaction.
 //!
 //! Event ids are `evt_` and the event's sequence number (16 hex digits): a later event of a
-//! store has a larger number, and lists go by it, newest first.
+//! store has a larger number, and lists go by it, newest first. [`EventStore`] reads them.
 
-use super::{IntentEnd, IntentRecord, IntentStatus, PaymentMethodRecord, Sealed};
+use super::{IntentEnd, IntentRecord, IntentStatus, PaymentMethodRecord, Sealed, StoreResult};
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+/// Events (written by the changes of the other traits, read here).
+#[async_trait]
+pub trait EventStore: Send + Sync + 'static {
+    /// The events a query asks for, newest first (every change writes its own in its
+    /// transaction).
+    async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>>;
+
+    /// One event of the project, by its sequence number.
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<EventRecord>>;
+}
 
 /// Every event type, in the order of the table above.
 pub const TYPES: &[&str] = &[

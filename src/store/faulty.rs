@@ -1,13 +1,16 @@
 //! A [`Store`] wrapper that fails on demand, for tests of storage faults (disk full, I/O
 //! error): `fail_writes_after(n)` lets the next `n` writes through and fails every write
 //! after them with [`StoreError::Unavailable`] until [`FaultyStore::heal`]; `fail_reads`
-//! fails reads too. A failed write never reaches the inner store, like a write refused by a
+//! fails reads too. It implements each of the store's traits over the inner store's. A failed write never reaches the inner store, like a write refused by a
 //! full disk.
 
 use super::{
-    AuditEntry, AuditEvent, CardTokenRecord, IdempotentRecord, Inserted, IntentRecord,
-    IntentStatus, Page, PaymentMethodRecord, Refresh, Scope, Store, StoreError, StoreResult,
-    StoreStats, TokenTake, UseOutcome, VerificationAttempt,
+    AuditEntry, AuditEvent, AuditHead, AuditStore, CardTokenRecord, CardTokenStore, DeliveryRecord,
+    DueEnd, EventQuery, EventRecord, EventStore, IdempotencyStore, IdempotentRecord, Inserted,
+    IntentEnd, IntentRecord, IntentStatus, IntentStore, KeyringStore, Page, PasskeyRecord,
+    PasskeyStore, PaymentMethodRecord, PaymentMethodStore, Refresh, Scope, Store, StoreError,
+    StoreHealth, StoreResult, StoreStats, TokenTake, UseOutcome, VerificationAttempt,
+    WebauthnStateRecord, WebhookEndpointRecord, WebhookStore,
 };
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -77,7 +80,7 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl Store for FaultyStore {
+impl PaymentMethodStore for FaultyStore {
     async fn insert_payment_method(
         &self,
         pm: &PaymentMethodRecord,
@@ -117,6 +120,14 @@ impl Store for FaultyStore {
         self.inner.delete_payment_method(scope, id, audit).await
     }
 
+    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool> {
+        self.read()?;
+        self.inner.payment_method_verified(scope, pm_id).await
+    }
+}
+
+#[async_trait]
+impl IntentStore for FaultyStore {
     async fn insert_intent(&self, intent: &IntentRecord, audit: AuditEvent) -> StoreResult<bool> {
         self.write()?;
         self.inner.insert_intent(intent, audit).await
@@ -155,11 +166,6 @@ impl Store for FaultyStore {
             .await
     }
 
-    async fn payment_method_verified(&self, scope: Scope<'_>, pm_id: &str) -> StoreResult<bool> {
-        self.read()?;
-        self.inner.payment_method_verified(scope, pm_id).await
-    }
-
     async fn record_use(
         &self,
         scope: Scope<'_>,
@@ -183,33 +189,30 @@ impl Store for FaultyStore {
             .await
     }
 
-    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+    async fn end_intent(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        end: IntentEnd,
+        now_micros: i64,
+    ) -> StoreResult<Option<IntentRecord>> {
         self.write()?;
-        self.inner.append_audit(audit).await
+        self.inner.end_intent(scope, id, end, now_micros).await
     }
 
-    fn append_audit_nowait(&self, audit: AuditEvent) {
-        if self.write().is_ok() {
-            self.inner.append_audit_nowait(audit);
-        }
-    }
-
-    fn count_audit(&self, audit: AuditEvent) {
-        if self.write().is_ok() {
-            self.inner.count_audit(audit);
-        }
-    }
-
-    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+    async fn intents_due_to_end(&self, now_micros: i64, limit: usize) -> StoreResult<Vec<DueEnd>> {
         self.read()?;
-        self.inner.audit_log()
+        self.inner.intents_due_to_end(now_micros, limit).await
     }
 
-    fn audit_head(&self) -> StoreResult<Option<super::AuditHead>> {
-        self.read()?;
-        self.inner.audit_head()
+    async fn purge_erased_keys(&self) -> StoreResult<()> {
+        self.write()?;
+        self.inner.purge_erased_keys().await
     }
+}
 
+#[async_trait]
+impl IdempotencyStore for FaultyStore {
     async fn get_idempotent(
         &self,
         scope: Scope<'_>,
@@ -234,7 +237,9 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.sweep_idempotent(now_micros)
     }
+}
 
+impl KeyringStore for FaultyStore {
     fn load_keyring(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
         self.read()?;
         self.inner.load_keyring(project)
@@ -250,14 +255,24 @@ impl Store for FaultyStore {
         self.inner.swap_keyring(project, expected, keyring)
     }
 
-    async fn ready(&self) -> StoreResult<()> {
-        self.inner.ready().await
+    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read()?;
+        self.inner.load_client_keys(project)
     }
 
-    fn stats(&self) -> StoreStats {
-        self.inner.stats()
+    fn swap_client_keys(
+        &self,
+        project: &str,
+        expected: Option<&[u8]>,
+        keyset: &[u8],
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.swap_client_keys(project, expected, keyset)
     }
+}
 
+#[async_trait]
+impl CardTokenStore for FaultyStore {
     async fn insert_card_token(
         &self,
         scope: Scope<'_>,
@@ -276,33 +291,13 @@ impl Store for FaultyStore {
         self.write()?;
         self.inner.take_card_token(scope, id, now_micros).await
     }
+}
 
-    fn load_client_keys(&self, project: &str) -> StoreResult<Option<Vec<u8>>> {
-        self.read()?;
-        self.inner.load_client_keys(project)
-    }
-
-    fn swap_client_keys(
-        &self,
-        project: &str,
-        expected: Option<&[u8]>,
-        keyset: &[u8],
-    ) -> StoreResult<bool> {
-        self.write()?;
-        self.inner.swap_client_keys(project, expected, keyset)
-    }
-
-    async fn list_events(
-        &self,
-        query: super::EventQuery<'_>,
-    ) -> StoreResult<Vec<super::EventRecord>> {
-        self.read()?;
-        self.inner.list_events(query).await
-    }
-
+#[async_trait]
+impl WebhookStore for FaultyStore {
     async fn put_webhook_endpoint(
         &self,
-        endpoint: &super::WebhookEndpointRecord,
+        endpoint: &WebhookEndpointRecord,
         replace: bool,
         audit: AuditEvent,
     ) -> StoreResult<bool> {
@@ -316,7 +311,7 @@ impl Store for FaultyStore {
         &self,
         project: &str,
         id: &str,
-    ) -> StoreResult<Option<super::WebhookEndpointRecord>> {
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
         self.read()?;
         self.inner.get_webhook_endpoint(project, id).await
     }
@@ -324,7 +319,7 @@ impl Store for FaultyStore {
     async fn list_webhook_endpoints(
         &self,
         project: &str,
-    ) -> StoreResult<Vec<super::WebhookEndpointRecord>> {
+    ) -> StoreResult<Vec<WebhookEndpointRecord>> {
         self.read()?;
         self.inner.list_webhook_endpoints(project).await
     }
@@ -337,41 +332,6 @@ impl Store for FaultyStore {
     ) -> StoreResult<bool> {
         self.write()?;
         self.inner.delete_webhook_endpoint(project, id, audit).await
-    }
-
-    async fn end_intent(
-        &self,
-        scope: Scope<'_>,
-        id: &str,
-        end: crate::store::IntentEnd,
-        now_micros: i64,
-    ) -> StoreResult<Option<IntentRecord>> {
-        self.write()?;
-        self.inner.end_intent(scope, id, end, now_micros).await
-    }
-
-    async fn intents_due_to_end(
-        &self,
-        now_micros: i64,
-        limit: usize,
-    ) -> StoreResult<Vec<crate::store::DueEnd>> {
-        self.read()?;
-        self.inner.intents_due_to_end(now_micros, limit).await
-    }
-
-    async fn purge_erased_keys(&self) -> StoreResult<()> {
-        self.write()?;
-        self.inner.purge_erased_keys().await
-    }
-
-    fn remac_audit_head(&self) -> StoreResult<bool> {
-        self.write()?;
-        self.inner.remac_audit_head()
-    }
-
-    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<super::EventRecord>> {
-        self.read()?;
-        self.inner.get_event(project, seq).await
     }
 
     async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
@@ -398,7 +358,7 @@ impl Store for FaultyStore {
         lease_until_micros: i64,
         skip: &[String],
         limit: usize,
-    ) -> StoreResult<Vec<super::DeliveryRecord>> {
+    ) -> StoreResult<Vec<DeliveryRecord>> {
         self.write()?;
         self.inner
             .claim_deliveries(now_micros, lease_until_micros, skip, limit)
@@ -407,7 +367,7 @@ impl Store for FaultyStore {
 
     async fn record_delivery(
         &self,
-        delivery: &super::DeliveryRecord,
+        delivery: &DeliveryRecord,
         claimed_until_micros: i64,
     ) -> StoreResult<bool> {
         self.write()?;
@@ -416,11 +376,7 @@ impl Store for FaultyStore {
             .await
     }
 
-    async fn list_deliveries(
-        &self,
-        project: &str,
-        seq: u64,
-    ) -> StoreResult<Vec<super::DeliveryRecord>> {
+    async fn list_deliveries(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
         self.read()?;
         self.inner.list_deliveries(project, seq).await
     }
@@ -429,17 +385,20 @@ impl Store for FaultyStore {
         self.read()?;
         self.inner.deliveries_pending().await
     }
+}
 
+#[async_trait]
+impl PasskeyStore for FaultyStore {
     async fn put_passkey(
         &self,
-        passkey: &super::PasskeyRecord,
+        passkey: &PasskeyRecord,
         audit: Option<AuditEvent>,
     ) -> StoreResult<bool> {
         self.write()?;
         self.inner.put_passkey(passkey, audit).await
     }
 
-    async fn list_passkeys(&self, scope: Scope<'_>) -> StoreResult<Vec<super::PasskeyRecord>> {
+    async fn list_passkeys(&self, scope: Scope<'_>) -> StoreResult<Vec<PasskeyRecord>> {
         self.read()?;
         self.inner.list_passkeys(scope).await
     }
@@ -458,7 +417,7 @@ impl Store for FaultyStore {
         &self,
         scope: Scope<'_>,
         key: &str,
-        state: &super::WebauthnStateRecord,
+        state: &WebauthnStateRecord,
         now_micros: i64,
     ) -> StoreResult<()> {
         self.write()?;
@@ -472,8 +431,67 @@ impl Store for FaultyStore {
         scope: Scope<'_>,
         key: &str,
         now_micros: i64,
-    ) -> StoreResult<Option<super::WebauthnStateRecord>> {
+    ) -> StoreResult<Option<WebauthnStateRecord>> {
         self.write()?;
         self.inner.take_webauthn_state(scope, key, now_micros).await
+    }
+}
+
+#[async_trait]
+impl EventStore for FaultyStore {
+    async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
+        self.read()?;
+        self.inner.list_events(query).await
+    }
+
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<EventRecord>> {
+        self.read()?;
+        self.inner.get_event(project, seq).await
+    }
+}
+
+#[async_trait]
+impl AuditStore for FaultyStore {
+    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+        self.write()?;
+        self.inner.append_audit(audit).await
+    }
+
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        if self.write().is_ok() {
+            self.inner.append_audit_nowait(audit);
+        }
+    }
+
+    fn count_audit(&self, audit: AuditEvent) {
+        if self.write().is_ok() {
+            self.inner.count_audit(audit);
+        }
+    }
+
+    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+        self.read()?;
+        self.inner.audit_log()
+    }
+
+    fn audit_head(&self) -> StoreResult<Option<AuditHead>> {
+        self.read()?;
+        self.inner.audit_head()
+    }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.remac_audit_head()
+    }
+}
+
+#[async_trait]
+impl StoreHealth for FaultyStore {
+    async fn ready(&self) -> StoreResult<()> {
+        self.inner.ready().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.stats()
     }
 }

@@ -50,9 +50,9 @@ pub struct TokenRecord {
 }
 
 /// The stored status of a purchase intent. `expired` and `canceled` are stored by the
-/// intent's end ([`Store::end_intent`](super::Store::end_intent)); between `expiresAt` and the
-/// finalizer's pass, `expired` is computed from the clock when the intent is read
-/// ([`IntentRecord::status_at`]).
+/// intent's end ([`IntentStore::end_intent`](super::IntentStore::end_intent)); between
+/// `expiresAt` and the finalizer's pass, `expired` is computed from the clock when the intent
+/// is read ([`IntentRecord::status_at`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 #[schema(
@@ -146,8 +146,9 @@ impl IntentRecord {
 }
 
 impl IntentRecord {
-    /// Whether `end` ends this record at `now_micros` ([`Store::end_intent`](super::Store::end_intent)
-    /// applies it only then, so that racing callers and instances end an intent once):
+    /// Whether `end` ends this record at `now_micros`
+    /// ([`IntentStore::end_intent`](super::IntentStore::end_intent) applies it only then, so
+    /// that racing callers and instances end an intent once):
     /// expiry ends an `active` or `verify` intent past `expiresAt`; a used-up limit ends an
     /// `active` one whose uses reached it; cancelation ends any intent not canceled yet.
     pub fn ends_with(&self, end: IntentEnd, now_micros: i64) -> bool {
@@ -184,7 +185,7 @@ impl IntentRecord {
     }
 }
 
-/// How an intent ends for good ([`Store::end_intent`](super::Store::end_intent)).
+/// How an intent ends for good ([`IntentStore::end_intent`](super::IntentStore::end_intent)).
 /// `unavailable` is final too, but it is stored so from the start, holds no credential and
 /// no end moves it (only the cancelation of its payment method does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,8 +219,8 @@ impl IntentEnd {
     }
 }
 
-/// An intent whose end is due, as [`Store::intents_due_to_end`](super::Store::intents_due_to_end)
-/// finds it.
+/// An intent whose end is due, as
+/// [`IntentStore::intents_due_to_end`](super::IntentStore::intents_due_to_end) finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueEnd {
     pub project: String,
@@ -228,31 +229,7 @@ pub struct DueEnd {
     pub end: IntentEnd,
 }
 
-/// Why a use of an intent is refused, from its stored status, `expiresAt`, usage limit and
-/// uses at `now_micros`; `None` when it may be counted. An intent ended by its usage limit
-/// refuses as [`UseOutcome::UsageLimitReached`], one ended by time as [`UseOutcome::Expired`].
-pub fn use_refused(
-    status: IntentStatus,
-    expires_micros: i64,
-    usage_limit: Option<u32>,
-    uses: u32,
-    now_micros: i64,
-) -> Option<UseOutcome> {
-    let used_up = usage_limit.is_some_and(|l| uses >= l);
-    match status {
-        IntentStatus::Active | IntentStatus::Expired => {}
-        _ => return Some(UseOutcome::NotActive),
-    }
-    if status == IntentStatus::Expired && used_up {
-        return Some(UseOutcome::UsageLimitReached);
-    }
-    if status == IntentStatus::Expired || now_micros >= expires_micros {
-        return Some(UseOutcome::Expired);
-    }
-    used_up.then_some(UseOutcome::UsageLimitReached)
-}
-
-/// What [`Store::record_use`](super::Store::record_use) did.
+/// What [`IntentStore::record_use`](super::IntentStore::record_use) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UseOutcome {
     /// Counted; the number of uses including this one.
@@ -267,7 +244,8 @@ pub enum UseOutcome {
     UsageLimitReached,
 }
 
-/// One verification attempt, as [`Store::record_verification`](super::Store::record_verification) applies it.
+/// One verification attempt, as
+/// [`IntentStore::record_verification`](super::IntentStore::record_verification) applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VerificationAttempt {
     /// The code was right: the intent turns `active` and its payment method counts as verified.

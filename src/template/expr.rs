@@ -30,6 +30,7 @@
 //! repeat is an unknown field name, and only when it is short and purely alphabetic, so a card
 //! number typed into the wrong place is never echoed.
 
+use super::bits::byte_class;
 use std::fmt;
 
 /// Longest accepted payment method id.

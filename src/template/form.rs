@@ -1,6 +1,8 @@
 //! The form scanner: templates in `application/x-www-form-urlencoded` bodies, chunk by chunk,
 //! with the guarantees of the JSON scanner (a template split across any chunk boundary,
-//! bounded memory, fail closed) and its held template, parser, cache and resolver.
+//! bounded memory, fail closed) and what every format shares (`template::braces`, the
+//! `{{ … }}` recogniser, fed a decoded unit at a time; `template::held`, the held template,
+//! its parser, cache and resolver; the errors, limits and bit tricks).
 //!
 //! A form is `key=value` pairs joined by `&`, both sides percent-encoded (`+` is a space).
 //! The rules:
@@ -20,8 +22,12 @@
 
 use wide::u8x16;
 
+use super::bits::{below, BLOCK};
+use super::braces::{Braces, Inside, Outside};
+use super::error::{Failed, TemplateError, NOT_UTF8, TOO_LONG, UNTERMINATED};
 use super::held::{Encoding, Held, ParsedCache};
-use super::scanner::{below, Failed, Resolver, TemplateError, MAX_KEY_LEN};
+use super::limits::MAX_KEY_LEN;
+use super::resolve::Resolver;
 
 /// Text of a form, percent-encoded.
 pub(super) struct Form;
@@ -58,7 +64,7 @@ impl Encoding for Form {
             }
             i += 1;
         }
-        let text = std::str::from_utf8(&bytes).map_err(|_| "template is not valid UTF-8")?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| NOT_UTF8)?;
         dst.clear();
         dst.push_str(text);
         Ok(())
@@ -81,9 +87,6 @@ fn hex(h: u8, l: u8) -> Option<u8> {
     };
     Some(digit(h)? << 4 | digit(l)?)
 }
-
-/// Bytes classified at a time by [`FormScanner::skip_plain`], one bit each in a `u64`.
-const BLOCK: usize = 64;
 
 /// Where the bytes that matter are in a block of [`BLOCK`] bytes (bit `k` for byte `k`): those
 /// a value stops at (`{`, `%`, `&`), and those that matter only in a key (`=`, `+`). Compares
@@ -117,15 +120,15 @@ pub struct FormScanner {
     key_cut: bool,
     /// An escape cut by the end of the last chunk (`%` or `%X`), not yet written.
     partial: Vec<u8>,
-    /// A `{` as written (`{` or `%7B`), not yet written: with the next, it opens a template.
+    /// Where the `{{ … }}` recogniser is.
+    braces: Braces,
+    /// The `{` held back (`braces.brace`) as written (`{` or `%7B`), not yet written.
     brace: Vec<u8>,
     /// In a template (held in `held`).
     in_template: bool,
-    /// In a template, the last byte read was a `}`.
-    close: bool,
     /// In a template that holds only its two braces: how the first is written (its length),
     /// so that a third brace makes it text (`{{{ … }}` is `{` and a template).
-    opened: Option<usize>,
+    first: usize,
     held: Held,
     /// Templates substituted in the chunk being fed.
     count: usize,
@@ -145,10 +148,10 @@ impl FormScanner {
             key: Vec::new(),
             key_cut: false,
             partial: Vec::new(),
+            braces: Braces::default(),
             brace: Vec::new(),
             in_template: false,
-            close: false,
-            opened: None,
+            first: 0,
             held: Held::new(),
             count: 0,
             failed: Failed::default(),
@@ -161,10 +164,10 @@ impl FormScanner {
         self.key.clear();
         self.key_cut = false;
         self.partial.clear();
+        self.braces = Braces::default();
         self.brace.clear();
         self.in_template = false;
-        self.close = false;
-        self.opened = None;
+        self.first = 0;
         self.held.clear();
         self.failed.clear();
     }
@@ -187,7 +190,7 @@ impl FormScanner {
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
         self.failed.check()?;
         if self.in_template {
-            let err = self.error("unterminated template");
+            let err = self.error(UNTERMINATED);
             return self.failed.keep(Err(err));
         }
         out.extend_from_slice(&self.brace);
@@ -238,7 +241,7 @@ impl FormScanner {
     ) -> Result<usize, TemplateError> {
         let mut i = 0;
         while i < stop {
-            if !self.in_template && self.brace.is_empty() {
+            if !self.in_template && !self.braces.brace {
                 i = self.skip_plain(buf, i, stop, out);
                 if i >= stop {
                     break;
@@ -275,54 +278,53 @@ impl FormScanner {
     ) -> Result<(), TemplateError> {
         if self.in_template {
             if literal && decoded == b'&' {
-                return Err(self.error("unterminated template"));
+                return Err(self.error(UNTERMINATED));
             }
-            if let Some(first) = self.opened.take() {
-                if decoded == b'{' {
+            match self.braces.inside(decoded == b'{', decoded == b'}') {
+                Inside::Third => {
                     // A third brace: the first is text, the template starts at the second.
                     let bytes = self.held.bytes();
-                    out.extend_from_slice(bytes.get(..first).unwrap_or_default());
-                    let second = bytes.get(first..).unwrap_or_default().to_vec();
+                    out.extend_from_slice(bytes.get(..self.first).unwrap_or_default());
+                    let second = bytes.get(self.first..).unwrap_or_default().to_vec();
                     self.held.clear();
                     self.held.extend(&second);
                     self.held.extend(raw);
-                    self.opened = Some(second.len());
-                    return Ok(());
+                    self.first = second.len();
                 }
-            }
-            if self.held.room() < raw.len() {
-                return Err(self.error("template too long"));
-            }
-            self.held.extend(raw);
-            if decoded != b'}' {
-                self.close = false;
-            } else if std::mem::take(&mut self.close) {
-                if let Err(message) = self.held.substitute::<Form>(out, r) {
-                    return Err(self.error(&message));
+                step => {
+                    if self.held.room() < raw.len() {
+                        return Err(self.error(TOO_LONG));
+                    }
+                    self.held.extend(raw);
+                    if step == Inside::Closes {
+                        if let Err(message) = self.held.substitute::<Form>(out, r) {
+                            return Err(self.error(&message));
+                        }
+                        self.in_template = false;
+                        self.count += 1;
+                    }
                 }
-                self.in_template = false;
-                self.count += 1;
-            } else {
-                self.close = true;
             }
             return Ok(());
         }
-        if !self.brace.is_empty() {
-            if decoded == b'{' {
+        match self.braces.outside(decoded == b'{') {
+            Outside::Opens => {
                 if self.in_key {
                     return Err(self.error(FORM_IN_KEY));
                 }
                 self.held.clear();
                 self.held.extend(&self.brace);
                 self.held.extend(raw);
-                self.opened = Some(self.brace.len());
+                self.first = self.brace.len();
                 self.brace.clear();
                 self.in_template = true;
-                self.close = false;
                 return Ok(());
             }
-            out.extend_from_slice(&self.brace);
-            self.brace.clear();
+            Outside::Releases => {
+                out.extend_from_slice(&self.brace);
+                self.brace.clear();
+            }
+            Outside::Holds | Outside::Text => {}
         }
         if self.in_key {
             if literal && decoded == b'=' {
@@ -452,8 +454,9 @@ impl FormScanner {
 mod tests {
     use super::*;
     use crate::secret::Revealed;
-    use crate::template::format::{run_every_cut, Format};
-    use crate::template::{ResolveError, TemplateRef};
+    use crate::template::expr::TemplateRef;
+    use crate::template::resolve::ResolveError;
+    use crate::template::testing::run_every_cut;
 
     /// Resolves `pm_x`'s number to `4242 4242&=x`, a value that needs encoding; `pm_<n>` to
     /// `n`; anything else is unknown.
@@ -466,7 +469,11 @@ mod tests {
     }
 
     fn run(body: &str) -> Result<String, TemplateError> {
-        run_every_cut(Format::Form, body, &mut resolver)
+        run_every_cut(
+            (FormScanner::new, FormScanner::feed, FormScanner::finish),
+            body,
+            &mut resolver,
+        )
     }
 
     const T: &str = "{{ paymentMethod: pm_7 | type: 'pan' | json: '$.number' }}";

@@ -1,8 +1,14 @@
 //! The scanner for a body's format: one per format behind the same narrow API (feed a chunk,
-//! end the body), chosen by the caller from the body's `Content-Type` ([`Format`]).
+//! end the body), chosen by the caller from the body's `Content-Type` ([`Format`]): the JSON
+//! scanner ([`super::json`]), the form scanner ([`super::form`]) or the XML scanner
+//! ([`super::xml`]), and for any other body a check that it holds no `{{`. The scanners know
+//! nothing of this choice: this file imports them, and none of them imports it.
 
+use super::braces::find_open;
+use super::error::TemplateError;
 use super::form::FormScanner;
-use super::scanner::{Resolver, Scanner, TemplateError};
+use super::json::Scanner;
+use super::resolve::Resolver;
 use super::xml::XmlScanner;
 
 /// The body formats templates are substituted in.
@@ -34,12 +40,8 @@ pub struct OtherBody {
 impl OtherBody {
     /// Refuses a chunk that holds or completes a `{{`.
     fn check(&mut self, chunk: &[u8]) -> Result<(), TemplateError> {
-        if (self.brace && chunk.first() == Some(&b'{')) || Scanner::has_templates(chunk) {
-            return Err(TemplateError {
-                field: "$".to_string(),
-                template: String::new(),
-                message: NOT_SUBSTITUTED.to_string(),
-            });
+        if (self.brace && chunk.first() == Some(&b'{')) || find_open(chunk).is_some() {
+            return Err(TemplateError::at("$".to_string(), &[], NOT_SUBSTITUTED));
         }
         if let Some(&last) = chunk.last() {
             self.brace = last == b'{';
@@ -216,40 +218,12 @@ impl BodyScanner {
     }
 }
 
-/// Runs `body` through a scanner of `format` whole, byte by byte and cut in two at every byte,
-/// checks that all agree, and returns the output.
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-pub(super) fn run_every_cut(
-    format: Format,
-    body: &str,
-    r: &mut dyn Resolver,
-) -> Result<String, TemplateError> {
-    let mut run = |chunks: &[&[u8]]| {
-        let mut s = BodyScanner::new(format);
-        let mut out = Vec::new();
-        for c in chunks {
-            s.feed(c, &mut out, r)?;
-        }
-        s.finish(&mut out)?;
-        Ok(String::from_utf8(out).unwrap())
-    };
-    let b = body.as_bytes();
-    let whole = run(&[b]);
-    let bytes: Vec<&[u8]> = b.chunks(1).collect();
-    assert_eq!(run(&bytes), whole, "{body} byte by byte");
-    for at in 0..=b.len() {
-        let (x, y) = b.split_at(at);
-        assert_eq!(run(&[x, y]), whole, "{body} cut at {at}");
-    }
-    whole
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::template::{ResolveError, TemplateRef};
+    use crate::template::expr::TemplateRef;
+    use crate::template::resolve::ResolveError;
 
     #[test]
     fn another_body_passes_unless_it_holds_a_template_start() {

@@ -4,7 +4,7 @@
 //!
 //! The format supplies the two things that differ between bodies ([`Encoding`]): how text
 //! inside a template is escaped, and how a value must be escaped where the template stood. The
-//! JSON scanner ([`super::scanner`]), the form scanner ([`super::form`]) and the XML scanner
+//! JSON scanner ([`super::json`]), the form scanner ([`super::form`]) and the XML scanner
 //! ([`super::xml`]) share it.
 
 use std::sync::Arc;
@@ -12,10 +12,8 @@ use std::sync::Arc;
 use once_cell::sync::Lazy;
 
 use super::expr::{self, TemplateRef};
-use crate::secret::Revealed;
-
-/// Longest template, `{{` to `}}` inclusive, as written in the body (escapes undecoded).
-pub const MAX_TEMPLATE_LEN: usize = 512;
+use super::limits::MAX_TEMPLATE_LEN;
+use super::resolve::Resolver;
 
 /// Templates parsed so far, by their text as written, one cache per format (the same bytes
 /// decode differently in JSON and in a form). Parsing is a pure function of the text, and a
@@ -37,40 +35,6 @@ fn new_cache() -> quick_cache::sync::Cache<Vec<u8>, Arc<TemplateRef>> {
 
 /// Most templates a [`ParsedCache`] keeps.
 const PARSED_CAPACITY: usize = 4096;
-
-/// Looks up the value of one template.
-pub trait Resolver {
-    /// The credential value for `t`, or why there is none. The message becomes the
-    /// [`TemplateError::message`](super::TemplateError::message) and so the client-facing
-    /// error: it must not contain card data.
-    fn resolve(&mut self, t: &TemplateRef) -> Result<Revealed, ResolveError>;
-}
-
-impl<F> Resolver for F
-where
-    F: FnMut(&TemplateRef) -> Result<Revealed, ResolveError>,
-{
-    fn resolve(&mut self, t: &TemplateRef) -> Result<Revealed, ResolveError> {
-        self(t)
-    }
-}
-
-/// A template that names no usable credential, e.g. "unknown payment method".
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ResolveError {
-    /// Client-facing reason, free of card data.
-    pub message: String,
-}
-
-impl ResolveError {
-    /// A resolve error with this message.
-    pub fn new(message: impl Into<String>) -> Self {
-        ResolveError {
-            message: message.into(),
-        }
-    }
-}
 
 /// How a body format writes text, as far as templates are concerned.
 pub(super) trait Encoding {
@@ -122,11 +86,6 @@ impl Held {
     #[inline]
     pub(super) fn bytes(&self) -> &[u8] {
         &self.bytes
-    }
-
-    #[inline]
-    pub(super) fn len(&self) -> usize {
-        self.bytes.len()
     }
 
     /// Bytes that may still be added before the template is too long.

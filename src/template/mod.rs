@@ -1,7 +1,29 @@
-//! Credential templates in proxied JSON bodies: the expression parser ([`expr`]), the streaming
-//! scanner that substitutes them ([`scanner`]), and the held template between them, parsed and
-//! resolved the same way whatever the body's format (`held`). Form-encoded bodies have their
-//! own scanner ([`form`]), and so do XML bodies ([`xml`]); [`format`] picks one.
+//! Credential templates in proxied bodies, substituted as the body streams through, in three
+//! formats: JSON ([`json`]), form-encoded ([`form`]) and XML ([`xml`]), one scanner each,
+//! chosen by the body's `Content-Type` ([`format`]; any other body is only checked for `{{`).
+//!
+//! The layout, each file importing only those below it in this list:
+//!
+//! - [`format`]: the choice of scanner ([`Format`], [`BodyScanner`]), the one place that knows
+//!   all three;
+//! - [`json`], [`form`], [`xml`]: the scanners, side by side, none importing another;
+//! - what they share, each in one place: `held` (the template held back until it closes,
+//!   then decoded by the format's rules, parsed through a cache, resolved and its value
+//!   written), `braces` (the `{{ … }}` recogniser and the search for `{{`), `error`
+//!   ([`TemplateError`] and the messages every format gives), `resolve` ([`Resolver`],
+//!   [`ResolveError`]), `limits` ([`MAX_TEMPLATE_LEN`], [`MAX_KEY_LEN`], [`MAX_PATH_DEPTH`],
+//!   [`MAX_KIND_DEPTH`]), `bits` (byte classes, bit masks of 64-byte blocks, the search for
+//!   one of three bytes) and `simd` (the block classifiers that need CPU features: the
+//!   scanners' only `unsafe` code);
+//! - [`expr`]: the expression inside the braces and its parser ([`parse`]).
+//!
+//! Every format keeps the same guarantees: a template may be split across any chunk boundary,
+//! the scanner holds back only the open template and what may start one (never the body), its
+//! memory is bounded, every byte that is not part of a template is copied as written, and any
+//! failure is a [`TemplateError`] naming the field, with the template as written and a message
+//! free of card data, which the proxy maps to 400 `invalidTemplate`. Each format's module
+//! gives its own rules (where a template may go, how its text is decoded and its value
+//! escaped); JSON's follow.
 //!
 //! A caller of the proxy writes, inside a JSON string value,
 //!
@@ -31,7 +53,7 @@
 //!   document with a card value in it.
 //! - A template may be split across any chunk boundary (inside `{{` or `}}`, an escape, a
 //!   multi-byte character). The scanner holds back only the open template and a trailing `{`,
-//!   never the body; its memory is bounded (see [`scanner`]).
+//!   never the body; its memory is bounded (see [`json`]).
 //! - Any failure is a [`TemplateError`] carrying the JSON path of the field (`card.number`,
 //!   `items[0].pan`, `["weird key"]`, `$` at the top level), the template as written and a
 //!   message free of card data. The proxy maps it to 400 `invalidTemplate`.
@@ -54,32 +76,27 @@
 //!
 //! May import: `secret` (what a resolver reveals). The proxy resolves what a template names.
 
-/// A byte table, built at compile time: `true` for the bytes `$b` for which `$is` holds (the
-/// parser's and the scanner's byte classes).
-macro_rules! byte_class {
-    (|$b:ident| $is:expr) => {{
-        let mut table = [false; 256];
-        let mut i = 0;
-        while i < 256 {
-            let $b = i as u8;
-            table[i] = $is;
-            i += 1;
-        }
-        table
-    }};
-}
-
 pub mod expr;
 pub mod form;
 pub mod format;
-mod held;
-pub mod scanner;
+pub mod json;
 pub mod xml;
 
+mod bits;
+mod braces;
+mod error;
+mod held;
+mod limits;
+mod resolve;
+mod simd;
+#[cfg(test)]
+mod testing;
+
+pub use error::TemplateError;
 pub use expr::{parse, CredentialField, CredentialKind, ExprError, TemplateRef};
 pub use form::FormScanner;
 pub use format::{BodyScanner, Format, NOT_SUBSTITUTED};
-pub use scanner::{
-    ResolveError, Resolver, Scanner, TemplateError, MAX_KEY_LEN, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN,
-};
+pub use json::Scanner;
+pub use limits::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN};
+pub use resolve::{ResolveError, Resolver};
 pub use xml::XmlScanner;

@@ -83,6 +83,24 @@ impl<'a> Caller<'a> {
 
     /// Proxies a request to a new target that answers `answer`; the reply and the target.
     fn send(&self, answer: Vec<Vec<u8>>, streamed: bool) -> (Reply, Target) {
+        self.send_body(answer, self.body(streamed))
+    }
+
+    /// A body with the card number's and the cvc's templates.
+    fn body_with_cvc(&self) -> Vec<u8> {
+        let field = |f: &str| {
+            format!(
+                "{{{{ paymentMethod: {} | type: 'pan' | json: '$.{f}' }}}}",
+                self.pm
+            )
+        };
+        json!({"number": field("number"), "cvc": field("cvc")})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// As [`Self::send`], with this body.
+    fn send_body(&self, answer: Vec<Vec<u8>>, body: Vec<u8>) -> (Reply, Target) {
         let target = Target::start(answer);
         // A connection of its own: a refused answer closes it.
         let reply = self.server.raw_fresh(
@@ -94,7 +112,7 @@ impl<'a> Caller<'a> {
                 ("Content-Type", "application/json"),
                 ("Accept-Encoding", "gzip"),
             ],
-            &self.body(streamed),
+            &body,
         );
         (reply, target)
     }
@@ -451,4 +469,100 @@ fn an_answer_without_numbers_passes() {
     );
     assert_eq!(r.status, 201, "{}", r.text);
     assert!(r.json["received"].is_u64());
+}
+
+/// An answer of `body` with a `Content-Length`, split in two writes at `cut`.
+fn answer_of(body: &str, cut: usize) -> Vec<Vec<u8>> {
+    let (a, b) = body.as_bytes().split_at(cut.min(body.len()));
+    vec![
+        [
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+            a,
+        ]
+        .concat(),
+        b.to_vec(),
+    ]
+}
+
+/// The card number written another way: each digit through `digit`, `sep` between groups
+/// of four.
+fn written(number: &str, digit: impl Fn(char) -> String, sep: &str) -> String {
+    number
+        .chars()
+        .collect::<Vec<_>>()
+        .chunks(4)
+        .map(|g| g.iter().map(|&c| digit(c)).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+#[test]
+fn a_number_or_the_substituted_cvc_is_masked_however_the_target_writes_it() {
+    let server = server();
+    let caller = Caller::new(&server, "proj_mask");
+    let plain = |c: char| c.to_string();
+    let zero_width = |c: char| format!("{c}\u{200b}");
+    let json = |c: char| format!("\\u{:04x}", u32::from(c));
+    let entity = |c: char| format!("&#{};", u32::from(c));
+    let wide = |c: char| {
+        char::from_u32(0xFF10 + c.to_digit(10).unwrap())
+            .unwrap()
+            .to_string()
+    };
+    let cases: Vec<(&str, String)> = vec![
+        ("dots", written(VISA, plain, ".")),
+        ("slashes", written(VISA, plain, "/")),
+        ("tabs", written(VISA, plain, "\t")),
+        ("no-break spaces", written(VISA, plain, "\u{a0}")),
+        ("double spaces", written(VISA, plain, "  ")),
+        ("zero-width spaces", written(VISA, zero_width, "")),
+        ("JSON escapes", written(VISA, json, "")),
+        ("HTML references", written(VISA, entity, "")),
+        ("full-width digits", written(VISA, wide, " ")),
+    ];
+    for (form, number) in &cases {
+        let body = format!("{{\"card\":\"{number}\",\"cvc\":\"{CVC}\",\"qty\":\"2\"}}");
+        let (r, _target) =
+            caller.send_body(answer_of(&body, body.len() / 2), caller.body_with_cvc());
+        assert_eq!(r.status, 200, "{form}: {}", r.text);
+        assert_eq!(r.text.len(), body.len(), "{form}");
+        let digits: String = r
+            .text
+            .chars()
+            .filter_map(|c| {
+                c.to_digit(10)
+                    .or_else(|| u32::from(c).checked_sub(0xFF10).filter(|d| *d < 10))
+            })
+            .map(|d| char::from_digit(d, 10).unwrap())
+            .collect();
+        // What the digits of the answer still say: the number's first 6 and last 4, the 2.
+        assert!(!digits.contains(VISA), "{form}: {}", r.text);
+        assert!(
+            !r.text.contains(&format!("\"{CVC}\"")),
+            "{form}: {}",
+            r.text
+        );
+        assert!(r.text.contains("\"qty\":\"2\""), "{form}: {}", r.text);
+        if *form != "JSON escapes" && *form != "HTML references" {
+            assert_eq!(digits, "4242424242".to_string() + "2", "{form}: {}", r.text);
+        }
+    }
+    // Escaped forms keep their escapes: `\u002a`, `&#42;`.
+    let body = format!("{{\"card\":\"{}\"}}", written(VISA, json, ""));
+    let (r, _target) = caller.send_body(answer_of(&body, 9), caller.body_with_cvc());
+    assert_eq!(r.text.matches("\\u002a").count(), 6, "{}", r.text);
+    // The cvc is masked only as a value of its own.
+    let body = format!("{{\"cvc\":\"{CVC}\",\"id\":\"ord_{CVC}\",\"price\":\"{CVC}.50\"}}");
+    let (r, _target) = caller.send_body(answer_of(&body, 10), caller.body_with_cvc());
+    assert_eq!(
+        r.text,
+        format!("{{\"cvc\":\"***\",\"id\":\"ord_{CVC}\",\"price\":\"{CVC}.50\"}}")
+    );
+    // Without a cvc template the cvc is not looked for.
+    let (r, _target) = caller.send_body(answer_of(&body, 10), caller.body(false));
+    assert_eq!(r.text, body);
 }

@@ -364,7 +364,7 @@ proptest! {
     /// (f) Lexing a chunk that cannot reach the resolver (`may_resolve` false) and forwarding
     /// what `lex` says, as the proxy does for streamed chunks, gives what feeding every chunk
     /// gives, errors included, in any chunking. (Deferring such chunks, `Scanner::defer`, is
-    /// checked the same way in `template::scanner::deferred`, its limits lowered to bodies
+    /// checked the same way in `template::json::deferred`, its limits lowered to bodies
     /// this small.)
     #[test]
     fn lexing_quiet_chunks_changes_nothing(body in soup(), cuts in cuts(), values in values()) {

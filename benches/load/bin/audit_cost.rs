@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use paycred::audit::AuditEvent;
-use paycred::store::{SledStore, Store};
+use paycred::store::{AuditStore, SledStore};
 use std::time::{Duration, Instant};
 
 #[global_allocator]

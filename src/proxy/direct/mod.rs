@@ -48,6 +48,7 @@ use pool::{IdlePool, PeerKey};
 use records::RecordChunks;
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use tls::TargetTls;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -213,10 +214,28 @@ pub struct Exchanger {
     /// pingora's connector makes TLS connections too, each with a full handshake.
     tls: Option<TargetTls>,
     idle: IdlePool,
-    opened: AtomicU64,
-    reused: AtomicU64,
+    /// Shared with whoever reports them ([`crate::proxy::ProxyStats`]).
+    connections: Arc<Connections>,
     /// Requests inside [`Self::relay`] now ([`Relaying`]).
     relaying: AtomicUsize,
+}
+
+/// The exchange's counters: connections opened to targets, and requests sent on an idle one
+/// from the pool.
+#[derive(Default)]
+pub struct Connections {
+    opened: AtomicU64,
+    reused: AtomicU64,
+}
+
+impl Connections {
+    /// Connections opened, and requests sent on an idle connection, so far.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.opened.load(Ordering::Relaxed),
+            self.reused.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// One request inside [`Exchanger::relay`], counted while it is there: until its answer is
@@ -239,8 +258,9 @@ impl Drop for Relaying<'_> {
 }
 
 impl Exchanger {
-    /// Keeps up to `pool_size` idle connections, all targets together.
-    pub fn new(pool_size: usize) -> Self {
+    /// Keeps up to `pool_size` idle connections, all targets together, and counts them in
+    /// `connections`.
+    pub fn new(pool_size: usize, connections: Arc<Connections>) -> Self {
         Exchanger {
             // The connector's own pool is not used.
             transport: TransportConnector::new(Some(ConnectorOptions::new(0))),
@@ -250,8 +270,7 @@ impl Exchanger {
                 })
                 .ok(),
             idle: IdlePool::new(pool_size),
-            opened: AtomicU64::new(0),
-            reused: AtomicU64::new(0),
+            connections,
             relaying: AtomicUsize::new(0),
         }
     }
@@ -424,7 +443,7 @@ impl Exchanger {
         }
         let (stream, reused) = match self.idle.take(key) {
             Some(stream) => {
-                self.reused.fetch_add(1, Ordering::Relaxed);
+                self.connections.reused.fetch_add(1, Ordering::Relaxed);
                 (stream, true)
             }
             None => (self.connect(peer, key).await?, false),
@@ -467,7 +486,7 @@ impl Exchanger {
     ) -> Result<HttpSession> {
         let (stream, reused) = match self.idle.take(key) {
             Some(stream) => {
-                self.reused.fetch_add(1, Ordering::Relaxed);
+                self.connections.reused.fetch_add(1, Ordering::Relaxed);
                 (stream, true)
             }
             None => (self.connect(peer, key).await?, false),
@@ -513,16 +532,8 @@ impl Exchanger {
             _ => self.transport.new_stream(peer).await,
         }
         .map_err(|e| e.into_up())?;
-        self.opened.fetch_add(1, Ordering::Relaxed);
+        self.connections.opened.fetch_add(1, Ordering::Relaxed);
         Ok(stream)
-    }
-
-    /// Connections opened to targets, and requests sent on an idle one from the pool, so far.
-    pub fn connections(&self) -> (u64, u64) {
-        (
-            self.opened.load(Ordering::Relaxed),
-            self.reused.load(Ordering::Relaxed),
-        )
     }
 }
 

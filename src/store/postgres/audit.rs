@@ -6,12 +6,13 @@
 //! records the new head in `audit_head` and deletes the moved outbox rows, and commits: the
 //! entries of every instance form one order, and the head is never apart from the log.
 
-use super::{client, run_blocking, timed};
+use super::{client, run_blocking, timed, PgStore};
 use crate::audit::chain::HashFunction;
 use crate::audit::head_mac::HeadKeys;
 use crate::audit::writer::Sink;
 use crate::audit::{AuditEntry, AuditEvent, AuditHead};
-use crate::store::{corrupt, StoreError, StoreResult};
+use crate::store::{corrupt, AuditStore, StoreError, StoreResult};
+use async_trait::async_trait;
 use deadpool_postgres::Pool;
 
 /// The advisory lock that serializes chaining.
@@ -233,4 +234,55 @@ pub async fn read_head(pool: &Pool) -> StoreResult<Option<AuditHead>> {
     let c = client(pool).await?;
     let row = timed(c.query_opt("SELECT seq, hash, mac FROM audit_head", &[])).await?;
     row.as_ref().map(head_of).transpose()
+}
+
+#[async_trait]
+impl AuditStore for PgStore {
+    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+        self.writer()?
+            .append(audit)
+            .await
+            .map_err(StoreError::Unavailable)
+    }
+
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        if let Some(w) = &self.audit_writer {
+            w.append_nowait(audit);
+        }
+    }
+
+    fn count_audit(&self, audit: AuditEvent) {
+        if let Some(w) = &self.audit_writer {
+            w.count(audit);
+        }
+    }
+
+    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+        self.writer()?.settle().map_err(StoreError::Unavailable)?;
+        let pool = self.pool.clone();
+        self.blocking(async move { read_log(&pool).await })
+    }
+
+    fn audit_head(&self) -> StoreResult<Option<AuditHead>> {
+        let pool = self.pool.clone();
+        self.blocking(async move { read_head(&pool).await })
+    }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        let (pool, keys) = (self.pool.clone(), self.head_keys.clone());
+        self.blocking(async move { remac_head(&pool, &keys).await })
+    }
+}
+
+impl PgStore {
+    /// `paycred audit accept-head` on the database: see [`accept_head`].
+    pub fn accept_audit_head(
+        &self,
+        keys: &HeadKeys,
+        check: impl FnOnce(&[AuditEntry], &AuditHead) -> Result<String, String> + Send + 'static,
+    ) -> Result<Option<(AuditHead, String)>, String> {
+        let (pool, keys) = (self.pool.clone(), keys.clone());
+        self.blocking(async move { accept_head(&pool, &keys, check).await })
+            .map_err(|e| format!("database {}: {e}", self.describe))?
+    }
 }

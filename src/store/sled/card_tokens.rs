@@ -1,53 +1,38 @@
-//! Records of the token vault and of the client-encryption keys, and their sled operations.
+//! [`CardTokenStore`] on sled: the tree `card_tokens`, key the scope and the token's id,
+//! value the [`CardTokenRecord`] (JSON).
 //!
-//! | tree          | key                 | value                                  |
-//! |---------------|---------------------|----------------------------------------|
-//! | `card_tokens` | scope, token id     | [`CardTokenRecord`] (JSON)             |
-//! | `client_keys` | project             | the project's keyset (JSON, private keys wrapped by the master key) |
-//!
-//! A consumed token stays as a tombstone without its sealed card data, so a second use is told
-//! apart from an unknown id.
+//! What a take and the tidy-up do is [`crate::store::card_tokens`]'s rule; here they are
+//! applied with compare and swap.
 
-use super::keys;
-use crate::store::{unavailable, CardTokenRecord, Scope, StoreError, StoreResult, TokenTake};
+use super::{keys, SledStore};
+use crate::store::card_tokens::{take_at, tidy_at, Tidy};
+use crate::store::{
+    corrupt, unavailable, CardTokenRecord, CardTokenStore, Scope, StoreResult, TokenTake,
+};
+use async_trait::async_trait;
 
-/// How long a spent (used or expired) token's tombstone is kept, so that a late second use
-/// is still told "used" or "expired" rather than "unknown".
-pub const TOMBSTONE_KEEP_MICROS: i64 = 24 * 3600 * 1_000_000;
-
-/// Stores a new token, and tidies the entity's older ones first: expired tokens lose their
-/// sealed card data, and tombstones older than [`TOMBSTONE_KEEP_MICROS`] go.
+/// Stores a new token, after the scope's tidy-up at its creation ([`tidy_at`]).
 pub fn insert(tree: &sled::Tree, scope: Scope<'_>, rec: &CardTokenRecord) -> StoreResult<()> {
-    sweep(tree, scope, rec.created_micros)?;
-    let value = serde_json::to_vec(rec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    tidy(tree, scope, rec.created_micros)?;
+    let value = serde_json::to_vec(rec).map_err(corrupt)?;
     tree.insert(keys::pm(scope, &rec.id), value)
         .map_err(unavailable)?;
     Ok(())
 }
 
-/// Drops the sealed data of the scope's expired tokens and removes old tombstones.
-fn sweep(tree: &sled::Tree, scope: Scope<'_>, now_micros: i64) -> StoreResult<()> {
+/// Applies [`tidy_at`] to each of the scope's tokens.
+fn tidy(tree: &sled::Tree, scope: Scope<'_>, now_micros: i64) -> StoreResult<()> {
     for item in tree.scan_prefix(keys::scope_prefix(scope)) {
         let (key, value) = item.map_err(unavailable)?;
         let Ok(old) = serde_json::from_slice::<CardTokenRecord>(&value) else {
             continue;
         };
-        if old.expires_micros > now_micros {
-            continue;
-        }
-        let replacement = if now_micros - old.expires_micros > TOMBSTONE_KEEP_MICROS {
-            None
-        } else if old.number_sealed.is_some() || old.cvc_sealed.is_some() {
-            let tombstone = CardTokenRecord {
-                number_sealed: None,
-                cvc_sealed: None,
-                ..old
-            };
-            Some(serde_json::to_vec(&tombstone).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        } else {
-            continue;
+        let replacement = match tidy_at(&old, now_micros) {
+            Tidy::Keep => continue,
+            Tidy::Strip(tombstone) => Some(serde_json::to_vec(&tombstone).map_err(corrupt)?),
+            Tidy::Remove => None,
         };
-        // A concurrent take may have changed it meanwhile; then it is left for the next sweep.
+        // A concurrent take may have changed it meanwhile; then it is left for the next tidy-up.
         let _ = tree
             .compare_and_swap(&key, Some(&value), replacement)
             .map_err(unavailable)?;
@@ -55,8 +40,8 @@ fn sweep(tree: &sled::Tree, scope: Scope<'_>, now_micros: i64) -> StoreResult<()
     Ok(())
 }
 
-/// Marks an unused, unexpired token used, atomically (compare and swap), and drops its
-/// sealed data from the stored record.
+/// Takes a token as [`take_at`] says, atomically (compare and swap: a token changed
+/// meanwhile is read again, unless it expired).
 pub fn take(
     tree: &sled::Tree,
     scope: Scope<'_>,
@@ -68,55 +53,44 @@ pub fn take(
         let Some(current) = tree.get(&key).map_err(unavailable)? else {
             return Ok(TokenTake::Unknown);
         };
-        let rec: CardTokenRecord =
-            serde_json::from_slice(&current).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        if rec.used {
-            return Ok(TokenTake::Used);
-        }
-        if now_micros >= rec.expires_micros {
-            // Expired: its card data goes now.
-            let tombstone = CardTokenRecord {
-                number_sealed: None,
-                cvc_sealed: None,
-                ..rec
-            };
-            let value =
-                serde_json::to_vec(&tombstone).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let _ = tree
-                .compare_and_swap(&key, Some(&current), Some(value))
-                .map_err(unavailable)?;
-            return Ok(TokenTake::Expired);
-        }
-        let tombstone = CardTokenRecord {
-            number_sealed: None,
-            cvc_sealed: None,
-            used: true,
-            ..rec.clone()
+        let rec: CardTokenRecord = serde_json::from_slice(&current).map_err(corrupt)?;
+        let (took, replacement) = take_at(rec, now_micros);
+        let Some(replacement) = replacement else {
+            return Ok(took);
         };
-        let value =
-            serde_json::to_vec(&tombstone).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        match tree
+        let value = serde_json::to_vec(&replacement).map_err(corrupt)?;
+        let swapped = tree
             .compare_and_swap(&key, Some(&current), Some(value))
-            .map_err(unavailable)?
-        {
-            Ok(()) => return Ok(TokenTake::Taken(Box::new(rec))),
+            .map_err(unavailable)?;
+        match took {
             // Someone else changed it meanwhile: read again.
-            Err(_) => continue,
+            TokenTake::Taken(_) if swapped.is_err() => continue,
+            took => return Ok(took),
         }
     }
 }
 
-/// Replaces the value at `key` if it is still `expected`; `false` when it changed.
-pub fn swap(
-    tree: &sled::Tree,
-    key: &str,
-    expected: Option<&[u8]>,
-    new: &[u8],
-) -> StoreResult<bool> {
-    Ok(tree
-        .compare_and_swap(key, expected, Some(new))
-        .map_err(unavailable)?
-        .is_ok())
+#[async_trait]
+impl CardTokenStore for SledStore {
+    async fn insert_card_token(
+        &self,
+        scope: Scope<'_>,
+        token: &CardTokenRecord,
+    ) -> StoreResult<()> {
+        insert(&self.card_tokens, scope, token)?;
+        self.durable().await
+    }
+
+    async fn take_card_token(
+        &self,
+        scope: Scope<'_>,
+        id: &str,
+        now_micros: i64,
+    ) -> StoreResult<TokenTake> {
+        let taken = take(&self.card_tokens, scope, id, now_micros)?;
+        self.durable().await?;
+        Ok(taken)
+    }
 }
 
 #[cfg(test)]

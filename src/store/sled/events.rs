@@ -1,4 +1,4 @@
-//! The `events` tree ([`crate::store::events`]): key `project \0` and the event's sequence
+//! [`EventStore`] on sled: the `events` tree ([`crate::store::events`]): key `project \0` and the event's sequence
 //! number (u64 BE, from sled's id generator, which only grows, across restarts too), so one
 //! project's events are one range, oldest first; value the event (JSON).
 //!
@@ -6,8 +6,10 @@
 //! ([`crate::store::deliveries`]): key `0xff` and the sequence number (no project's key
 //! starts so: 0xff is no byte of UTF-8), value the project.
 
-use crate::store::events::{EventQuery, EventRecord, NewEvent};
+use super::SledStore;
+use crate::store::events::{EventQuery, EventRecord, EventStore, NewEvent};
 use crate::store::{corrupt, unavailable, StoreError, StoreResult};
+use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 
 /// Name of the tree.
@@ -122,4 +124,15 @@ pub fn list(tree: &sled::Tree, query: EventQuery<'_>) -> StoreResult<Vec<EventRe
         }
     }
     Ok(found)
+}
+
+#[async_trait]
+impl EventStore for SledStore {
+    async fn list_events(&self, query: EventQuery<'_>) -> StoreResult<Vec<EventRecord>> {
+        list(&self.events, query)
+    }
+
+    async fn get_event(&self, project: &str, seq: u64) -> StoreResult<Option<EventRecord>> {
+        get(&self.events, project, seq)
+    }
 }

@@ -1,12 +1,16 @@
-//! Stored responses of `Idempotency-Key` requests (the `idem` tree).
+//! [`IdempotencyStore`] on sled: stored responses of `Idempotency-Key` requests (the `idem`
+//! tree); no claims (one process owns the store: the edge's in-process guard suffices).
 //!
 //! Key: `project \0 entity \0 idempotency-key` (so keys are scoped per project and entity);
 //! value: an [`IdempotentRecord`] as JSON. The response body is sealed by the vault before it
 //! gets here; a purchase-intent answer is kept as the intent's id only, never its credential.
 //! Records past `expires_micros` are ignored on read and removed by [`sweep`].
 
-use super::keys;
-use crate::store::{unavailable, IdempotentRecord, Scope, StoreError, StoreResult};
+use super::{keys, SledStore};
+use crate::store::{
+    unavailable, IdempotencyStore, IdempotentRecord, Scope, StoreError, StoreResult,
+};
+use async_trait::async_trait;
 
 /// The tree key of an idempotency key.
 pub fn key(scope: Scope<'_>, idempotency_key: &str) -> Vec<u8> {
@@ -61,4 +65,30 @@ pub fn sweep(tree: &sled::Tree, now_micros: i64) -> StoreResult<usize> {
         }
     }
     Ok(removed)
+}
+
+#[async_trait]
+impl IdempotencyStore for SledStore {
+    async fn get_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        now_micros: i64,
+    ) -> StoreResult<Option<IdempotentRecord>> {
+        get(&self.idem, scope, key, now_micros)
+    }
+
+    async fn put_idempotent(
+        &self,
+        scope: Scope<'_>,
+        key: &str,
+        record: &IdempotentRecord,
+    ) -> StoreResult<()> {
+        put(&self.idem, scope, key, record)?;
+        self.durable().await
+    }
+
+    fn sweep_idempotent(&self, now_micros: i64) -> StoreResult<usize> {
+        sweep(&self.idem, now_micros)
+    }
 }

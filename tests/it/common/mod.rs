@@ -124,6 +124,8 @@ pub struct Options {
     pub metrics_yaml: String,
     /// `server.body_read_timeout`.
     pub body_read_timeout: &'static str,
+    /// `server.head_read_timeout`.
+    pub head_read_timeout: &'static str,
     /// The store the server uses.
     pub backend: Backend,
     /// The master key (64 hex characters); a new one when `None`. Servers that share a
@@ -162,6 +164,7 @@ impl Default for Options {
             audit_hash: "auto",
             metrics_yaml: "{bearer_token_file: KEYS_DIR/metrics.token}".into(),
             body_read_timeout: "5s",
+            head_read_timeout: "10s",
             backend: Backend::Sled,
             master_key: None,
             tls: false,
@@ -279,7 +282,7 @@ impl Server {
              cvc_retention: {retention}\n\
              rest_max_body: {max}\n\
              audit_hash: {audit_hash}\n\
-             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s, body_read_timeout: {body_read_timeout}}}\n\
+             server: {{threads: 2, grace_period: 0s, graceful_shutdown_timeout: 1s, body_read_timeout: {body_read_timeout}, head_read_timeout: {head_read_timeout}}}\n\
              metrics: {metrics}\n\
              {tls}\
              projects:\n\
@@ -316,6 +319,7 @@ impl Server {
             metrics = opts.metrics_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
             body_read_timeout = opts.body_read_timeout,
+            head_read_timeout = opts.head_read_timeout,
             guard_hosts = GUARD_HOSTS,
             tls = match &self.ca {
                 Some(_) => format!("tls: {{cert_file: {d}/srv.pem, key_file: {d}/srv.key}}\n"),

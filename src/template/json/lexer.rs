@@ -1,16 +1,18 @@
 //! The byte lexer: the state machine that walks a chunk byte by byte, or string by string, and
 //! drives the rest. Between tokens it hands whole blocks to the skim ([`super::skim`]); it
 //! tells the path ([`super::path`]) where containers and keys open and close; in string values
-//! it watches for `{{`, holds a template back and has it substituted at `}}`
-//! ([`crate::template::held`]).
+//! it feeds the `{{ … }}` recogniser ([`crate::template::braces`]), holds a template back and
+//! has it substituted at `}}` ([`crate::template::held`]).
 
 use memchr::memchr3;
 
-use super::escape::{Json, ESCAPED_BRACE};
+use super::escape::{find_stop, Json, ESCAPED_BRACE};
 use super::path::Kind;
-use super::skim::find_stop;
-use super::{Mode, Scanner, TemplateError, IN_KEY, OPEN, OUTSIDE};
-use crate::template::held::Resolver;
+use super::{Mode, Scanner, IN_KEY, OUTSIDE};
+use crate::template::bits::byte_class;
+use crate::template::braces::{find_open, Inside, Outside};
+use crate::template::error::{TemplateError, TOO_LONG, UNTERMINATED};
+use crate::template::resolve::Resolver;
 
 /// The bytes that matter between tokens.
 const STRUCTURAL: [bool; 256] =
@@ -27,12 +29,10 @@ impl Scanner {
         r: &mut dyn Resolver,
         last: bool,
     ) -> Result<usize, TemplateError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
-        }
+        self.failed.check()?;
         // An escaped brace ends the body at its last byte: the bytes before it are lexed, so
         // that the error names its field.
-        let refused = self.braces.find(chunk);
+        let refused = self.escapes.find(chunk);
         let chunk = chunk
             .get(..refused.unwrap_or(chunk.len()))
             .unwrap_or_default();
@@ -65,10 +65,7 @@ impl Scanner {
             }
             result = Err(err);
         }
-        if let Err(err) = &result {
-            self.failed = Some(err.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     /// Lexes `chunk` into `out`; the last chunk of the body when `last` (see
@@ -83,7 +80,7 @@ impl Scanner {
         let len = chunk.len();
         // Last chunk: where the next `{{` is, as far as known.
         let mut next = None;
-        let carried = self.mode == Mode::Template || self.brace || self.key_brace;
+        let carried = self.mode == Mode::Template || self.braces.brace || self.key_brace;
         if last && !carried && no_open(chunk, 0, &mut next) {
             // Nothing carried in continues a template, and none starts in the chunk.
             out.extend_from_slice(chunk);
@@ -197,15 +194,13 @@ impl Scanner {
                         continue;
                     }
                     let rest = chunk.get(i..).unwrap_or_default();
-                    if self.brace {
-                        self.brace = false;
+                    if self.braces.brace {
                         let carried = std::mem::take(&mut self.brace_carried);
-                        if rest.first() == Some(&b'{') {
+                        if self.braces.outside(rest.first() == Some(&b'{')) == Outside::Opens {
                             // `{{`: a template starts at the first brace.
                             let start = if carried { i } else { i.saturating_sub(1) };
                             flush(out, chunk, run, start);
                             self.held.open();
-                            self.close = false;
                             self.mode = Mode::Template;
                             i += 1;
                             continue;
@@ -222,11 +217,12 @@ impl Scanner {
                     match rest.get(k) {
                         Some(b'"') => self.mode = Mode::Structure,
                         Some(b'\\') => self.escape = true,
-                        _ => self.brace = true,
+                        // A `{`: held back, as it may open a template.
+                        _ => self.braces.hold(),
                     }
                 }
                 Mode::Template => {
-                    if !self.escape && self.held.len() > 2 {
+                    if !self.escape && !self.braces.opened() {
                         // Bytes other than `"`, `\\` and `}` only add to the template (a `{`
                         // matters only right after `{{`): take them as one run, as far as
                         // the length limit allows. The byte that ends the run goes below.
@@ -235,7 +231,7 @@ impl Scanner {
                         let take = plain.min(self.held.room());
                         if take > 0 {
                             self.held.extend(rest.get(..take).unwrap_or_default());
-                            self.close = false;
+                            self.braces.plain();
                             i += take;
                         }
                     }
@@ -258,7 +254,7 @@ impl Scanner {
         match self.mode {
             // Everything since the template's start is in `held`.
             Mode::Template => {}
-            Mode::Value if self.brace && !self.brace_carried => {
+            Mode::Value if self.braces.brace && !self.brace_carried => {
                 if write {
                     flush(out, chunk, run, len.saturating_sub(1));
                 }
@@ -277,7 +273,7 @@ impl Scanner {
         match b {
             b'"' => {
                 self.escape = false;
-                self.brace = false;
+                self.braces.brace = false;
                 self.key_brace = false;
                 if self.expect_key {
                     self.mode = Mode::Key;
@@ -325,53 +321,42 @@ impl Scanner {
         out: &mut Vec<u8>,
         r: &mut dyn Resolver,
     ) -> Result<bool, TemplateError> {
-        if !self.escape {
-            match b {
-                // The string ends inside the template.
-                b'"' => return Err(self.error(chunk, "unterminated template")),
-                // `{{{`: the first brace is text, the template starts at the next.
-                b'{' if self.held.len() == 2 => {
-                    out.push(b'{');
+        // The string ends inside the template.
+        if !self.escape && b == b'"' {
+            return Err(self.error(chunk, UNTERMINATED));
+        }
+        let escaped = self.escape;
+        match self
+            .braces
+            .inside(!escaped && b == b'{', !escaped && b == b'}')
+        {
+            // `{{{`: the first brace is text, the template starts at the next.
+            Inside::Third => {
+                out.push(b'{');
+                Ok(false)
+            }
+            step => {
+                if self.held.room() == 0 {
+                    return Err(self.error(chunk, TOO_LONG));
+                }
+                self.held.push(b);
+                self.escape = !escaped && b == b'\\';
+                if step != Inside::Closes {
                     return Ok(false);
                 }
-                _ => {}
-            }
-        }
-        if self.held.room() == 0 {
-            return Err(self.error(chunk, "template too long"));
-        }
-        self.held.push(b);
-        if std::mem::take(&mut self.escape) {
-            self.close = false;
-            return Ok(false);
-        }
-        match b {
-            b'\\' => {
-                self.escape = true;
-                self.close = false;
-            }
-            b'}' if self.close => {
                 if let Err(message) = self.held.substitute::<Json>(out, r) {
                     return Err(self.error(chunk, &message));
                 }
                 self.substituted += 1;
-                self.close = false;
-                return Ok(true);
+                Ok(true)
             }
-            b'}' => self.close = true,
-            _ => self.close = false,
         }
-        Ok(false)
     }
 
     /// The error for the current template; `chunk` is the chunk being scanned, where pending
     /// keys lie.
     pub(super) fn error(&self, chunk: &[u8], message: &str) -> TemplateError {
-        TemplateError {
-            field: self.path.render(chunk),
-            template: String::from_utf8_lossy(self.held.bytes()).into_owned(),
-            message: message.to_owned(),
-        }
+        TemplateError::at(self.path.render(chunk), self.held.bytes(), message)
     }
 }
 
@@ -382,7 +367,7 @@ fn no_open(chunk: &[u8], at: usize, next: &mut Option<usize>) -> bool {
     if next.is_some_and(|n| n >= at) {
         return false;
     }
-    match OPEN.find(chunk.get(at..).unwrap_or_default()) {
+    match find_open(chunk.get(at..).unwrap_or_default()) {
         Some(k) => {
             *next = Some(at + k);
             false

@@ -1,4 +1,4 @@
-//! The streaming scanner: finds templates in JSON string values, chunk by chunk, and writes the
+//! The JSON scanner: finds templates in JSON string values, chunk by chunk, and writes the
 //! body through with each template replaced by its JSON-escaped value.
 //!
 //! The scanner is a tolerant lexer, not a parser. It follows strings, escapes, objects, arrays
@@ -7,7 +7,7 @@
 //! target will judge it. What it refuses: a `{{` in a key or between tokens, a brace written
 //! `\u007b` (searched for over every byte, beside the lexer), and a body that ends inside a
 //! string or container after a template was substituted (the nesting of the bytes copied
-//! without lexing is followed for that, by `skim::Balance`).
+//! without lexing is followed for that, by `balance::Balance`).
 //!
 //! Memory per scanner is bounded whatever the body: the held-back template (at most
 //! [`MAX_TEMPLATE_LEN`] bytes), the path of the current field ([`MAX_PATH_DEPTH`] levels of at
@@ -19,17 +19,29 @@
 //!
 //! - `lexer`: the state machine, byte by byte or string by string;
 //! - `deferred`: a streamed body's chunks sent on before they are lexed, and lexed only if
-//!   something after them needs it;
+//!   something after them needs it (the chunks themselves are kept by `kept`);
 //! - `skim`: whole blocks of 64 bytes between tokens, as bit masks;
 //! - `walk`: a chunk in which no template can start, from its bit masks, token by token;
+//! - `balance`: the nesting of bytes copied without being lexed, after a template;
 //! - `path`: the stack of containers that names the field (`items[0].pan`);
 //! - `escape`: JSON string escapes, of a template's text and of the value put in its place,
-//!   and the search for escaped braces (`\u007b`), which are refused;
-//! - `template::held` (beside this module, shared by any format): the template held back, its
-//!   parse, cache and resolution.
+//!   the bytes a backslash escapes, and the search for escaped braces (`\u007b`), which are
+//!   refused.
+//!
+//! From the template level it uses what every format shares: the `{{ … }}` recogniser
+//! (`template::braces`), the template held back, its parse, cache and resolution
+//! (`template::held`), the errors, the limits, the bit tricks and the SIMD classifiers
+//! (`template::simd`).
+//!
+//! [`MAX_TEMPLATE_LEN`]: crate::template::MAX_TEMPLATE_LEN
+//! [`MAX_PATH_DEPTH`]: crate::template::MAX_PATH_DEPTH
+//! [`MAX_KEY_LEN`]: crate::template::MAX_KEY_LEN
+//! [`MAX_KIND_DEPTH`]: crate::template::MAX_KIND_DEPTH
 
+mod balance;
 mod deferred;
 mod escape;
+mod kept;
 mod lexer;
 mod path;
 mod skim;
@@ -37,65 +49,15 @@ mod skim;
 mod tests;
 mod walk;
 
-use memchr::memmem;
-use once_cell::sync::Lazy;
-
+use super::braces::{find_open, Braces};
+use super::error::{Failed, TemplateError, UNTERMINATED};
 use super::expr::TemplateRef;
 use super::held::Held;
-pub use super::held::{ResolveError, Resolver, MAX_TEMPLATE_LEN};
-use deferred::Deferred;
+use super::resolve::{ResolveError, Resolver};
+use balance::Balance;
 use escape::{has_escaped_braces, EscapedBraces};
+use kept::Deferred;
 use path::Path;
-pub use path::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
-use skim::Balance;
-pub(crate) use skim::{below, find3};
-
-/// A template that cannot be substituted: the proxy answers 400 `invalidTemplate`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid template at {field}: {message}")]
-pub struct TemplateError {
-    /// JSON path of the body field holding the template: `card.number`, `items[0].pan`,
-    /// `["weird key"]`, or `$` for a top-level string.
-    pub field: String,
-    /// The template as written in the body (JSON escapes not decoded), as far as it was read.
-    pub template: String,
-    /// What is wrong, free of card data.
-    pub message: String,
-}
-
-impl TemplateError {
-    /// The error at `field`, with the template as far as it was read (`template`, as written).
-    pub(super) fn at(field: String, template: &[u8], message: &str) -> Self {
-        TemplateError {
-            field,
-            template: String::from_utf8_lossy(template).into_owned(),
-            message: message.to_owned(),
-        }
-    }
-}
-
-/// A scanner's first error, kept: every call after it returns it again.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Failed(Option<TemplateError>);
-
-impl Failed {
-    /// The kept error, if there is one.
-    pub(super) fn check(&self) -> Result<(), TemplateError> {
-        self.0.clone().map_or(Ok(()), Err)
-    }
-
-    /// Keeps `result`'s error, and passes `result` on.
-    pub(super) fn keep<T>(&mut self, result: Result<T, TemplateError>) -> Result<T, TemplateError> {
-        if let Err(err) = &result {
-            self.0 = Some(err.clone());
-        }
-        result
-    }
-
-    pub(super) fn clear(&mut self) {
-        self.0 = None;
-    }
-}
 
 /// Where the lexer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,12 +82,12 @@ pub struct Scanner {
     mode: Mode,
     /// `Key`, `Value`, `Template`: the previous byte was a backslash.
     escape: bool,
-    /// `Value`: the previous byte was an unescaped `{`, not yet written.
-    brace: bool,
-    /// ... and that `{` came in an earlier chunk.
+    /// `Value`: the previous byte was an unescaped `{`, not yet written (`braces.brace`);
+    /// `Template`: the template holds only its `{{`, or the previous byte was an unescaped
+    /// `}`.
+    braces: Braces,
+    /// `Value`: the `{` held back came in an earlier chunk.
     brace_carried: bool,
-    /// `Template`: the previous byte was an unescaped `}`.
-    close: bool,
     /// `Key`: the previous byte was an unescaped `{` (two in a row are refused).
     key_brace: bool,
     /// `Structure`: the chunk ended with a `{` (another right after it is refused).
@@ -137,7 +99,7 @@ pub struct Scanner {
     /// The template being read.
     held: Held,
     /// Escaped braces, searched for over the whole body.
-    braces: EscapedBraces,
+    escapes: EscapedBraces,
     /// Templates substituted in this body so far.
     substituted: usize,
     /// The nesting over the bytes copied without lexing after a template was substituted
@@ -147,7 +109,7 @@ pub struct Scanner {
     /// Chunks sent on before they were lexed ([`Scanner::defer`]): the state above is the
     /// lexer's before them. Made at the first chunk deferred.
     deferred: Option<Box<Deferred>>,
-    failed: Option<TemplateError>,
+    failed: Failed,
     /// [`Scanner::lex`]: the chunk is lexed, not written anywhere.
     discard: bool,
     /// Whether [`Scanner::skim`] may run; off only in tests, which compare the skim with the
@@ -167,19 +129,18 @@ impl Scanner {
         Scanner {
             mode: Mode::Structure,
             escape: false,
-            brace: false,
+            braces: Braces::default(),
             brace_carried: false,
-            close: false,
             key_brace: false,
             open_end: false,
             expect_key: false,
             path: Path::new(),
             held: Held::new(),
-            braces: EscapedBraces::default(),
+            escapes: EscapedBraces::default(),
             substituted: 0,
             tail: None,
             deferred: None,
-            failed: None,
+            failed: Failed::default(),
             discard: false,
             skim: true,
         }
@@ -189,33 +150,27 @@ impl Scanner {
     pub(crate) fn reset(&mut self) {
         self.mode = Mode::Structure;
         self.escape = false;
-        self.brace = false;
+        self.braces = Braces::default();
         self.brace_carried = false;
-        self.close = false;
         self.key_brace = false;
         self.open_end = false;
         self.expect_key = false;
         self.path.clear();
         self.held.clear();
-        self.braces.clear();
+        self.escapes.clear();
         self.substituted = 0;
         self.tail = None;
         if let Some(deferred) = &mut self.deferred {
             deferred.clear();
         }
-        self.failed = None;
+        self.failed.clear();
         self.discard = false;
-    }
-
-    /// The scanner's first error, if it has failed.
-    fn check_failed(&self) -> Result<(), TemplateError> {
-        self.failed.clone().map_or(Ok(()), Err)
     }
 
     /// Whether `body` may contain a template: a cheap check that lets a caller skip scanning
     /// a whole body held in memory.
     pub fn has_templates(body: &[u8]) -> bool {
-        OPEN.find(body).is_some()
+        find_open(body).is_some()
     }
 
     /// Scans one chunk, appending output to `out`. Bytes of a template that is not complete at
@@ -336,7 +291,7 @@ impl Scanner {
 
     /// Whether a template, or a `{` that may start one, continues into the next chunk.
     pub(crate) fn carries_template(&self) -> bool {
-        self.mode == Mode::Template || self.brace
+        self.mode == Mode::Template || self.braces.brace
     }
 
     /// A piece of the body's tail ([`Scanner::tail_start`]) that is sent as it is, neither
@@ -373,25 +328,20 @@ impl Scanner {
     /// an error, and so is a body that ends before its JSON does after a template was
     /// substituted (the target would receive a broken document with a card value in it).
     pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), TemplateError> {
-        self.check_failed()?;
+        self.failed.check()?;
         if self.end_deferred(&[], out)? {
             return Ok(());
         }
         let err = if self.mode == Mode::Template {
-            Some(self.error(&[], "unterminated template"))
+            Some(self.error(&[], UNTERMINATED))
         } else if self.substituted > 0 && !self.complete() {
             // The whole body is at fault; where the lexer stopped depends on the chunks.
-            Some(TemplateError {
-                field: "$".to_string(),
-                template: String::new(),
-                message: UNFINISHED.to_string(),
-            })
+            Some(TemplateError::at("$".to_string(), &[], UNFINISHED))
         } else {
             None
         };
         if let Some(err) = err {
-            self.failed = Some(err.clone());
-            return Err(err);
+            return self.failed.keep(Err(err));
         }
         if self.brace_carried {
             out.push(b'{');
@@ -408,7 +358,3 @@ const IN_KEY: &str = "a template cannot be in an object key";
 /// What a body that ends unfinished after a substitution answers.
 const UNFINISHED: &str =
     "the body ends before its JSON does, after a substituted template: it is not forwarded";
-
-/// The searcher for `{{`, built once: `memmem::find` builds one at every call, which costs
-/// more than searching a small body.
-static OPEN: Lazy<memmem::Finder<'static>> = Lazy::new(|| memmem::Finder::new(b"{{"));

@@ -14,12 +14,14 @@
 //! into the file once, chain unchanged.
 
 use super::group_commit::GroupCommit;
+use super::SledStore;
 use crate::audit::chain::HashFunction;
 use crate::audit::file::{self as audit_file, AuditFile, AuditHead};
 use crate::audit::head_mac::HeadKeys;
 use crate::audit::writer::Sink;
-use crate::audit::AuditEvent;
-use crate::store::{corrupt, unavailable, StoreError, StoreResult};
+use crate::audit::{AuditEntry, AuditEvent};
+use crate::store::{corrupt, unavailable, AuditStore, StoreError, StoreResult};
+use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
 use std::io::Write;
@@ -83,7 +85,7 @@ pub fn remac_head(meta: &sled::Tree, keys: &HeadKeys) -> StoreResult<bool> {
 pub fn accept_head(
     dir: &Path,
     keys: &HeadKeys,
-    check: impl FnOnce(&[crate::audit::AuditEntry], &AuditHead) -> Result<String, String>,
+    check: impl FnOnce(&[AuditEntry], &AuditHead) -> Result<String, String>,
 ) -> Result<Option<(AuditHead, String)>, String> {
     let at = |e: StoreError| format!("data_dir {}: {e}", dir.display());
     let db = sled::Config::new()
@@ -342,13 +344,93 @@ impl Sink for LogSink {
     }
 }
 
+#[async_trait]
+impl AuditStore for SledStore {
+    async fn append_audit(&self, audit: AuditEvent) -> StoreResult<()> {
+        self.audit_writer
+            .append(audit)
+            .await
+            .map_err(StoreError::Unavailable)
+    }
+
+    fn append_audit_nowait(&self, audit: AuditEvent) {
+        self.audit_writer.append_nowait(audit);
+    }
+
+    fn count_audit(&self, audit: AuditEvent) {
+        self.audit_writer.count(audit);
+    }
+
+    fn audit_log(&self) -> StoreResult<Vec<AuditEntry>> {
+        self.audit_writer
+            .settle()
+            .map_err(StoreError::Unavailable)?;
+        crate::audit::file::read_entries(&self.audit_path).map_err(corrupt)
+    }
+
+    fn audit_head(&self) -> StoreResult<Option<AuditHead>> {
+        recorded_head(&self.meta)
+    }
+
+    fn remac_audit_head(&self) -> StoreResult<bool> {
+        // The writer has written everything queued: it records no head meanwhile (a head it
+        // records later is MACed with the same first key).
+        self.audit_writer
+            .settle()
+            .map_err(StoreError::Unavailable)?;
+        let changed = remac_head(&self.meta, &self.head_keys)?;
+        self.db.flush().map_err(unavailable)?;
+        Ok(changed)
+    }
+}
+
+impl SledStore {
+    /// The audit log (read with the server stopped: sled locks the directory) and the head
+    /// recorded apart from it, without checking one against the other (`paycred audit`).
+    /// Events of committed changes still in the outbox are moved into the log first, as a
+    /// start would (hashed with `audit_hash`), unless the log is damaged or its head is refused
+    /// (then it is only read), or the head is MACed and `head_keys` holds no key.
+    pub fn read_audit(
+        dir: &Path,
+        audit_hash: HashFunction,
+        head_keys: HeadKeys,
+    ) -> StoreResult<(Vec<AuditEntry>, Option<AuditHead>)> {
+        let db = sled::Config::new().path(dir).open().map_err(unavailable)?;
+        let meta = db.open_tree("meta").map_err(unavailable)?;
+        let outbox = db.open_tree(OUTBOX).map_err(unavailable)?;
+        move_tree_into_file(&db, dir, &meta)?;
+        // Without the master key, a MACed head is not recorded over (it would lose its MAC).
+        let head = recorded_head(&meta)?.unwrap_or_default();
+        if !outbox.is_empty() && head_keys.may_record_over(&head) {
+            let commit = Arc::new(GroupCommit::start(db.clone()).map_err(unavailable)?);
+            if let Ok(mut sink) =
+                LogSink::open(dir, meta.clone(), outbox, commit, audit_hash, head_keys)
+            {
+                sink.drain().map_err(StoreError::Unavailable)?;
+            }
+        }
+        let entries = crate::audit::file::read_entries(&path(dir)).map_err(corrupt)?;
+        Ok((entries, recorded_head(&meta)?))
+    }
+
+    /// `paycred audit accept-head` on the store in `dir` (the server stopped): see
+    /// [`accept_head`].
+    pub fn accept_audit_head(
+        dir: &Path,
+        keys: &HeadKeys,
+        check: impl FnOnce(&[AuditEntry], &AuditHead) -> Result<String, String>,
+    ) -> Result<Option<(AuditHead, String)>, String> {
+        accept_head(dir, keys, check)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::audit::chain::HashFunction::Sha256;
     use crate::audit::file::tests::event;
-    use crate::store::{when_unlocked, AuditEntry, SledStore, Store};
+    use crate::store::{when_unlocked, AuditEntry, AuditStore, SledStore};
     use sled::transaction::TransactionError;
 
     fn commit_to_outbox(outbox: &sled::Tree, e: &AuditEvent) {

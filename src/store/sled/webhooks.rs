@@ -1,17 +1,22 @@
-//! Webhook deliveries ([`crate::store::deliveries`]) in two trees: `webhook_deliveries`, key
-//! `project \0`, the event's number and the delivery's (u64 BE, sled's id generator), so an
-//! event's deliveries are one range, value the record (JSON); and `webhook_due`, key the
-//! next attempt's time and the delivery's number (both u64 BE), value the delivery's key,
-//! one entry per pending delivery, so the due ones are the tree's first range.
+//! [`WebhookStore`] on sled: webhook endpoints in the tree `webhooks` (key `project \0 id`,
+//! value the record as JSON), and webhook deliveries ([`crate::store::deliveries`]) in two
+//! trees: `webhook_deliveries`, key `project \0`, the event's number and the delivery's
+//! (u64 BE, sled's id generator), so an event's deliveries are one range, value the record
+//! (JSON); and `webhook_due`, key the next attempt's time and the delivery's number (both u64
+//! BE), value the delivery's key, one entry per pending delivery, so the due ones are the
+//! tree's first range.
 //!
 //! One process owns a sled store, so a claim is kept in memory only (the delivery's number
 //! and the end of its lease): claims never race another instance, and after a restart (or a
 //! kill) nothing is claimed, so a delivery whose attempt was cut short is due at once.
 
-use super::events;
-use super::{abort, tx_error};
+use super::{abort, events, keys, tx_error, SledStore};
+use crate::audit::AuditEvent;
 use crate::store::deliveries::{sends, DeliveryRecord, DeliveryStatus};
-use crate::store::{corrupt, unavailable, StoreError, StoreResult, WebhookEndpointRecord};
+use crate::store::{
+    corrupt, unavailable, StoreError, StoreResult, WebhookEndpointRecord, WebhookStore,
+};
+use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
 
@@ -129,7 +134,7 @@ impl Deliveries {
             .map_err(tx_error)
     }
 
-    /// [`crate::store::Store::claim_deliveries`].
+    /// [`WebhookStore::claim_deliveries`].
     pub fn claim(
         &self,
         now_micros: i64,
@@ -163,7 +168,7 @@ impl Deliveries {
         Ok(claimed)
     }
 
-    /// [`crate::store::Store::record_delivery`].
+    /// [`WebhookStore::record_delivery`].
     pub fn record(&self, d: &DeliveryRecord, claimed_until_micros: i64) -> StoreResult<bool> {
         let mut claims = self.claims.lock();
         if claims.get(&d.id) != Some(&claimed_until_micros) {
@@ -200,4 +205,114 @@ impl Deliveries {
     pub fn pending(&self) -> u64 {
         u64::try_from(self.due.len()).unwrap_or(u64::MAX)
     }
+}
+
+#[async_trait]
+impl WebhookStore for SledStore {
+    async fn put_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        replace: bool,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let key = keys::webhook(&endpoint.project, &endpoint.id);
+        let value = serde_json::to_vec(endpoint).map_err(corrupt)?;
+        self.change_audited(&self.webhooks, &key, Some((&value, replace)), Some(&audit))
+            .await
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
+        self.webhooks
+            .get(keys::webhook(project, id))
+            .map_err(unavailable)?
+            .map(|v| serde_json::from_slice(&v).map_err(corrupt))
+            .transpose()
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        project: &str,
+    ) -> StoreResult<Vec<WebhookEndpointRecord>> {
+        endpoints_of(&self.webhooks, project)
+    }
+
+    async fn delete_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let key = keys::webhook(project, id);
+        self.change_audited(&self.webhooks, &key, None, Some(&audit))
+            .await
+    }
+
+    async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
+        let webhooks = &self.webhooks;
+        let n = self.deliveries.fan_out(
+            &self.events,
+            |project| endpoints_of(webhooks, project),
+            now_micros,
+            limit,
+        )?;
+        if n > 0 {
+            self.durable().await?;
+        }
+        Ok(n)
+    }
+
+    async fn queue_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        self.deliveries.queue(project, seq, endpoints, now_micros)?;
+        self.durable().await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        self.deliveries
+            .claim(now_micros, lease_until_micros, skip, limit)
+    }
+
+    async fn record_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        claimed_until_micros: i64,
+    ) -> StoreResult<bool> {
+        let recorded = self.deliveries.record(delivery, claimed_until_micros)?;
+        self.durable().await?;
+        Ok(recorded)
+    }
+
+    async fn list_deliveries(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
+        self.deliveries.of_event(project, seq)
+    }
+
+    async fn deliveries_pending(&self) -> StoreResult<u64> {
+        Ok(self.deliveries.pending())
+    }
+}
+
+/// The project's webhook endpoints in `tree`, newest first.
+fn endpoints_of(tree: &sled::Tree, project: &str) -> StoreResult<Vec<WebhookEndpointRecord>> {
+    let mut all = tree
+        .scan_prefix(keys::webhook(project, ""))
+        .values()
+        .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
+        .collect::<StoreResult<Vec<WebhookEndpointRecord>>>()?;
+    all.sort_by(|a, b| (b.created_micros, &b.id).cmp(&(a.created_micros, &a.id)));
+    Ok(all)
 }

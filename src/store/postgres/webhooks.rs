@@ -1,13 +1,17 @@
-//! Webhook deliveries on PostgreSQL ([`crate::store::deliveries`]): `webhook_fanout` holds
-//! the markers written with each event, `webhook_deliveries` the deliveries. Fan-out and
-//! claims lock their rows `FOR UPDATE SKIP LOCKED`, so instances sharing the database take
-//! each marker and each due delivery once; a claim is a lease (`next_micros` moved to its
-//! end) that expires by itself if its instance dies.
+//! [`WebhookStore`] on PostgreSQL: endpoints in `webhook_endpoints`, and webhook deliveries
+//! ([`crate::store::deliveries`]): `webhook_fanout` holds the markers written with each
+//! event, `webhook_deliveries` the deliveries. Fan-out and claims lock their rows `FOR UPDATE
+//! SKIP LOCKED`, so instances sharing the database take each marker and each due delivery
+//! once; a claim is a lease (`next_micros` moved to its end) that expires by itself if its
+//! instance dies.
 
-use super::{client, from_json, timed};
+use super::{client, from_json, json, seq_i64, timed, PgStore};
+use crate::audit::AuditEvent;
 use crate::store::deliveries::{sends, DeliveryRecord, DeliveryStatus};
-use crate::store::{corrupt, EventRecord, StoreResult, WebhookEndpointRecord};
+use crate::store::{corrupt, StoreResult, WebhookEndpointRecord, WebhookStore};
+use async_trait::async_trait;
 use deadpool_postgres::Pool;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 const COLUMNS: &str =
@@ -28,10 +32,6 @@ fn record_of(row: &Row) -> StoreResult<DeliveryRecord> {
     })
 }
 
-fn seq_i64(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
-}
-
 async fn insert(
     tx: &tokio_postgres::Transaction<'_>,
     project: &str,
@@ -50,29 +50,8 @@ async fn insert(
     Ok(())
 }
 
-/// One event of a project.
-pub(super) async fn get_event(
-    pool: &Pool,
-    project: &str,
-    seq: u64,
-) -> StoreResult<Option<EventRecord>> {
-    let c = client(pool).await?;
-    let row = timed(c.query_opt(
-        "SELECT event FROM events WHERE project = $1 AND seq = $2",
-        &[&project, &seq_i64(seq)],
-    ))
-    .await?;
-    row.map(|r| {
-        Ok(EventRecord {
-            seq,
-            event: from_json(r.get(0))?,
-        })
-    })
-    .transpose()
-}
-
-/// [`crate::store::Store::fan_out_events`]: one transaction for up to `limit` markers.
-pub(super) async fn fan_out(pool: &Pool, now_micros: i64, limit: usize) -> StoreResult<usize> {
+/// [`WebhookStore::fan_out_events`]: one transaction for up to `limit` markers.
+async fn fan_out(pool: &Pool, now_micros: i64, limit: usize) -> StoreResult<usize> {
     let mut c = client(pool).await?;
     let tx = timed(c.transaction()).await?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -110,8 +89,8 @@ pub(super) async fn fan_out(pool: &Pool, now_micros: i64, limit: usize) -> Store
     Ok(markers.len())
 }
 
-/// [`crate::store::Store::queue_deliveries`].
-pub(super) async fn queue(
+/// [`WebhookStore::queue_deliveries`].
+async fn queue(
     pool: &Pool,
     project: &str,
     seq: u64,
@@ -124,8 +103,8 @@ pub(super) async fn queue(
     timed(tx.commit()).await
 }
 
-/// [`crate::store::Store::claim_deliveries`].
-pub(super) async fn claim(
+/// [`WebhookStore::claim_deliveries`].
+async fn claim(
     pool: &Pool,
     now_micros: i64,
     lease_until_micros: i64,
@@ -147,12 +126,8 @@ pub(super) async fn claim(
     rows.iter().map(record_of).collect()
 }
 
-/// [`crate::store::Store::record_delivery`].
-pub(super) async fn record(
-    pool: &Pool,
-    d: &DeliveryRecord,
-    claimed_until_micros: i64,
-) -> StoreResult<bool> {
+/// [`WebhookStore::record_delivery`].
+async fn record(pool: &Pool, d: &DeliveryRecord, claimed_until_micros: i64) -> StoreResult<bool> {
     let c = client(pool).await?;
     let attempts = i32::try_from(d.attempts).unwrap_or(i32::MAX);
     let n = timed(c.execute(
@@ -171,12 +146,8 @@ pub(super) async fn record(
     Ok(n == 1)
 }
 
-/// [`crate::store::Store::list_deliveries`].
-pub(super) async fn of_event(
-    pool: &Pool,
-    project: &str,
-    seq: u64,
-) -> StoreResult<Vec<DeliveryRecord>> {
+/// [`WebhookStore::list_deliveries`].
+async fn of_event(pool: &Pool, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
     let c = client(pool).await?;
     let rows = timed(c.query(
         &format!(
@@ -189,8 +160,8 @@ pub(super) async fn of_event(
     rows.iter().map(record_of).collect()
 }
 
-/// [`crate::store::Store::deliveries_pending`].
-pub(super) async fn pending(pool: &Pool) -> StoreResult<u64> {
+/// [`WebhookStore::deliveries_pending`].
+async fn pending(pool: &Pool) -> StoreResult<u64> {
     let c = client(pool).await?;
     let row = timed(c.query_one(
         "SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'",
@@ -198,4 +169,112 @@ pub(super) async fn pending(pool: &Pool) -> StoreResult<u64> {
     ))
     .await?;
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
+#[async_trait]
+impl WebhookStore for PgStore {
+    async fn put_webhook_endpoint(
+        &self,
+        endpoint: &WebhookEndpointRecord,
+        replace: bool,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        let record = json(endpoint)?;
+        let args: [&(dyn ToSql + Sync); 4] = [
+            &endpoint.project,
+            &endpoint.id,
+            &endpoint.created_micros,
+            &record,
+        ];
+        let sql = if replace {
+            "UPDATE webhook_endpoints SET created_micros = $3, record = $4 \
+             WHERE project = $1 AND id = $2"
+        } else {
+            "INSERT INTO webhook_endpoints (project, id, created_micros, record) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"
+        };
+        self.change_audited(sql, &args, Some(&audit)).await
+    }
+
+    async fn get_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
+        let c = self.client().await?;
+        let row = timed(c.query_opt(
+            "SELECT record FROM webhook_endpoints WHERE project = $1 AND id = $2",
+            &[&project, &id],
+        ))
+        .await?;
+        row.map(|r| from_json(r.get(0))).transpose()
+    }
+
+    async fn list_webhook_endpoints(
+        &self,
+        project: &str,
+    ) -> StoreResult<Vec<WebhookEndpointRecord>> {
+        let c = self.client().await?;
+        let rows = timed(c.query(
+            "SELECT record FROM webhook_endpoints WHERE project = $1 \
+             ORDER BY created_micros DESC, id DESC",
+            &[&project],
+        ))
+        .await?;
+        rows.iter().map(|r| from_json(r.get(0))).collect()
+    }
+
+    async fn delete_webhook_endpoint(
+        &self,
+        project: &str,
+        id: &str,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        self.change_audited(
+            "DELETE FROM webhook_endpoints WHERE project = $1 AND id = $2",
+            &[&project, &id],
+            Some(&audit),
+        )
+        .await
+    }
+
+    async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
+        fan_out(&self.pool, now_micros, limit).await
+    }
+
+    async fn queue_deliveries(
+        &self,
+        project: &str,
+        seq: u64,
+        endpoints: &[String],
+        now_micros: i64,
+    ) -> StoreResult<()> {
+        queue(&self.pool, project, seq, endpoints, now_micros).await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now_micros: i64,
+        lease_until_micros: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> StoreResult<Vec<DeliveryRecord>> {
+        claim(&self.pool, now_micros, lease_until_micros, skip, limit).await
+    }
+
+    async fn record_delivery(
+        &self,
+        delivery: &DeliveryRecord,
+        claimed_until_micros: i64,
+    ) -> StoreResult<bool> {
+        record(&self.pool, delivery, claimed_until_micros).await
+    }
+
+    async fn list_deliveries(&self, project: &str, seq: u64) -> StoreResult<Vec<DeliveryRecord>> {
+        of_event(&self.pool, project, seq).await
+    }
+
+    async fn deliveries_pending(&self) -> StoreResult<u64> {
+        pending(&self.pool).await
+    }
 }

@@ -6,8 +6,9 @@
 use super::escape::{Json, BAD_ESCAPE, ESCAPED_BRACE};
 use super::*;
 use crate::secret::Revealed;
+use crate::template::expr::{CredentialField, CredentialKind};
 use crate::template::held::is_cached;
-use crate::template::{CredentialField, CredentialKind};
+use crate::template::limits::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH, MAX_TEMPLATE_LEN};
 
 pub(super) const PAN_NUMBER: &str = "{{ paymentMethod: pm_1 | type: 'pan' | json: '$.number' }}";
 

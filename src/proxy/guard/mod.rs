@@ -2,14 +2,22 @@
 //!
 //! The answer's headers and body are scanned as they stream (in the direct exchange's
 //! relay, and in pingora's response filters for the `HEAD` and upgrade requests pingora
-//! proxies), for the card numbers this request's templates revealed, written as digits alone
-//! or grouped by single spaces or dashes (`4242 4242 4242 4242`, `4242-4242-4242-4242`), and,
-//! with `response_guard_any_card`, for any run of 13 to 19 digits that passes the Luhn check. A number split across body chunks
-//! is found: a digit run that reaches a chunk's end is held back until the next chunk shows
-//! where it ends (at most [`HOLD`] bytes are held).
+//! proxies), for the card numbers this request's templates revealed and the CVCs they
+//! substituted, however the target wrote them: with any separators between the digits
+//! (spaces, no-break and zero-width spaces, tabs, dashes, dots, slashes), as JSON escapes
+//! (`\u0034`), HTML references (`&#52;`, `&nbsp;`), URL escapes, full-width or other scripts'
+//! digits ([`written`] reads them, [`runs`] finds the values). With `response_guard_any_card`,
+//! any run of 13 to 19 digits that passes the Luhn check is hidden too. A value split across
+//! body chunks is found: a digit run that reaches a chunk's end is held back until the next
+//! chunk shows where it ends (at most [`HOLD`] bytes are held).
+//!
+//! A CVC is found as a value of its own (`"cvc":"123"`, `1 2 3`), never inside a word or a
+//! decimal number; an answer's other 3- or 4-digit value equal to it is hidden as well
+//! ([`runs`] says why).
 //!
 //! - `mask`: each number becomes its masked form (first 6 and last 4 digits kept, the others
-//!   `*`, separators kept): the same length, so `Content-Length` and chunking stay valid.
+//!   `*`, separators kept), each CVC `*`s, every hidden digit rewritten in its own form and
+//!   length (`\u0034` → `\u002a`): so `Content-Length` and chunking stay valid.
 //! - `refuse`: the first [`BUFFERED_LIMIT`] bytes of the body (all of a smaller answer,
 //!   whatever its framing) are read and scanned before the head is sent, and a number there
 //!   or in a header answers 502 `badGateway`. Past them the answer streams: at the first
@@ -21,12 +29,13 @@
 //! for `Accept-Encoding: identity`, and an answer with any other `Content-Encoding` answers
 //! 502 `badGateway` (it is not decoded).
 //!
-//! CVCs (3 or 4 digits) cannot be told from other numbers and are not looked for.
+
+mod runs;
+mod written;
 
 use crate::config::{ProxyConfig, ResponseGuardMode};
-use crate::domain::issuer::luhn_valid;
 use crate::error::{ApiError, ErrorKind};
-use crate::secret::CardNumber;
+use crate::secret::{CardNumber, Cvc};
 use bytes::Bytes;
 use http::header;
 use pingora::http::ResponseHeader;
@@ -36,12 +45,9 @@ use zeroize::Zeroizing;
 /// sent: all of an answer up to this size.
 pub const BUFFERED_LIMIT: usize = 64 * 1024;
 
-/// Most bytes of a digit run held back at a chunk's end: more than the longest number with a
-/// separator between every digit (19 digits, 18 separators).
-pub const HOLD: usize = 64;
-
-/// Shortest run looked at: a known number has at least 12 digits, any card at least 13.
-const MIN_DIGITS: usize = 12;
+pub use runs::HOLD;
+use runs::{Edit, Sought, Text};
+use written::rewrite;
 
 /// What the guard did to one answer, for metrics and the audit log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,11 +74,12 @@ impl Action {
 /// The guard of one request's answer.
 pub struct ResponseGuard {
     mode: ResponseGuardMode,
-    any_card: bool,
-    /// The numbers this request revealed, digits only.
-    numbers: Vec<CardNumber>,
+    /// The numbers this request revealed and the CVCs it substituted, digits only.
+    sought: Sought,
     /// Bytes held back at the end of the last chunk (the start of a digit run).
     tail: Zeroizing<Vec<u8>>,
+    /// The last two bytes sent (`0`: none yet), read as what comes before the next ones.
+    before: [u8; 2],
     /// The answer's head was sent: a number found now can only cut the answer.
     streaming: bool,
     /// Numbers found.
@@ -85,9 +92,12 @@ impl ResponseGuard {
     pub fn new(proxy: &ProxyConfig) -> Self {
         ResponseGuard {
             mode: proxy.response_guard,
-            any_card: proxy.response_guard_any_card,
-            numbers: Vec::new(),
+            sought: Sought {
+                any_card: proxy.response_guard_any_card,
+                ..Sought::default()
+            },
             tail: Zeroizing::new(Vec::new()),
+            before: [0; 2],
             streaming: false,
             found: 0,
             action: None,
@@ -99,14 +109,21 @@ impl ResponseGuard {
         self.mode != ResponseGuardMode::Off
     }
 
-    /// Starts an answer, looking for `numbers` (the request's, known once its body is
-    /// substituted). Numbers shorter than 12 digits are not looked for.
-    pub fn arm(&mut self, numbers: Vec<CardNumber>) {
-        self.numbers = numbers
+    /// Starts an answer, looking for `numbers` and `cvcs` (the request's, known once its
+    /// body is substituted). Numbers shorter than 12 digits, and CVCs of other than 3 or 4
+    /// digits, are not looked for.
+    pub fn arm(&mut self, numbers: Vec<CardNumber>, cvcs: Vec<Cvc>) {
+        let digits = |v: &str| v.bytes().all(is_digit);
+        self.sought.numbers = numbers
             .into_iter()
-            .filter(|n| n.expose().len() >= MIN_DIGITS && n.expose().bytes().all(is_digit))
+            .filter(|n| n.expose().len() >= 12 && digits(n.expose()))
+            .collect();
+        self.sought.cvcs = cvcs
+            .into_iter()
+            .filter(|c| (3..=4).contains(&c.expose().len()) && digits(c.expose()))
             .collect();
         self.tail.clear();
+        self.before = [0; 2];
         self.streaming = false;
         self.found = 0;
         self.action = None;
@@ -143,10 +160,12 @@ impl ResponseGuard {
             let mut values = Vec::new();
             let mut found = 0;
             for value in head.headers.get_all(name) {
-                if find(
-                    value.as_bytes(),
-                    &self.numbers,
-                    self.any_card,
+                if runs::find(
+                    Text {
+                        bytes: value.as_bytes(),
+                        before: [0; 2],
+                    },
+                    &self.sought,
                     true,
                     &mut Vec::new(),
                 )
@@ -156,7 +175,7 @@ impl ResponseGuard {
                     continue;
                 }
                 let mut bytes = Zeroizing::new(value.as_bytes().to_vec());
-                let (n, _) = scan(&mut bytes, &self.numbers, self.any_card, true);
+                let (n, _) = scan(&mut bytes, [0; 2], &self.sought, true);
                 found += n;
                 // Masking keeps the bytes a header value may hold (digits become `*`).
                 values
@@ -191,16 +210,17 @@ impl ResponseGuard {
         }
         let chunk = chunk.unwrap_or_default();
         if self.tail.is_empty() {
-            let (n, keep) = find(&chunk, &self.numbers, self.any_card, end, &mut Vec::new());
+            let (n, keep) = runs::find(self.text(&chunk), &self.sought, end, &mut Vec::new());
             if n == 0 {
                 // Nothing found: sent as it came, less the run held back.
                 self.tail.extend_from_slice(&chunk[keep..]);
+                self.sent(&chunk[..keep]);
                 return Ok((keep > 0).then(|| chunk.slice(..keep)));
             }
         }
         let mut buf = Zeroizing::new(std::mem::take(&mut *self.tail));
         buf.extend_from_slice(&chunk);
-        let (n, keep) = scan(&mut buf, &self.numbers, self.any_card, end);
+        let (n, keep) = scan(&mut buf, self.before, &self.sought, end);
         if n > 0 {
             self.found += n;
             if self.mode == ResponseGuardMode::Refuse {
@@ -210,7 +230,25 @@ impl ResponseGuard {
         }
         self.tail.extend_from_slice(&buf[keep..]);
         buf.truncate(keep);
+        self.sent(&buf);
         Ok((keep > 0).then(|| Bytes::from(std::mem::take(&mut *buf))))
+    }
+
+    /// `bytes` as the guard reads them: after the bytes already sent.
+    fn text<'a>(&self, bytes: &'a [u8]) -> Text<'a> {
+        Text {
+            bytes,
+            before: self.before,
+        }
+    }
+
+    /// Notes the last bytes of `sent`.
+    fn sent(&mut self, sent: &[u8]) {
+        match sent {
+            [.., a, b] => self.before = [*a, *b],
+            [b] => self.before = [self.before[1], *b],
+            [] => {}
+        }
     }
 
     /// Scans an answer read whole ([`ResponseGuard::buffers`]) where it lies: a refused one
@@ -218,7 +256,7 @@ impl ResponseGuard {
     /// Returns the bytes to send, as [`ResponseGuard::body`] at the end of the answer.
     pub fn whole(&mut self, body: &[u8]) -> Result<Option<Bytes>, ApiError> {
         if self.mode == ResponseGuardMode::Refuse && self.tail.is_empty() {
-            let (n, _) = find(body, &self.numbers, self.any_card, true, &mut Vec::new());
+            let (n, _) = runs::find(self.text(body), &self.sought, true, &mut Vec::new());
             if n > 0 {
                 self.found += n;
                 return Err(self.refused());
@@ -283,25 +321,10 @@ fn is_digit(b: u8) -> bool {
     b.is_ascii_digit()
 }
 
-/// Position of the first digit at or after `from`: 8 bytes at a time as a word (SWAR), then
-/// byte by byte for the last few.
-fn next_digit(buf: &[u8], mut from: usize) -> Option<usize> {
-    while let Some(word) = buf.get(from..).and_then(|rest| rest.first_chunk::<8>()) {
-        let hits = digit_bytes(u64::from_le_bytes(*word));
-        if hits != 0 {
-            // Little-endian: the lowest set bit is the first digit.
-            return Some(from + hits.trailing_zeros() as usize / 8);
-        }
-        from += 8;
-    }
-    let rest = buf.get(from..)?;
-    rest.iter().position(|b| is_digit(*b)).map(|k| from + k)
-}
-
 /// Bit 7 of each byte of `word` that is an ASCII digit, and no other bit: the exact
 /// "byte between m and n" test (m = `/`, n = `:`), for bytes below 128 (bytes from 128 up
 /// are no digits and are masked out by `!word`).
-fn digit_bytes(word: u64) -> u64 {
+pub(super) fn digit_bytes(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const LOW7: u64 = ONES * 127;
     let low = word & LOW7;
@@ -311,128 +334,17 @@ fn digit_bytes(word: u64) -> u64 {
         & (ONES * 128)
 }
 
-fn is_separator(b: u8) -> bool {
-    b == b' ' || b == b'-'
-}
-
-/// Masks in place the numbers found in `buf`; returns how many, and where the bytes to hold
-/// back begin (`buf.len()` when `end`).
-fn scan(buf: &mut [u8], numbers: &[CardNumber], any_card: bool, end: bool) -> (usize, usize) {
-    let mut starred = Vec::new();
-    let (n, keep) = find(buf, numbers, any_card, end, &mut starred);
-    for i in starred {
-        if let Some(b) = buf.get_mut(i) {
-            *b = b'*';
+/// Hides in place what `sought` names in `buf`; returns how many values, and where the bytes
+/// to hold back begin (`buf.len()` when `end`).
+fn scan(buf: &mut [u8], before: [u8; 2], sought: &Sought, end: bool) -> (usize, usize) {
+    let mut edits: Vec<Edit> = Vec::new();
+    let (n, keep) = runs::find(Text { bytes: buf, before }, sought, end, &mut edits);
+    for (at, len, put) in edits {
+        if let Some(place) = buf.get_mut(at..at + len) {
+            rewrite(place, put);
         }
     }
     (n, keep)
-}
-
-/// Finds the numbers in `buf`: returns how many, and where the bytes to hold back begin;
-/// pushes to `starred` the positions of the digits their masks hide.
-fn find(
-    buf: &[u8],
-    numbers: &[CardNumber],
-    any_card: bool,
-    end: bool,
-    starred: &mut Vec<usize>,
-) -> (usize, usize) {
-    let len = buf.len();
-    let mut found = 0;
-    let mut keep = len;
-    let mut digits: Vec<usize> = Vec::new();
-    let mut i = 0;
-    while i < len {
-        // The next digit: a run starts there.
-        let Some(start) = next_digit(buf, i) else {
-            break;
-        };
-        digits.clear();
-        i = start;
-        loop {
-            while i < len && is_digit(buf[i]) {
-                digits.push(i);
-                i += 1;
-            }
-            if i + 1 < len && is_separator(buf[i]) && is_digit(buf[i + 1]) {
-                i += 1;
-                continue;
-            }
-            break;
-        }
-        // The run may go on in the next chunk: it ends at the buffer's end, or a separator
-        // is the buffer's last byte.
-        let open = !end && (i == len || (i + 1 == len && is_separator(buf[i])));
-        if open && i - start <= HOLD {
-            keep = start;
-            break;
-        }
-        if digits.len() >= MIN_DIGITS {
-            found += match_run(buf, &digits, numbers, any_card, starred);
-        }
-        if open {
-            // A run too long to hold: what may continue it is held (masks found in it stay).
-            keep = len - HOLD;
-            break;
-        }
-    }
-    (found, keep)
-}
-
-/// Finds the numbers in one run (`digits`: the positions of its digits in `buf`).
-fn match_run(
-    buf: &[u8],
-    digits: &[usize],
-    numbers: &[CardNumber],
-    any_card: bool,
-    starred: &mut Vec<usize>,
-) -> usize {
-    let value: Zeroizing<Vec<u8>> = Zeroizing::new(digits.iter().map(|&p| buf[p]).collect());
-    let mut found = 0;
-    for number in numbers {
-        let number = number.expose().as_bytes();
-        let mut from = 0;
-        while let Some(at) = value
-            .get(from..)
-            .and_then(|rest| rest.windows(number.len()).position(|w| w == number))
-        {
-            star(&digits[from + at..from + at + number.len()], starred);
-            found += 1;
-            from += at + number.len();
-        }
-    }
-    if found > 0 || !any_card {
-        return found;
-    }
-    if (13..=19).contains(&value.len()) && luhn(&value) {
-        star(digits, starred);
-        return 1;
-    }
-    // Groups of adjacent digits (a date, then a card number) one by one.
-    let mut g = 0;
-    while g < digits.len() {
-        let mut h = g + 1;
-        while h < digits.len() && digits[h] == digits[h - 1] + 1 {
-            h += 1;
-        }
-        if (13..=19).contains(&(h - g)) && luhn(&value[g..h]) {
-            star(&digits[g..h], starred);
-            found += 1;
-        }
-        g = h;
-    }
-    found
-}
-
-/// Positions of the digits a mask hides: all but the first 6 and the last 4.
-fn star(digits: &[usize], starred: &mut Vec<usize>) {
-    let hidden = digits.len().saturating_sub(4);
-    starred.extend(digits.iter().take(hidden).skip(6));
-}
-
-/// The Luhn check over ASCII digits.
-fn luhn(digits: &[u8]) -> bool {
-    std::str::from_utf8(digits).is_ok_and(luhn_valid)
 }
 
 #[cfg(test)]
@@ -451,7 +363,10 @@ mod tests {
             response_guard: mode,
             response_guard_any_card: any_card,
         });
-        g.arm(numbers.iter().map(|n| CardNumber::new(*n)).collect());
+        g.arm(
+            numbers.iter().map(|n| CardNumber::new(*n)).collect(),
+            Vec::new(),
+        );
         g
     }
 
@@ -498,12 +413,6 @@ mod tests {
                     let hit = hits & (0x80 << (8 * k)) != 0;
                     assert_eq!(hit, is_digit(*byte), "byte {byte:#x} at {k}");
                 }
-                let hay = [&[b'x'; 5][..], &bytes, b"zz"].concat();
-                assert_eq!(
-                    next_digit(&hay, 0),
-                    hay.iter().position(|c| is_digit(*c)),
-                    "{hay:?}"
-                );
             }
         }
     }
@@ -545,7 +454,7 @@ mod tests {
         g.buffering();
         assert!(g.whole(b"card 4242 4242 4242 4242.").is_err());
         assert_eq!((g.found, g.action), (1, Some(Action::Refuse)));
-        g.arm(vec![CardNumber::new("4242424242424242")]);
+        g.arm(vec![CardNumber::new("4242424242424242")], Vec::new());
         let out = g.whole(b"no card 4242").unwrap();
         assert_eq!(out.as_deref(), Some(&b"no card 4242"[..]));
         assert_eq!((g.found, g.action), (0, None));
@@ -563,7 +472,7 @@ mod tests {
         g.head(&mut head).unwrap();
         assert_eq!(head.headers["x-card"], "card 424242******4242");
         head.insert_header("Content-Encoding", "gzip").unwrap();
-        g.arm(Vec::new());
+        g.arm(Vec::new(), Vec::new());
         assert!(g.head(&mut head).is_err());
         assert_eq!(g.action, Some(Action::Refuse));
     }
@@ -577,5 +486,180 @@ mod tests {
         let out = masked(&mut g, &body, &cuts);
         assert_eq!(out, format!("{digits}424242******4242{digits}"));
         assert!(g.tail.len() <= HOLD);
+    }
+
+    /// `body` through a masking guard for `numbers` and `cvcs`, cut at every place (all the
+    /// cuts in two, for short bodies), each cut giving `want`.
+    fn masked_at_every_cut(numbers: &[&str], cvcs: &[&str], body: &str, want: &str) {
+        let arm = |g: &mut ResponseGuard| {
+            g.arm(
+                numbers.iter().map(|n| CardNumber::new(*n)).collect(),
+                cvcs.iter().map(|c| Cvc::new(*c)).collect(),
+            )
+        };
+        let two = body.len() <= 80;
+        for i in 0..=body.len() {
+            let js: Vec<usize> = if two {
+                (i..=body.len()).collect()
+            } else {
+                vec![i]
+            };
+            for j in js {
+                let mut g = guard(ResponseGuardMode::Mask, false, &[]);
+                arm(&mut g);
+                let mut out = Vec::new();
+                let mut from = 0;
+                for (k, to) in [i, j, body.len()].into_iter().enumerate() {
+                    let piece = Bytes::copy_from_slice(&body.as_bytes()[from..to]);
+                    if let Some(b) = g.body(Some(piece), k == 2).unwrap() {
+                        out.extend_from_slice(&b);
+                    }
+                    from = to;
+                }
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    want,
+                    "{body:?} cut at {i}, {j}"
+                );
+                assert_eq!(out.len(), body.len());
+            }
+        }
+    }
+
+    const N: &str = "4242424242424242";
+
+    #[test]
+    fn a_number_is_masked_however_it_is_written() {
+        for (body, want) in [
+            ("4242.4242.4242.4242", "4242.42**.****.4242"),
+            ("4242/4242/4242/4242", "4242/42**/****/4242"),
+            ("4242\t4242\t4242\t4242", "4242\t42**\t****\t4242"),
+            (
+                "4242\u{a0}4242\u{a0}4242\u{a0}4242",
+                "4242\u{a0}42**\u{a0}****\u{a0}4242",
+            ),
+            ("4242  4242  4242  4242", "4242  42**  ****  4242"),
+            (
+                "4\u{200b}2\u{200b}4\u{200b}2\u{200b}4242424242424242"[..]
+                    .split_at(0)
+                    .1,
+                "",
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, w)| !w.is_empty())
+        {
+            masked_at_every_cut(&[N], &[], body, want);
+        }
+        let zw = N
+            .chars()
+            .map(String::from)
+            .collect::<Vec<_>>()
+            .join("\u{200b}");
+        let zw_want = "424242******4242"
+            .chars()
+            .map(String::from)
+            .collect::<Vec<_>>()
+            .join("\u{200b}");
+        masked_at_every_cut(&[N], &[], &zw, &zw_want);
+        let escaped: String = N.chars().map(|c| format!("\\u003{c}")).collect();
+        let escaped_want: String = "424242******4242"
+            .chars()
+            .map(|c| {
+                if c == '*' {
+                    "\\u002a".to_string()
+                } else {
+                    format!("\\u003{c}")
+                }
+            })
+            .collect();
+        masked_at_every_cut(
+            &[N],
+            &[],
+            &format!("{{\"n\":\"{escaped}\"}}"),
+            &format!("{{\"n\":\"{escaped_want}\"}}"),
+        );
+        let entities: String = N.chars().map(|c| format!("&#{};", u32::from(c))).collect();
+        let entities_want: String = "424242******4242"
+            .chars()
+            .map(|c| format!("&#{};", u32::from(c)))
+            .collect();
+        masked_at_every_cut(
+            &[N],
+            &[],
+            &format!("<p>{entities}</p>"),
+            &format!("<p>{entities_want}</p>"),
+        );
+        let wide: String = N
+            .chars()
+            .map(|c| char::from_u32(0xFF10 + c.to_digit(10).unwrap()).unwrap())
+            .collect();
+        let wide_want: String = "424242******4242"
+            .chars()
+            .map(|c| match c.to_digit(10) {
+                Some(d) => char::from_u32(0xFF10 + d).unwrap(),
+                None => '＊',
+            })
+            .collect();
+        masked_at_every_cut(
+            &[N],
+            &[],
+            &format!("card {wide}."),
+            &format!("card {wide_want}."),
+        );
+        // Forms mixed in one number, and the page's other numbers left alone.
+        masked_at_every_cut(
+            &[N],
+            &[],
+            "total 12.50 card 42&#52;2 \\u0034242\u{a0}42４2-4242 qty 3",
+            "total 12.50 card 42&#52;2 \\u00342**\u{a0}**＊*-4242 qty 3",
+        );
+    }
+
+    #[test]
+    fn the_substituted_cvc_is_masked_as_a_value_of_its_own() {
+        for (body, want) in [
+            (r#"{"cvc":"123"}"#, r#"{"cvc":"***"}"#),
+            (r#"{"cvc":123}"#, r#"{"cvc":***}"#),
+            ("cvc=123&x=1", "cvc=***&x=1"),
+            ("<cvc>123</cvc>", "<cvc>***</cvc>"),
+            ("cvc 1 2 3.", "cvc * * *."),
+            ("cvc 1\u{200b}2\u{200b}3", "cvc *\u{200b}*\u{200b}*"),
+            (
+                r#"{"cvc":"\u0031\u0032\u0033"}"#,
+                r#"{"cvc":"\u002a\u002a\u002a"}"#,
+            ),
+            ("<b>&#49;&#50;&#51;</b>", "<b>&#42;&#42;&#42;</b>"),
+            ("cvc １２３", "cvc ＊＊＊"),
+            // Not a value of its own: inside a word, a longer number, or a decimal number.
+            (
+                "ord_123 a123 1234 0123 123.45 9.123 1,123",
+                "ord_123 a123 1234 0123 123.45 9.123 1,123",
+            ),
+        ] {
+            masked_at_every_cut(&[N], &["123"], body, want);
+        }
+        // A card number with the cvc beside it.
+        masked_at_every_cut(
+            &[N],
+            &["737"],
+            "4242424242424242 12/30 737",
+            "424242******4242 12/30 ***",
+        );
+        // Nothing is looked for unless a template substituted the cvc.
+        masked_at_every_cut(&[N], &[], r#"{"cvc":"123"}"#, r#"{"cvc":"123"}"#);
+    }
+
+    #[test]
+    fn a_number_in_a_header_is_masked_however_it_is_written() {
+        let mut head = ResponseHeader::build(200, None).unwrap();
+        head.insert_header("X-Card", "4242.4242.4242.4242").unwrap();
+        head.insert_header("X-Cvc", "123").unwrap();
+        let mut g = guard(ResponseGuardMode::Mask, false, &[]);
+        g.arm(vec![CardNumber::new(N)], vec![Cvc::new("123")]);
+        g.head(&mut head).unwrap();
+        assert_eq!(head.headers["x-card"], "4242.42**.****.4242");
+        assert_eq!(head.headers["x-cvc"], "***");
+        assert_eq!(g.found, 2);
     }
 }

@@ -10,9 +10,9 @@
 //! A chunk is walked a window of [`WINDOW`] blocks of 64 bytes at a time, in two passes:
 //!
 //! 1. Each block is classified once into bit masks ([`Marks`]: by AVX2 where the CPU has it,
-//!    else 16 bytes at a time through `wide`); the escaped bytes follow from the backslashes
-//!    ([`escaped`]) and a prefix XOR of the quotes that are not escaped marks the bytes
-//!    inside strings ([`prefix_xor`], one carry-less multiplication with AVX2). The quotes and
+//!    else 16 bytes at a time through `wide`, `template::simd`); the escaped bytes follow
+//!    from the backslashes ([`escaped`]) and a prefix XOR of the quotes that are not escaped
+//!    marks the bytes inside strings (one carry-less multiplication with AVX2). The quotes and
 //!    the tokens between strings are kept for the second pass, and the brackets and braces
 //!    between strings are matched on a small stack: where each container closes is noted by
 //!    where it opened, and what is left on the stack are the containers that stay open past
@@ -29,11 +29,11 @@
 //! the byte lexer's, exactly (the skim's tests compare the two after every chunk, walked and
 //! lexed).
 
-use wide::u8x16;
-
+use super::escape::escaped;
 use super::path::Kind;
-use super::skim::{below, escaped, prefix_xor, BLOCK};
 use super::{Mode, Scanner};
+use crate::template::bits::{below, BLOCK};
+use crate::template::simd::{self, BlockJob, Marks, Masks, Xor};
 
 /// Blocks in a window (4 KiB of the chunk).
 const WINDOW: usize = 64;
@@ -41,86 +41,6 @@ const WINDOW: usize = 64;
 /// forgotten: every container opening up to there is visited (which costs time, never
 /// correctness).
 const OPEN_KEPT: usize = 64;
-
-/// Where the bytes that the walk reads are in a block: bit `k` stands for byte `k`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Marks {
-    quote: u64,
-    backslash: u64,
-    /// `{`, `[`, `}` and `]`.
-    nest: u64,
-    /// `{` and `[`.
-    open: u64,
-    /// `,` and `:`.
-    punct: u64,
-}
-
-impl Marks {
-    /// 16 bytes at a time (SSE2 on x86_64, NEON on aarch64, through `wide`).
-    #[inline]
-    fn by_16(bytes: &[u8; BLOCK]) -> Marks {
-        let (parts, _) = bytes.as_chunks::<16>();
-        let mut marks = Marks::default();
-        for (k, part) in parts.iter().enumerate() {
-            let v = u8x16::new(*part);
-            let is = |b: u8| v.simd_eq(u8x16::splat(b));
-            // `{` and `[` differ only in bit 5 (0x7b, 0x5b), and so do `}` and `]`.
-            let folded = v | u8x16::splat(0x20);
-            let open = folded.simd_eq(u8x16::splat(b'{'));
-            let nest = open | folded.simd_eq(u8x16::splat(b'}'));
-            let at = 16 * k;
-            marks.quote |= u64::from(is(b'"').to_bitmask()) << at;
-            marks.backslash |= u64::from(is(b'\\').to_bitmask()) << at;
-            marks.nest |= u64::from(nest.to_bitmask()) << at;
-            marks.open |= u64::from(open.to_bitmask()) << at;
-            marks.punct |= u64::from((is(b',') | is(b':')).to_bitmask()) << at;
-        }
-        marks
-    }
-
-    /// 32 bytes at a time, by AVX2: callable only where the CPU has it.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn by_32(bytes: &[u8; BLOCK]) -> Marks {
-        use std::arch::x86_64::{
-            __m256i, _mm256_cmpeq_epi8, _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
-        };
-        let splat = |b: u8| _mm256_set1_epi8(i8::from_ne_bytes([b]));
-        let bits =
-            |hits: __m256i| u64::from(u32::from_ne_bytes(_mm256_movemask_epi8(hits).to_ne_bytes()));
-        let (halves, _) = bytes.as_chunks::<32>();
-        let mut marks = Marks::default();
-        for (k, half) in halves.iter().enumerate() {
-            let v: __m256i = bytemuck::cast(*half);
-            let is = |b: u8| _mm256_cmpeq_epi8(v, splat(b));
-            let folded = _mm256_or_si256(v, splat(0x20));
-            let open = _mm256_cmpeq_epi8(folded, splat(b'{'));
-            let nest = _mm256_or_si256(open, _mm256_cmpeq_epi8(folded, splat(b'}')));
-            let at = 32 * k;
-            marks.quote |= bits(is(b'"')) << at;
-            marks.backslash |= bits(is(b'\\')) << at;
-            marks.nest |= bits(nest) << at;
-            marks.open |= bits(open) << at;
-            marks.punct |= bits(_mm256_or_si256(is(b','), is(b':'))) << at;
-        }
-        marks
-    }
-}
-
-/// [`prefix_xor`] in one instruction, a carry-less multiplication by all ones: callable
-/// only where the CPU has PCLMULQDQ.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "pclmulqdq")]
-#[inline]
-pub(super) fn prefix_xor_by_clmul(x: u64) -> u64 {
-    use std::arch::x86_64::{
-        _mm_clmulepi64_si128, _mm_cvtsi128_si64, _mm_set1_epi8, _mm_set_epi64x,
-    };
-    let x = _mm_set_epi64x(0, i64::from_ne_bytes(x.to_ne_bytes()));
-    let product = _mm_clmulepi64_si128(x, _mm_set1_epi8(-1), 0);
-    u64::from_ne_bytes(_mm_cvtsi128_si64(product).to_ne_bytes())
-}
 
 /// Whether `b` opens a container.
 #[inline]
@@ -187,7 +107,7 @@ impl Window {
     }
 
     /// The first pass over the window at `base`, classifying blocks with `marks` and finding
-    /// the bytes inside strings with `xor` ([`prefix_xor`]).
+    /// the bytes inside strings with `xor` (a prefix XOR).
     #[inline(always)]
     fn classify(
         &mut self,
@@ -248,31 +168,9 @@ impl Window {
         self.in_string = in_string;
     }
 
-    /// The first pass, by AVX2 and PCLMULQDQ.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,pclmulqdq")]
-    fn classify_by_32(&mut self, chunk: &[u8], base: usize) {
-        self.classify(
-            chunk,
-            base,
-            |bytes| Marks::by_32(bytes),
-            |x| prefix_xor_by_clmul(x),
-        );
-    }
-
     /// The first pass, by AVX2 and PCLMULQDQ where the CPU has them.
-    #[allow(unsafe_code)]
     fn classify_fastest(&mut self, chunk: &[u8], base: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("pclmulqdq")
-        {
-            // SAFETY: `classify_by_32` needs AVX2 and PCLMULQDQ, and the CPU has them
-            // (checked just above).
-            unsafe { self.classify_by_32(chunk, base) };
-            return;
-        }
-        self.classify(chunk, base, Marks::by_16, prefix_xor);
+        simd::by_marks(self, chunk, base);
     }
 
     /// Matches the brackets and braces of a block (`nest`, the openers among them `open`;
@@ -314,6 +212,17 @@ impl Window {
     }
 }
 
+/// [`Window::classify`] as a loop over blocks, for [`simd::by_marks`] to run with the fastest
+/// classifier.
+impl BlockJob<Marks> for &mut Window {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self, chunk: &[u8], base: usize, masks: impl Masks<Marks>, xor: impl Xor) {
+        self.classify(chunk, base, masks, xor);
+    }
+}
+
 impl Scanner {
     /// Lexes `chunk`, in which no template can start (see the module's text), and returns
     /// where the byte lexer must take over: the end of the chunk when the walk got there,
@@ -345,7 +254,7 @@ impl Scanner {
         // with the next chunk's first byte it may start a template (in a key, be refused).
         if chunk.last() == Some(&b'{') && !window.last_escaped {
             match self.mode {
-                Mode::Value => self.brace = true,
+                Mode::Value => self.braces.hold(),
                 Mode::Key => self.key_brace = true,
                 Mode::Structure | Mode::Template => {}
             }
@@ -414,30 +323,40 @@ impl Scanner {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
-    use super::super::skim::tests::{mask_of, random_blocks, skim_and_bytes};
+    use super::super::skim::tests::skim_and_bytes;
     use super::super::tests::PAN_NUMBER;
-    use super::{Marks, Window, BLOCK};
+    use super::{simd, BlockJob, Marks, Masks, Window, Xor, BLOCK};
 
-    /// Both classifiers (AVX2 where this CPU has it) against a byte loop, on random blocks.
-    #[test]
-    fn classifiers_match_bytes() {
-        for bytes in random_blocks(20_000) {
-            let mask = |f: &dyn Fn(u8) -> bool| mask_of(&bytes, f);
-            let want = Marks {
-                quote: mask(&|b| b == b'"'),
-                backslash: mask(&|b| b == b'\\'),
-                nest: mask(&|b| matches!(b, b'{' | b'}' | b'[' | b']')),
-                open: mask(&|b| matches!(b, b'{' | b'[')),
-                punct: mask(&|b| matches!(b, b',' | b':')),
-            };
-            assert_eq!(Marks::by_16(&bytes), want, "{bytes:?}");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                #[allow(unsafe_code)]
-                // SAFETY: the CPU has AVX2 (checked just above).
-                let by_32 = unsafe { Marks::by_32(&bytes) };
-                assert_eq!(by_32, want, "{bytes:?}");
+    /// What the first pass keeps of each window of a body, by the classifier and prefix XOR
+    /// it is run with.
+    struct Kept;
+
+    /// What a window keeps for the second pass and the next window.
+    type Windows = Vec<(usize, [u64; 64], Vec<u16>, Vec<u16>, usize, u64, bool)>;
+
+    impl BlockJob<Marks> for Kept {
+        type Output = Windows;
+
+        fn run(self, body: &[u8], _: usize, masks: impl Masks<Marks>, xor: impl Xor) -> Windows {
+            let mut w = Window::new(false, 0);
+            let mut windows = Vec::new();
+            let mut base = 0;
+            while base < body.len() {
+                w.classify(body, base, &masks, &xor);
+                let open: Vec<u16> = w.open.iter().take(w.open_len).copied().collect();
+                windows.push((
+                    w.blocks,
+                    w.visit,
+                    w.close_at.to_vec(),
+                    open,
+                    w.visit_before,
+                    w.carry,
+                    w.last_escaped,
+                ));
+                assert!(w.blocks > 0);
+                base += w.blocks * BLOCK;
             }
+            windows
         }
     }
 
@@ -449,27 +368,9 @@ mod tests {
             .map(|i| format!(r#"{{"sku":"{sku}","n":[{i},{{"q":"{{\"]"}}]}}"#))
             .collect();
         let body = format!(r#"{{"items":[{}],"end":"\\"}}"#, items.join(","));
-        let body = body.as_bytes();
-        let (mut fastest, mut by_16) = (Window::new(false, 0), Window::new(false, 0));
-        let mut base = 0;
-        while base < body.len() {
-            fastest.classify_fastest(body, base);
-            by_16.classify(body, base, Marks::by_16, super::prefix_xor);
-            let kept = |w: &Window| {
-                let open: Vec<u16> = w.open.iter().take(w.open_len).copied().collect();
-                (
-                    w.blocks,
-                    w.visit,
-                    w.close_at,
-                    open,
-                    w.visit_before,
-                    w.carry,
-                    w.last_escaped,
-                )
-            };
-            assert_eq!(kept(&fastest), kept(&by_16), "window at {base}");
-            assert!(fastest.blocks > 0);
-            base += fastest.blocks * BLOCK;
+        let each = simd::marks_each(|| Kept, body.as_bytes(), 0);
+        for (n, kept) in each.iter().enumerate() {
+            assert_eq!(kept, &each[0], "classifier {n}");
         }
     }
 

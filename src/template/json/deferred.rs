@@ -4,7 +4,7 @@
 //! (which is then found where it is and named by its path), an escaped brace (refused, with
 //! its field), or more kept bytes than a body or the process may keep. A body that ends first
 //! was never lexed past its last template: its kept chunks are only followed for their
-//! nesting (`skim::Balance`, as bytes after the last template always are), which costs a
+//! nesting (`balance::Balance`, as bytes after the last template always are), which costs a
 //! fraction of lexing them. That is most of a large body, whose templates come early.
 //!
 //! The outcome is the lexer's, exactly: the same bytes reach the target and the same error
@@ -23,149 +23,21 @@
 //! of [`MIN_KEPT`] bytes or more are kept, and each counts as at least [`COUNTED_AT_LEAST`]:
 //! a piece may hold more memory than its length (an HTTP/2 frame is a slice of the
 //! connection's read buffer, a tiny piece an allocation and a slot of its own), so a caller
-//! sending small pieces cannot make the limits stand for much more memory.
-
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! sending small pieces cannot make the limits stand for much more memory. The chunks and
+//! their counts are kept by [`super::kept`].
+//!
+//! [`BODY_LIMIT`]: super::kept::BODY_LIMIT
+//! [`PROCESS_LIMIT`]: super::kept::PROCESS_LIMIT
+//! [`MIN_KEPT`]: super::kept::MIN_KEPT
+//! [`COUNTED_AT_LEAST`]: super::kept::COUNTED_AT_LEAST
 
 use bytes::Bytes;
 
+use super::balance::Balance;
 use super::escape::EscapedBraces;
-use super::skim::Balance;
-use super::{Mode, Scanner, TemplateError};
-
-/// The most bytes one body keeps unlexed: a body of up to about this much after its
-/// templates is never lexed there.
-pub const BODY_LIMIT: usize = 1024 * 1024;
-
-/// The most bytes all bodies keep unlexed together: under load beyond it, chunks are lexed as
-/// they come, as a body larger than [`BODY_LIMIT`] has its older chunks lexed.
-pub const PROCESS_LIMIT: usize = 64 * 1024 * 1024;
-
-/// The shortest piece kept: a shorter one is lexed at once (it costs little to lex).
-pub const MIN_KEPT: usize = 4 * 1024;
-
-/// What a kept piece counts against the limits at least: an HTTP/2 frame's largest default
-/// size.
-pub const COUNTED_AT_LEAST: usize = 16 * 1024;
-
-/// Bytes kept by every [`Deferred`] in the process, as counted ([`Deferred::counted`]).
-static KEPT: AtomicUsize = AtomicUsize::new(0);
-
-/// The chunks a scanner has sent on without lexing them, oldest first; the scanner's own
-/// state is the lexer's before the first of them.
-#[derive(Debug)]
-pub(super) struct Deferred {
-    chunks: VecDeque<Kept>,
-    /// What they count ([`Deferred::counted`]), also counted in [`KEPT`].
-    bytes: usize,
-    /// The most bytes kept ([`BODY_LIMIT`]; less in tests).
-    limit: usize,
-    /// The shortest piece kept ([`MIN_KEPT`]; less in tests).
-    min: usize,
-    /// What a piece counts at least ([`COUNTED_AT_LEAST`]; less in tests).
-    floor: usize,
-    /// The nesting over the chunks from the scanner's state, where a template was substituted
-    /// before them (the body must then end complete).
-    balance: Option<Balance>,
-    /// The search for escaped braces, from the scanner's, over the chunks.
-    braces: EscapedBraces,
-}
-
-/// A chunk kept, after a `{` held back from the chunk before it when `brace`.
-#[derive(Debug, Clone)]
-struct Kept {
-    brace: bool,
-    bytes: Bytes,
-}
-
-impl Kept {
-    fn len(&self) -> usize {
-        self.bytes.len() + usize::from(self.brace)
-    }
-
-    /// The chunk as the lexer reads it: its `{` and its bytes joined (copied) when it has
-    /// one.
-    fn joined(self) -> Bytes {
-        if self.brace {
-            Scanner::after_brace(&self.bytes)
-        } else {
-            self.bytes
-        }
-    }
-}
-
-impl Default for Deferred {
-    fn default() -> Self {
-        Deferred {
-            chunks: VecDeque::new(),
-            bytes: 0,
-            limit: BODY_LIMIT,
-            min: MIN_KEPT,
-            floor: COUNTED_AT_LEAST,
-            balance: None,
-            braces: EscapedBraces::default(),
-        }
-    }
-}
-
-impl Clone for Deferred {
-    /// A copy keeps the same chunks, and counts them again.
-    fn clone(&self) -> Self {
-        KEPT.fetch_add(self.bytes, Ordering::Relaxed);
-        Deferred {
-            chunks: self.chunks.clone(),
-            bytes: self.bytes,
-            limit: self.limit,
-            min: self.min,
-            floor: self.floor,
-            balance: self.balance,
-            braces: self.braces.clone(),
-        }
-    }
-}
-
-impl Drop for Deferred {
-    fn drop(&mut self) {
-        KEPT.fetch_sub(self.bytes, Ordering::Relaxed);
-    }
-}
-
-impl Deferred {
-    pub(super) fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
-    /// Lets every chunk go.
-    pub(super) fn clear(&mut self) {
-        KEPT.fetch_sub(self.bytes, Ordering::Relaxed);
-        self.chunks.clear();
-        self.bytes = 0;
-        self.balance = None;
-    }
-
-    /// What a piece of `len` bytes counts against the limits.
-    fn counted(&self, len: usize) -> usize {
-        len.max(self.floor)
-    }
-
-    /// The oldest chunk, let go.
-    fn pop(&mut self) -> Option<Bytes> {
-        let chunk = self.chunks.pop_front()?;
-        let counted = self.counted(chunk.len());
-        self.bytes -= counted;
-        KEPT.fetch_sub(counted, Ordering::Relaxed);
-        Some(chunk.joined())
-    }
-
-    /// Counts `len` more bytes in the process's keeping, if they fit.
-    fn reserve(len: usize) -> bool {
-        KEPT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |kept| {
-            kept.checked_add(len).filter(|&k| k <= PROCESS_LIMIT)
-        })
-        .is_ok()
-    }
-}
+use super::kept::{after_brace, Deferred, Kept};
+use super::{Mode, Scanner};
+use crate::template::error::TemplateError;
 
 impl Scanner {
     /// Takes a streamed JSON chunk's trailing `{` off `chunk`, to be held back and sent with
@@ -182,10 +54,7 @@ impl Scanner {
 
     /// A `{` held back, then `chunk`: the two joined (copied), as the lexer must read them.
     pub fn after_brace(chunk: &[u8]) -> Bytes {
-        let mut joined = Vec::with_capacity(chunk.len() + 1);
-        joined.push(b'{');
-        joined.extend_from_slice(chunk);
-        Bytes::from(joined)
+        after_brace(chunk)
     }
 
     /// Takes a chunk of a streamed body that may go on to the target as it is, without lexing
@@ -197,7 +66,7 @@ impl Scanner {
     /// goes on is that `{` and `chunk`, and what must be lexed or fed when it is not kept is
     /// the two joined.
     pub fn defer(&mut self, brace: bool, chunk: &Bytes) -> Result<bool, TemplateError> {
-        self.check_failed()?;
+        self.failed.check()?;
         // After a held `{`, a chunk that starts with `{` may start a template with it.
         if brace && chunk.first().is_none_or(|&b| b == b'{') {
             return Ok(false);
@@ -217,7 +86,7 @@ impl Scanner {
         let kept = self.deferred.get_or_insert_default();
         if kept.is_empty() {
             // The first chunk kept: the searches go on from the scanner's state.
-            kept.braces = self.braces.clone();
+            kept.braces = self.escapes.clone();
             kept.balance = start;
         }
         let len = chunk.len() + usize::from(brace);
@@ -322,7 +191,7 @@ impl Scanner {
         if let Some(balance) = &mut kept.balance {
             let _ = balance.over(end);
         }
-        self.braces = braces;
+        self.escapes = braces;
         self.tail = kept.balance;
         kept.clear();
         out.extend_from_slice(end);
@@ -334,6 +203,7 @@ impl Scanner {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
+    use super::super::kept::{BODY_LIMIT, COUNTED_AT_LEAST};
     use super::super::tests::resolver;
     use super::*;
     use proptest::prelude::*;

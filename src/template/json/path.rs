@@ -1,5 +1,6 @@
 //! The JSON path of the field being scanned (`card.number`, `items[0].pan`, `["a b"].c`, `$`),
-//! kept as a stack of open containers for [`TemplateError::field`](super::TemplateError).
+//! kept as a stack of open containers for
+//! [`TemplateError::field`](crate::template::TemplateError::field).
 //!
 //! Bounded whatever the body: [`MAX_PATH_DEPTH`] levels of at most [`MAX_KEY_LEN`] bytes of key
 //! each, and a bit per container up to [`MAX_KIND_DEPTH`] levels. Deeper containers are still
@@ -9,16 +10,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// Deepest nesting whose keys and indices appear in [`TemplateError::field`].
-///
-/// [`TemplateError::field`]: super::TemplateError::field
-pub const MAX_PATH_DEPTH: usize = 128;
-/// Longest key kept for [`TemplateError::field`]; longer keys are cut and shown with `…`.
-///
-/// [`TemplateError::field`]: super::TemplateError::field
-pub const MAX_KEY_LEN: usize = 256;
-/// Deepest nesting at which objects and arrays are told apart.
-pub const MAX_KIND_DEPTH: usize = 1024;
+use crate::template::limits::{MAX_KEY_LEN, MAX_KIND_DEPTH, MAX_PATH_DEPTH};
 
 const KIND_WORDS: usize = MAX_KIND_DEPTH / 64;
 

@@ -1,63 +1,15 @@
 //! The skim: JSON between tokens read 64 bytes at a time, as bit masks, instead of byte by byte
-//! ([`Scanner::skim`]), and the word-at-a-time search for the end of a string ([`find_stop`])
-//! that the byte lexer uses too ([`find3`], which the XML scanner uses for text and values).
-//!
-//! The bit tricks themselves ([`byte_eq`], [`below`], [`prefix_xor`]) know nothing of JSON;
-//! [`escaped`] knows backslash escapes, [`Block`] JSON's tokens.
+//! ([`Scanner::skim`]). [`Block`] knows JSON's tokens; the bit tricks are the template level's
+//! (`template::bits`), the escapes a backslash makes [`escaped`]'s.
 
-use memchr::{memchr2, memchr3};
 use wide::u8x16;
 
-use super::path::{Kind, MAX_PATH_DEPTH};
-#[cfg(target_arch = "x86_64")]
-use super::walk::prefix_xor_by_clmul;
+use super::escape::{escaped, find_stop};
+use super::path::Kind;
 use super::{Mode, Scanner};
+use crate::template::bits::{below, prefix_xor, BLOCK};
+use crate::template::limits::MAX_PATH_DEPTH;
 
-/// Position of the first byte that ends a run of plain string bytes: `"` or `\\`, and in a
-/// value also `{` ([`find3`]).
-#[inline]
-pub(super) fn find_stop(hay: &[u8], value: bool) -> Option<usize> {
-    if value {
-        find3(hay, b'"', b'\\', b'{')
-    } else {
-        find3(hay, b'"', b'\\', b'"')
-    }
-}
-
-/// Position of the first `a`, `b` or `c` in `hay`. Most runs between the bytes that matter
-/// are short (JSON strings, XML text and values between tags): the first 8 bytes are tested at
-/// once as a word (SWAR), without a branch per byte; `memchr` (SIMD) searches the rest.
-#[inline]
-pub(crate) fn find3(hay: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
-    let Some(head) = hay.first_chunk::<8>() else {
-        return hay.iter().position(|&x| x == a || x == b || x == c);
-    };
-    let word = u64::from_le_bytes(*head);
-    let hits = byte_eq(word, a) | byte_eq(word, b) | byte_eq(word, c);
-    if hits != 0 {
-        // Little-endian: the lowest set bit is the first matching byte.
-        return Some(hits.trailing_zeros() as usize / 8);
-    }
-    let tail = hay.get(8..).unwrap_or_default();
-    let found = if c == a {
-        memchr2(a, b, tail)
-    } else {
-        memchr3(a, b, c, tail)
-    };
-    found.map(|k| k + 8)
-}
-
-/// Bit 7 of each byte of `word` that equals `b`, and no other bit. The classic zero-byte test
-/// on `word ^ b…b`, in the form that is exact for every byte (no false hits from borrows).
-#[inline]
-fn byte_eq(word: u64, b: u8) -> u64 {
-    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    let x = word ^ (u64::from(b) * 0x0101_0101_0101_0101);
-    !(((x & LOW7) + LOW7) | x | LOW7)
-}
-
-/// Bytes skimmed at a time by [`Scanner::skim`], one bit each in a `u64`.
-pub(super) const BLOCK: usize = 64;
 /// Blocks lexed byte by byte after a long string before the skim resumes.
 const LONG_STRING_LEX: usize = 16;
 
@@ -116,311 +68,6 @@ struct Span {
     open: u64,
     /// Quotes that are not escaped.
     quote: u64,
-}
-
-/// The bits below bit `n`, all of them from 64 on.
-#[inline]
-pub(crate) fn below(n: usize) -> u64 {
-    u32::try_from(n)
-        .ok()
-        .and_then(|n| 1u64.checked_shl(n))
-        .map_or(u64::MAX, |bit| bit - 1)
-}
-
-/// Bit `k` of the result is the XOR of bits `0..=k` of `x`: set from an opening quote up to,
-/// not including, its closing quote.
-#[inline]
-pub(super) fn prefix_xor(mut x: u64) -> u64 {
-    x ^= x << 1;
-    x ^= x << 2;
-    x ^= x << 4;
-    x ^= x << 8;
-    x ^= x << 16;
-    x ^= x << 32;
-    x
-}
-
-/// The escaped bytes of a block (those right after a backslash that is not itself escaped),
-/// given its backslashes and whether its first byte is escaped (`carry`, 0 or 1). Returns them
-/// and whether the first byte of the next block is escaped.
-///
-/// simdjson's trick (Langdale and Lemire, "Parsing gigabytes of JSON per second", 2019; its
-/// `json_escape_scanner`): in a run of backslashes the 1st, 3rd, ... escape the next byte, so
-/// which bytes are escaped depends on where each run starts. With the odd bits set around
-/// them, subtracting the runs makes a borrow ripple through each run; after XOR with `ODD`,
-/// the word (`code`) has a bit at every backslash that escapes and at every other byte that
-/// is escaped, whether the run started at an even or odd position. A backslash that does not
-/// escape is one that is escaped, hence the XOR with the backslashes. `escaped` is checked
-/// against a byte loop in the tests.
-#[inline]
-pub(super) fn escaped(backslash: u64, carry: u64) -> (u64, u64) {
-    const ODD: u64 = 0xaaaa_aaaa_aaaa_aaaa;
-    // A first byte escaped by the previous block is not the start of a run.
-    let potential = backslash & !carry;
-    let code = ((potential << 1 | ODD).wrapping_sub(potential)) ^ ODD;
-    let escaped = code ^ (backslash | carry);
-    let escaping = code & backslash;
-    (escaped, escaping >> 63)
-}
-
-/// The nesting of JSON copied without being lexed, after a template was substituted: how many
-/// containers are open and whether it is inside a string, so that the end of the body can be
-/// checked. Blocks are read as bit masks, as the skim reads them; a block with a backslash
-/// between tokens (which escapes nothing there, while the masks assume it does) is read byte
-/// by byte, which the masks match exactly otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Balance {
-    /// Open containers; a stray closer at the top is ignored (never below zero), as the lexer
-    /// ignores it.
-    depth: i64,
-    in_string: bool,
-    /// In a string, the next byte is escaped.
-    escape: bool,
-}
-
-impl Balance {
-    /// From the lexer's state: inside a string or not (and escaped there), at `depth`.
-    pub(super) fn new(in_string: bool, escape: bool, depth: usize) -> Self {
-        Balance {
-            depth: i64::try_from(depth).unwrap_or(i64::MAX),
-            in_string,
-            escape: in_string && escape,
-        }
-    }
-
-    /// Whether the bytes so far end a document: outside strings, every container closed.
-    pub(super) fn closed(&self) -> bool {
-        !self.in_string && self.depth == 0
-    }
-
-    /// Follows `bytes`, and tells whether they hold a `{{` or a backslash: by AVX-512 or
-    /// AVX2, with PCLMULQDQ and POPCNT, where the CPU has them (it is what a large body's
-    /// tail costs: [`super::deferred`]).
-    #[allow(unsafe_code)]
-    pub(super) fn over(&mut self, bytes: &[u8]) -> Seen {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("pclmulqdq")
-            && std::arch::is_x86_feature_detected!("popcnt")
-        {
-            if std::arch::is_x86_feature_detected!("avx512bw") {
-                // SAFETY: `over_by_64` needs AVX-512BW, PCLMULQDQ and POPCNT, and the CPU has
-                // them (checked just above).
-                return unsafe { self.over_by_64(bytes) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: `over_by_32` needs AVX2, PCLMULQDQ and POPCNT, and the CPU has them
-                // (checked just above).
-                return unsafe { self.over_by_32(bytes) };
-            }
-        }
-        self.over_with(bytes, nesting_masks, prefix_xor)
-    }
-
-    /// [`Balance::over`] by AVX-512BW, PCLMULQDQ and POPCNT: callable only where the CPU has
-    /// them.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512bw,pclmulqdq,popcnt")]
-    fn over_by_64(&mut self, bytes: &[u8]) -> Seen {
-        self.over_with(
-            bytes,
-            |block| nesting_masks_by_64(block),
-            |x| prefix_xor_by_clmul(x),
-        )
-    }
-
-    /// [`Balance::over`] by AVX2, PCLMULQDQ and POPCNT: callable only where the CPU has them.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,pclmulqdq,popcnt")]
-    fn over_by_32(&mut self, bytes: &[u8]) -> Seen {
-        self.over_with(
-            bytes,
-            |block| nesting_masks_by_32(block),
-            |x| prefix_xor_by_clmul(x),
-        )
-    }
-
-    /// [`Balance::over`] with a block's masks by `masks` and the bytes inside strings by
-    /// `xor` ([`prefix_xor`]).
-    #[inline(always)]
-    fn over_with(
-        &mut self,
-        bytes: &[u8],
-        masks: impl Fn(&[u8; BLOCK]) -> Nesting,
-        xor: impl Fn(u64) -> u64,
-    ) -> Seen {
-        let (blocks, rest) = bytes.as_chunks::<BLOCK>();
-        // A copy, so that the state stays in registers (the loop's chains run through it).
-        let mut state = *self;
-        // Bit 0: the byte before the block is a `{`.
-        let mut brace_before = 0;
-        let (mut pairs, mut backslashes) = (0, 0);
-        for block in blocks {
-            let m = masks(block);
-            pairs |= m.brace & (m.brace << 1 | brace_before);
-            brace_before = m.brace >> 63;
-            backslashes |= m.backslash;
-            if !state.block(m, &xor) {
-                block.iter().for_each(|&b| state.byte(b));
-            }
-        }
-        let mut pair = pairs != 0;
-        let mut before = brace_before == 1;
-        for &b in rest {
-            pair |= before && b == b'{';
-            before = b == b'{';
-            state.byte(b);
-        }
-        *self = state;
-        Seen {
-            pair,
-            backslash: backslashes != 0 || rest.contains(&b'\\'),
-        }
-    }
-
-    #[inline]
-    fn byte(&mut self, b: u8) {
-        if self.in_string {
-            if std::mem::take(&mut self.escape) {
-                return;
-            }
-            match b {
-                b'\\' => self.escape = true,
-                b'"' => self.in_string = false,
-                _ => {}
-            }
-        } else {
-            match b {
-                b'"' => self.in_string = true,
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' => self.depth = (self.depth - 1).max(0),
-                _ => {}
-            }
-        }
-    }
-
-    /// Follows a block by its masks; false (and nothing changed) when it has a backslash
-    /// between tokens, or more closers than open containers.
-    #[inline(always)]
-    fn block(&mut self, m: Nesting, xor: impl Fn(u64) -> u64) -> bool {
-        let Nesting {
-            quote,
-            backslash,
-            open,
-            close,
-            ..
-        } = m;
-        let (escaped, escape_out) = if backslash | u64::from(self.escape) == 0 {
-            (0, 0)
-        } else {
-            escaped(backslash, u64::from(self.escape))
-        };
-        let quote = quote & !escaped;
-        let starts_in = u64::from(self.in_string);
-        // From an opening quote, inclusive, to its closing quote, exclusive.
-        let inside = xor(quote) ^ starts_in.wrapping_neg();
-        if backslash & !inside != 0 {
-            return false;
-        }
-        // (No bracket is a quote.)
-        let opens = (open & !inside).count_ones();
-        let closes = (close & !inside).count_ones();
-        if i64::from(closes) > self.depth {
-            // A closer may meet depth zero: byte by byte, where it is ignored.
-            return false;
-        }
-        self.depth += i64::from(opens) - i64::from(closes);
-        self.in_string = inside >> 63 == 1;
-        self.escape = self.in_string && escape_out == 1;
-        true
-    }
-}
-
-/// What [`Balance::over`] saw besides the nesting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Seen {
-    /// Two `{` in a row.
-    pub pair: bool,
-    /// A backslash.
-    pub backslash: bool,
-}
-
-/// What [`Balance`] reads of a block: bit `k` for byte `k`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Nesting {
-    quote: u64,
-    backslash: u64,
-    /// `{` and `[`.
-    open: u64,
-    /// `}` and `]`.
-    close: u64,
-    /// `{` alone.
-    brace: u64,
-}
-
-/// A block's [`Nesting`], 16 bytes at a time.
-#[inline]
-fn nesting_masks(bytes: &[u8; BLOCK]) -> Nesting {
-    let (parts, _) = bytes.as_chunks::<16>();
-    let mut m = Nesting::default();
-    for (k, part) in parts.iter().enumerate() {
-        let v = u8x16::new(*part);
-        let is = |b: u8| u64::from(v.simd_eq(u8x16::splat(b)).to_bitmask()) << (16 * k);
-        // `{` and `[` differ only in bit 5, and so do `}` and `]`.
-        let folded = v | u8x16::splat(0x20);
-        let folded_is = |b: u8| u64::from(folded.simd_eq(u8x16::splat(b)).to_bitmask()) << (16 * k);
-        m.quote |= is(b'"');
-        m.backslash |= is(b'\\');
-        m.open |= folded_is(b'{');
-        m.close |= folded_is(b'}');
-        m.brace |= is(b'{');
-    }
-    m
-}
-
-/// A block's [`Nesting`], all 64 bytes at once by AVX-512BW (a compare gives a mask):
-/// callable only where the CPU has it.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512bw")]
-#[inline]
-fn nesting_masks_by_64(bytes: &[u8; BLOCK]) -> Nesting {
-    use std::arch::x86_64::{__m512i, _mm512_cmpeq_epi8_mask, _mm512_or_si512, _mm512_set1_epi8};
-    let splat = |b: u8| _mm512_set1_epi8(i8::from_ne_bytes([b]));
-    let v: __m512i = bytemuck::cast(*bytes);
-    let folded = _mm512_or_si512(v, splat(0x20));
-    Nesting {
-        quote: _mm512_cmpeq_epi8_mask(v, splat(b'"')),
-        backslash: _mm512_cmpeq_epi8_mask(v, splat(b'\\')),
-        open: _mm512_cmpeq_epi8_mask(folded, splat(b'{')),
-        close: _mm512_cmpeq_epi8_mask(folded, splat(b'}')),
-        brace: _mm512_cmpeq_epi8_mask(v, splat(b'{')),
-    }
-}
-
-/// A block's [`Nesting`], 32 bytes at a time by AVX2: callable only where the CPU has it.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn nesting_masks_by_32(bytes: &[u8; BLOCK]) -> Nesting {
-    use std::arch::x86_64::{
-        __m256i, _mm256_cmpeq_epi8, _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
-    };
-    let splat = |b: u8| _mm256_set1_epi8(i8::from_ne_bytes([b]));
-    let bits =
-        |hits: __m256i| u64::from(u32::from_ne_bytes(_mm256_movemask_epi8(hits).to_ne_bytes()));
-    let (halves, _) = bytes.as_chunks::<32>();
-    let mut m = Nesting::default();
-    for (k, half) in halves.iter().enumerate() {
-        let v: __m256i = bytemuck::cast(*half);
-        let is = |b: u8| bits(_mm256_cmpeq_epi8(v, splat(b))) << (32 * k);
-        let folded = _mm256_or_si256(v, splat(0x20));
-        let folded_is = |b: u8| bits(_mm256_cmpeq_epi8(folded, splat(b))) << (32 * k);
-        m.quote |= is(b'"');
-        m.backslash |= is(b'\\');
-        m.open |= folded_is(b'{');
-        m.close |= folded_is(b'}');
-        m.brace |= is(b'{');
-    }
-    m
 }
 
 impl Scanner {
@@ -540,7 +187,7 @@ impl Scanner {
                     (true, false) => Mode::Value,
                 };
                 self.escape = string && escaped >> stop & 1 == 1;
-                self.brace = false;
+                self.braces.brace = false;
                 self.key_brace = false;
                 self.expect_key = expect_end;
                 // The byte lexer goes on for a block's worth at least, so that bytes that stop
@@ -580,7 +227,7 @@ impl Scanner {
             (true, false) => Mode::Value,
         };
         self.escape = in_string && escape == 1;
-        self.brace = false;
+        self.braces.brace = false;
         self.key_brace = false;
         self.expect_key = expect_key;
     }
@@ -638,8 +285,10 @@ impl Scanner {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub(super) mod tests {
     use super::super::tests::{resolver, PAN_NUMBER};
-    use super::super::{TemplateError, MAX_KEY_LEN};
     use super::*;
+    use crate::template::error::TemplateError;
+    use crate::template::limits::MAX_KEY_LEN;
+    use crate::template::testing::{mask_of, random_blocks};
     use proptest::prelude::*;
 
     /// A scanner that never skims: the byte lexer alone, the reference for the skim.
@@ -653,12 +302,11 @@ pub(super) mod tests {
     /// Everything that decides what the scanner does next.
     fn state(s: &Scanner) -> String {
         format!(
-            "{:?} esc={} brace={}/{} close={} key={} {:?} held={:?}",
+            "{:?} esc={} {:?} carried={} key={} {:?} held={:?}",
             s.mode,
             s.escape,
-            s.brace,
+            s.braces,
             s.brace_carried,
-            s.close,
             s.expect_key,
             s.path,
             String::from_utf8_lossy(s.held.bytes()),
@@ -723,39 +371,6 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn escapes_match_a_byte_loop() {
-        fn by_bytes(backslash: u64, carry: u64) -> (u64, u64) {
-            let (mut escaped, mut next) = (0, carry);
-            for k in 0..64 {
-                let this = next;
-                escaped |= this << k;
-                next = u64::from(this == 0 && backslash >> k & 1 == 1);
-            }
-            (escaped, next)
-        }
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for n in 0..200_000u64 {
-            // xorshift; sparse and dense masks, runs of all lengths.
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let mask = match n % 4 {
-                0 => x,
-                1 => x & x.rotate_left(7),
-                2 => x | x.rotate_left(3) | x.rotate_left(11),
-                _ => x & x.rotate_left(5) & x.rotate_left(23),
-            };
-            for carry in [0, 1] {
-                assert_eq!(
-                    escaped(mask, carry),
-                    by_bytes(mask, carry),
-                    "{mask:064b} {carry}"
-                );
-            }
-        }
-    }
-
-    #[test]
     fn classify_matches_bytes() {
         for bytes in random_blocks(20_000) {
             let mask = |f: &dyn Fn(u8) -> bool| mask_of(&bytes, f);
@@ -768,88 +383,6 @@ pub(super) mod tests {
             };
             assert_eq!(Block::classify(&bytes), want, "{bytes:?}");
         }
-    }
-
-    /// The nesting is followed the same by AVX2 (where the CPU has it), 16 bytes at a time
-    /// and byte by byte, from any state and wherever the bytes start and end.
-    #[test]
-    fn balance_by_masks_matches_bytes() {
-        let bytes = random_blocks(2_000).concat();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for n in 0..3_000usize {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let start = usize::try_from(x % 4_096).unwrap();
-            let len = usize::try_from(x >> 20).unwrap() % 2_000;
-            let piece = &bytes[start..start + len];
-            let from = Balance::new(n % 2 == 0, n % 3 == 0, n % 40);
-            let mut by_bytes = from;
-            piece.iter().for_each(|&b| by_bytes.byte(b));
-            let seen = Seen {
-                pair: piece.windows(2).any(|w| w == b"{{"),
-                backslash: piece.contains(&b'\\'),
-            };
-            let mut fastest = from;
-            assert_eq!(fastest.over(piece), seen, "{n}");
-            let mut by_16 = from;
-            assert_eq!(
-                by_16.over_with(piece, nesting_masks, prefix_xor),
-                seen,
-                "{n}"
-            );
-            assert_eq!(fastest, by_bytes, "{n}");
-            assert_eq!(by_16, by_bytes, "{n}");
-            #[cfg(target_arch = "x86_64")]
-            {
-                use std::arch::is_x86_feature_detected as has;
-                let base = has!("pclmulqdq") && has!("popcnt");
-                if base && has!("avx2") {
-                    let mut by_32 = from;
-                    #[allow(unsafe_code)]
-                    // SAFETY: the CPU has what `over_by_32` needs (checked just above).
-                    let seen_32 = unsafe { by_32.over_by_32(piece) };
-                    assert_eq!((seen_32, by_32), (seen, by_bytes), "{n}");
-                }
-                if base && has!("avx512bw") {
-                    let mut by_64 = from;
-                    #[allow(unsafe_code)]
-                    // SAFETY: the CPU has what `over_by_64` needs (checked just above).
-                    let seen_64 = unsafe { by_64.over_by_64(piece) };
-                    assert_eq!((seen_64, by_64), (seen, by_bytes), "{n}");
-                }
-            }
-        }
-    }
-
-    /// `count` blocks of mostly the bytes a classifier marks and bytes one bit away from
-    /// them, some any byte (xorshift, the same every run).
-    pub(in super::super) fn random_blocks(count: usize) -> Vec<[u8; BLOCK]> {
-        let alphabet = b"\"\\,:{}[]x {[;|\xdb\xfb\x7f\x5c\x22\x3a\x2c\x7b\x7d\x5b\x5d\x1a\x0c";
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        (0..count)
-            .map(|_| {
-                let mut bytes = [0u8; BLOCK];
-                for b in &mut bytes {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    *b = match x % 8 {
-                        0 => (x >> 8) as u8,
-                        _ => alphabet[(x >> 8) as usize % alphabet.len()],
-                    };
-                }
-                bytes
-            })
-            .collect()
-    }
-
-    /// The bytes of `bytes` for which `f` holds, bit `k` for byte `k`.
-    pub(in super::super) fn mask_of(bytes: &[u8; BLOCK], f: &dyn Fn(u8) -> bool) -> u64 {
-        bytes
-            .iter()
-            .enumerate()
-            .fold(0u64, |m, (k, &b)| m | u64::from(f(b)) << k)
     }
 
     /// Pieces of string contents: plain text, escapes, braces and brackets, templates good

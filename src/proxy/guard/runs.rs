@@ -1,0 +1,393 @@
+//! Finding card numbers and CVCs in an answer's bytes: runs of digits, however written
+//! ([`super::written`]), and what in them is one of the request's values.
+//!
+//! A **run** is a digit, then more digits with at most [`MAX_GAP`] separators between two of
+//! them: `4242 4242 4242 4242`, `4242.4242.4242.4242`, `4\u200b2\u200b4\u200b2…`,
+//! `４２４２…`, `\u0034\u0032…`. In a run the guard looks for
+//! - each card number the request revealed, as a sequence of the run's digits (a number inside
+//!   a longer run is found too);
+//! - with `response_guard_any_card`, the whole run, or a group of adjacent digits in it, of
+//!   13 to 19 digits that passes the Luhn check;
+//! - each CVC the request substituted, as a whole value: a group of adjacent digits (invisible
+//!   separators allowed) or a whole run without a `.` (`1 2 3`), that is not part of a word
+//!   (`ord_123`) or of a decimal number (`123.45`). A 3- or 4-digit value of the answer that
+//!   happens to equal the CVC is hidden too: the guard cannot tell them apart, and errs on
+//!   the side of hiding.
+//!
+//! A card number keeps its first 6 and last 4 digits; a CVC is hidden whole.
+
+use super::written::{self, Written};
+use crate::secret::{CardNumber, Cvc};
+use zeroize::Zeroizing;
+
+/// Most separators between two digits of one run (`4242 \u200b 4242`: three).
+pub const MAX_GAP: usize = 4;
+
+/// Most bytes of a run held back at a chunk's end: a run of 19 digits with [`MAX_GAP`]
+/// separators between every two, each written in its longest form.
+pub const HOLD: usize = 19 * written::LONGEST + 18 * MAX_GAP * written::LONGEST;
+
+/// Shortest run looked at for a card number: a known number has at least 12 digits, any card
+/// at least 13.
+const MIN_DIGITS: usize = 12;
+
+/// What the guard looks for in one answer.
+#[derive(Default)]
+pub struct Sought {
+    /// Card numbers, digits only, at least [`MIN_DIGITS`] long.
+    pub numbers: Vec<CardNumber>,
+    /// CVCs, digits only, 3 or 4 long.
+    pub cvcs: Vec<Cvc>,
+    /// Any Luhn-valid run of 13 to 19 digits.
+    pub any_card: bool,
+}
+
+impl Sought {
+    fn is_empty(&self) -> bool {
+        self.numbers.is_empty() && self.cvcs.is_empty() && !self.any_card
+    }
+}
+
+/// The bytes to search, and the two bytes sent just before them (`0`: none), which tell
+/// whether a value at the start is part of a word or a decimal number.
+#[derive(Clone, Copy)]
+pub struct Text<'a> {
+    pub bytes: &'a [u8],
+    pub before: [u8; 2],
+}
+
+impl Text<'_> {
+    /// The byte at `at` (negative: one of `before`), if any.
+    fn byte(&self, at: isize) -> Option<u8> {
+        match at {
+            -2 | -1 => Some(self.before[(2 + at) as usize]).filter(|&b| b != 0),
+            _ => usize::try_from(at)
+                .ok()
+                .and_then(|i| self.bytes.get(i).copied()),
+        }
+    }
+}
+
+/// One digit of a run: where it is written, in how many bytes, and its value.
+#[derive(Debug, Clone, Copy)]
+struct Digit {
+    at: usize,
+    len: usize,
+    value: u8,
+}
+
+impl Digit {
+    fn end(&self) -> usize {
+        self.at + self.len
+    }
+}
+
+/// A place to rewrite: a digit's bytes, and the digit to put there (`None`: a `*`).
+pub type Edit = (usize, usize, Option<u8>);
+
+/// Finds what `sought` names in `buf`: returns how many values, and where the bytes to hold
+/// back begin (`buf.len()` when `end`: nothing follows); pushes the digits to hide to
+/// `edits`.
+pub fn find(text: Text, sought: &Sought, end: bool, edits: &mut Vec<Edit>) -> (usize, usize) {
+    let buf = text.bytes;
+    let len = buf.len();
+    if sought.is_empty() {
+        return (0, len);
+    }
+    let mut found = 0;
+    let mut digits: Vec<Digit> = Vec::new();
+    let mut i = 0;
+    while i < len {
+        let Some(start) = next_candidate(buf, i) else {
+            break;
+        };
+        match written::read(&buf[start..], end) {
+            Written::Digit(..) => {}
+            Written::Cut => return (found, start),
+            Written::Separator(n) | Written::Other(n) => {
+                i = start + n.max(1);
+                continue;
+            }
+        }
+        // A run: digits, and separators between them.
+        digits.clear();
+        let mut j = start;
+        let mut gap = 0;
+        // A `.` between two digits: the run may be a decimal number.
+        let (mut dotted, mut dot) = (false, false);
+        let mut open = false;
+        while j < len {
+            match written::read(&buf[j..], end) {
+                Written::Digit(value, n) => {
+                    digits.push(Digit {
+                        at: j,
+                        len: n,
+                        value,
+                    });
+                    dotted |= dot;
+                    (gap, dot) = (0, false);
+                    j += n;
+                }
+                Written::Separator(n) if gap < MAX_GAP => {
+                    dot |= buf[j] == b'.';
+                    gap += 1;
+                    j += n;
+                }
+                Written::Cut => {
+                    open = true;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        open |= j == len && !end;
+        let last = digits.last().map_or(start, Digit::end);
+        if open && len - start <= HOLD {
+            // The run may go on in the next chunk: held back whole.
+            return (found, start);
+        }
+        found += match_run(text, &digits, dotted, sought, edits);
+        if open {
+            // Too long to hold: the digits that may continue it are held, from a digit's start.
+            let keep = digits
+                .iter()
+                .map(|d| d.at)
+                .find(|&at| at >= len - HOLD)
+                .unwrap_or(len);
+            return (found, keep);
+        }
+        i = last;
+    }
+    (found, len)
+}
+
+/// Position of the first byte at or after `from` that may start a digit: an ASCII digit, an
+/// escape's first byte, or a byte of a UTF-8 character (tested 8 bytes at a time, then one by
+/// one for the last few).
+fn next_candidate(buf: &[u8], mut from: usize) -> Option<usize> {
+    while let Some(word) = buf.get(from..).and_then(|rest| rest.first_chunk::<8>()) {
+        let word = u64::from_le_bytes(*word);
+        let hits = super::digit_bytes(word)
+            | (word & 0x8080_8080_8080_8080)
+            | byte_is(word, b'\\')
+            | byte_is(word, b'&')
+            | byte_is(word, b'%');
+        if hits != 0 {
+            // Little-endian: the lowest set bit is the first.
+            return Some(from + hits.trailing_zeros() as usize / 8);
+        }
+        from += 8;
+    }
+    let rest = buf.get(from..)?;
+    rest.iter()
+        .position(|&b| b.is_ascii_digit() || b >= 0x80 || matches!(b, b'\\' | b'&' | b'%'))
+        .map(|k| from + k)
+}
+
+/// Bit 7 of each byte of `word` equal to `b` (an ASCII byte), and no other bit.
+fn byte_is(word: u64, b: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = ONES * 0x80;
+    let x = word ^ (ONES * u64::from(b));
+    // A byte of `x` is zero exactly where `word` holds `b`.
+    !(((x & !HIGH) + !HIGH) | x) & HIGH
+}
+
+/// Finds the sought values in one run; returns how many.
+fn match_run(
+    text: Text,
+    digits: &[Digit],
+    dotted: bool,
+    sought: &Sought,
+    edits: &mut Vec<Edit>,
+) -> usize {
+    let value: Zeroizing<Vec<u8>> = Zeroizing::new(digits.iter().map(|d| b'0' + d.value).collect());
+    let mut found = 0;
+    if value.len() >= MIN_DIGITS {
+        for number in &sought.numbers {
+            let number = number.expose().as_bytes();
+            let mut from = 0;
+            while let Some(at) = value
+                .get(from..)
+                .and_then(|rest| rest.windows(number.len()).position(|w| w == number))
+            {
+                hide_number(&digits[from + at..from + at + number.len()], edits);
+                found += 1;
+                from += at + number.len();
+            }
+        }
+        if found == 0 && sought.any_card {
+            found += any_card(digits, &value, edits);
+        }
+    }
+    if !sought.cvcs.is_empty() {
+        found += cvcs(text, digits, dotted, &value, &sought.cvcs, edits);
+    }
+    found
+}
+
+/// Any Luhn-valid number: the whole run, else each group of adjacent digits.
+fn any_card(digits: &[Digit], value: &[u8], edits: &mut Vec<Edit>) -> usize {
+    if (13..=19).contains(&value.len()) && luhn(value) {
+        hide_number(digits, edits);
+        return 1;
+    }
+    let mut found = 0;
+    for (g, h) in groups(digits, |_, _| false) {
+        if (13..=19).contains(&(h - g)) && luhn(&value[g..h]) {
+            hide_number(&digits[g..h], edits);
+            found += 1;
+        }
+    }
+    found
+}
+
+/// The CVCs written as whole values in the run.
+fn cvcs(
+    text: Text,
+    digits: &[Digit],
+    dotted: bool,
+    value: &[u8],
+    cvcs: &[Cvc],
+    edits: &mut Vec<Edit>,
+) -> usize {
+    let is = |part: &[u8]| cvcs.iter().any(|c| c.expose().as_bytes() == part);
+    let (first, last) = match (digits.first(), digits.last()) {
+        (Some(f), Some(l)) => (f, l),
+        _ => return 0,
+    };
+    // The whole run (`1 2 3`), unless it is a decimal number.
+    if !dotted
+        && is(value)
+        && stands_alone(text, first.at, last.end())
+        && !in_decimal(text, first.at, last.end())
+    {
+        hide_all(digits, edits);
+        return 1;
+    }
+    // A group of adjacent digits, invisible separators allowed inside.
+    let mut found = 0;
+    for (g, h) in groups(digits, |a, b| invisible_between(text.bytes, a, b)) {
+        if h - g == digits.len() && !dotted && g == 0 {
+            continue; // the whole run, already tried
+        }
+        let (a, b) = (&digits[g], &digits[h - 1]);
+        if is(&value[g..h]) && stands_alone(text, a.at, b.end()) && !in_decimal(text, a.at, b.end())
+        {
+            hide_all(&digits[g..h], edits);
+            found += 1;
+        }
+    }
+    found
+}
+
+/// The groups of a run's digits that follow each other with nothing between them (or what
+/// `joins` lets through): `(first, past the last)` indices.
+fn groups(digits: &[Digit], joins: impl Fn(&Digit, &Digit) -> bool) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut g = 0;
+    while g < digits.len() {
+        let mut h = g + 1;
+        while h < digits.len()
+            && (digits[h].at == digits[h - 1].end() || joins(&digits[h - 1], &digits[h]))
+        {
+            h += 1;
+        }
+        out.push((g, h));
+        g = h;
+    }
+    out
+}
+
+/// Whether only invisible characters (zero-width ones, a soft hyphen, a byte order mark) stand
+/// between two digits.
+fn invisible_between(buf: &[u8], a: &Digit, b: &Digit) -> bool {
+    let mut at = a.end();
+    while at < b.at {
+        let Written::Separator(n) = written::read(&buf[at..b.at], true) else {
+            return false;
+        };
+        let shown = std::str::from_utf8(&buf[at..at + n]).unwrap_or("");
+        let invisible = matches!(
+            shown,
+            "\u{200b}" | "\u{200c}" | "\u{200d}" | "\u{2060}" | "\u{feff}" | "\u{ad}"
+        ) || matches!(
+            shown.to_ascii_lowercase().as_str(),
+            "\\u200b"
+                | "\\u200c"
+                | "\\u200d"
+                | "\\u2060"
+                | "\\ufeff"
+                | "\\u00ad"
+                | "&#8203;"
+                | "&#x200b;"
+                | "&zerowidthspace;"
+                | "&zwnj;"
+                | "&zwj;"
+                | "&nobreak;"
+                | "&shy;"
+        );
+        if !invisible {
+            return false;
+        }
+        at += n;
+    }
+    true
+}
+
+/// Whether the value from `from` to `to` is not part of a word: the bytes on either side are
+/// no letter, digit or `_`.
+fn stands_alone(text: Text, from: usize, to: usize) -> bool {
+    let word = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_');
+    !word(text.byte(from as isize - 1)) && !word(text.byte(to as isize))
+}
+
+/// Whether the digits from `from` to `to` are a side of a decimal number (`123.45`, `0,123`).
+fn in_decimal(text: Text, from: usize, to: usize) -> bool {
+    let point = |at: isize| matches!(text.byte(at), Some(b'.' | b','));
+    let digit = |at: isize| text.byte(at).is_some_and(|b| b.is_ascii_digit());
+    let (from, to) = (from as isize, to as isize);
+    (point(to) && digit(to + 1)) || (point(from - 1) && digit(from - 2))
+}
+
+/// A card number's mask: all but its first 6 and last 4 digits.
+fn hide_number(digits: &[Digit], edits: &mut Vec<Edit>) {
+    let hidden = digits.len().saturating_sub(4);
+    edits.extend(
+        digits
+            .iter()
+            .take(hidden)
+            .skip(6)
+            .map(|d| (d.at, d.len, None)),
+    );
+}
+
+/// Every digit hidden.
+fn hide_all(digits: &[Digit], edits: &mut Vec<Edit>) {
+    edits.extend(digits.iter().map(|d| (d.at, d.len, None)));
+}
+
+/// The Luhn check over ASCII digits.
+fn luhn(digits: &[u8]) -> bool {
+    std::str::from_utf8(digits).is_ok_and(crate::domain::issuer::luhn_valid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_candidate_test_finds_digits_escapes_and_utf8() {
+        for b in 0..=255u8 {
+            for at in 0..8 {
+                let mut bytes = [b'a'; 8];
+                bytes[at] = b;
+                let hay = [&[b'x'; 5][..], &bytes, b"zz"].concat();
+                let want = hay.iter().position(|&c| {
+                    c.is_ascii_digit() || c >= 0x80 || matches!(c, b'\\' | b'&' | b'%')
+                });
+                assert_eq!(next_candidate(&hay, 0), want, "byte {b:#x} at {at}");
+            }
+        }
+    }
+}
