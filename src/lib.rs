@@ -12,7 +12,7 @@
 //! delivery/                webhook delivery: the worker that sends the outbox's events
 //! edge/ browser/           the HTTP edge: the gateway's phase table, routing, rate limits,
 //!                          idempotency, REST handling; the browser checkout's forward proxy
-//!                          (interception CA, stand-ins, the swap, the CONNECT head)
+//!                          (interception CA, the swap, the CONNECT head)
 //! api/ proxy/              the handlers: REST resources; the proxy route and its forwarding
 //! service/                 what handlers and the proxy share: card intake, credentials of
 //!                          intents, the target guard

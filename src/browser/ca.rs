@@ -314,7 +314,7 @@ impl Ca {
     /// from `now` − [`BACKDATE`] to `now` + [`LEAF_LIFETIME`], as rustls presents it.
     pub fn mint(&self, host: &str, now: OffsetDateTime) -> Result<Arc<CertifiedKey>, CaError> {
         let ip = host.parse::<IpAddr>().ok();
-        if ip.is_none() && !super::is_host_name(host) {
+        if ip.is_none() && !crate::config::browser::is_host_name(host) {
             return Err(CaError::NotAHost);
         }
         let key = p256()?;

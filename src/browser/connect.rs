@@ -185,7 +185,7 @@ fn authority(target: &str) -> Result<(String, u16), ApiError> {
         }
         return Err(bad("an IPv6 address in brackets"));
     }
-    let labels_ok = super::is_host_name(&host);
+    let labels_ok = crate::config::browser::is_host_name(&host);
     // A name whose last label is numeric reads as an address: only the canonical dotted quad.
     let numeric = host
         .rsplit('.')

@@ -59,6 +59,19 @@ impl BrowserCheckout {
     }
 }
 
+/// Whether `host` is a host name: dot-separated labels of 1 to 63 letters, digits, `-` or
+/// `_`, 253 characters at most (no wildcard, no trailing dot).
+pub fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 /// Whether `host` (lower-case) is `pattern`, or one label more than a `*.suffix` pattern.
 pub fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix("*.") {

@@ -50,7 +50,7 @@ mod multipart;
 mod tests;
 mod value;
 
-use super::standin::StandIns;
+use crate::domain::card::standin::StandIns;
 use crate::error::{ApiError, ErrorKind};
 use zeroize::Zeroizing;
 

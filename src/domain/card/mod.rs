@@ -6,6 +6,8 @@
 //! - [`brand_of`] and [`bin_info`] (ranges.rs) classify a number from embedded tables.
 //! - [`Brand`] and [`Funding`] (brand.rs) carry the wire names, display names and colours.
 //! - [`display_create`] and [`display_listed`] (display.rs) build the `card.display` objects.
+//! - [`standin`]: the look-alike number and CVC a browser checkout session types in place
+//!   of the real ones.
 //!
 //! Secrets: neither type's `Debug` prints a number or cvc, and both zero them on drop
 //! (a [`ValidCard`] holds them as [`CardNumber`] and [`Cvc`]).
@@ -13,6 +15,7 @@
 mod brand;
 mod display;
 mod ranges;
+pub mod standin;
 mod validate;
 
 use crate::secret::{CardNumber, Cvc};

@@ -1,4 +1,5 @@
-//! Stand-ins: the card values a browser session shows its agent in place of the real ones.
+//! Stand-ins: the card values a browser checkout session shows its agent in place of the
+//! real ones.
 //!
 //! A stand-in number passes every check a checkout form makes on its own: it is Luhn-valid,
 //! as long as the real number, and of the same brand, because it keeps the real number's
@@ -15,7 +16,7 @@
 //! Stand-ins are not secret: they are shown to a model. The real values stay in
 //! [`CardNumber`] and [`Cvc`].
 
-use crate::domain::card::brand_of;
+use super::brand_of;
 use crate::domain::issuer::{luhn_complete, luhn_valid};
 use crate::secret::{CardNumber, Cvc, Revealed};
 use rand::rngs::OsRng;
