@@ -55,6 +55,9 @@ pub fn view(app: &App, record: &EventRecord) -> ApiResult<EventView> {
         EventObject::PurchaseIntent(pi) => {
             serde_json::to_value(IntentView::at(pi, e.created_micros))
         }
+        EventObject::BrowserSession(bs) => {
+            serde_json::to_value(super::browser_sessions::event_view(bs))
+        }
     }
     .map_err(|_| ApiError::internal())?;
     Ok(EventView {

@@ -7,6 +7,7 @@
 //! May import: `service`, `domain`, `app`, `auth`, `store`, `vault`, `audit`, `http`,
 //! `config`, `clock`, `error`, `secret`.
 
+pub mod browser_sessions;
 pub mod client_encryption;
 pub mod events;
 pub mod openapi;

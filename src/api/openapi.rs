@@ -11,8 +11,8 @@
 //! without a token).
 
 use super::{
-    client_encryption, events, passkeys, payment_methods, purchase_intents, sandbox, tokens,
-    verify, webhook_endpoints,
+    browser_sessions, client_encryption, events, passkeys, payment_methods, purchase_intents,
+    sandbox, tokens, verify, webhook_endpoints,
 };
 use once_cell::sync::Lazy;
 use utoipa::openapi::header::HeaderBuilder;
@@ -26,7 +26,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 /// The document, built once.
 pub static DOCUMENT: Lazy<String> = Lazy::new(|| document().to_json().unwrap_or_default());
 
-/// Ids in paths: `projectId` and `id`.
+/// Ids in paths: `projectId`, `id` and `sessionId`.
 const ID_PATTERN: &str = "^[A-Za-z0-9_.-]{1,128}$";
 
 /// The errors every authenticated route may answer, with their descriptions.
@@ -84,6 +84,10 @@ const ERRORS: [(u16, &str); 10] = [
         webhook_endpoints::get,
         webhook_endpoints::delete,
         webhook_endpoints::rotate_secret,
+        browser_sessions::create,
+        browser_sessions::list,
+        browser_sessions::get,
+        browser_sessions::delete,
         events::redeliver,
         events::deliveries,
         passkeys::registration_options,
@@ -377,7 +381,7 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut O
 /// and the common error answers.
 fn edge_rules(path: &str, method: &str, op: &mut Operation) {
     let mut params = Vec::new();
-    for name in ["projectId", "id"] {
+    for name in ["projectId", "id", "sessionId"] {
         if path.contains(&format!("{{{name}}}")) {
             let schema = ObjectBuilder::new()
                 .schema_type(Type::String)

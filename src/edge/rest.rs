@@ -74,8 +74,8 @@ pub struct ApiRequest<'a> {
 /// Runs the handler of an authenticated request.
 pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
     use crate::api::{
-        client_encryption, events, passkeys, payment_methods as pm, purchase_intents, sandbox,
-        tokens, verify, webhook_endpoints as hooks,
+        browser_sessions as browser, client_encryption, events, passkeys, payment_methods as pm,
+        purchase_intents, sandbox, tokens, verify, webhook_endpoints as hooks,
     };
     match (&req.route.resource, req.method) {
         (Resource::PaymentMethods, &Method::GET) => pm::list(app, req.principal, req.query).await,
@@ -90,6 +90,19 @@ pub async fn dispatch(app: &App, req: ApiRequest<'_>) -> ApiResult<Response> {
         }
         (Resource::PurchaseIntent(id), &Method::GET) => {
             purchase_intents::get(app, req.principal, id).await
+        }
+        (Resource::BrowserSessions(pi), &Method::POST) => {
+            let body = req.body.as_deref().unwrap_or_default();
+            browser::create(app, req.principal, pi, body).await
+        }
+        (Resource::BrowserSessions(pi), &Method::GET) => {
+            browser::list(app, req.principal, pi).await
+        }
+        (Resource::BrowserSession(pi, id), &Method::GET) => {
+            browser::get(app, req.principal, pi, id).await
+        }
+        (Resource::BrowserSession(pi, id), &Method::DELETE) => {
+            browser::delete(app, req.principal, pi, id).await
         }
         (Resource::PurchaseIntentVerify(id), &Method::POST) => {
             let body = req.body.as_deref().unwrap_or_default();

@@ -21,6 +21,11 @@ pub enum Resource {
     PurchaseIntent(String),
     /// `POST .../purchase-intents/:id/verify`
     PurchaseIntentVerify(String),
+    /// `.../purchase-intents/:id/browser-sessions`: the intent's id.
+    BrowserSessions(String),
+    /// `.../purchase-intents/:id/browser-sessions/:sessionId`: the intent's and the
+    /// session's ids.
+    BrowserSession(String, String),
     /// `POST /projects/:projectId/sandbox/authorizations`
     SandboxAuthorizations,
     /// `ANY /projects/:projectId/proxy`, forwarded by `gateway` (never dispatched here).
@@ -78,6 +83,8 @@ impl Route {
             Resource::PaymentMethod(_) => &[Method::GET, Method::DELETE],
             Resource::PurchaseIntents => &[Method::POST],
             Resource::PurchaseIntent(_) => &[Method::GET],
+            Resource::BrowserSessions(_) => &[Method::GET, Method::POST],
+            Resource::BrowserSession(..) => &[Method::GET, Method::DELETE],
             Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations => &[Method::POST],
             Resource::Proxy => &[
                 Method::GET,
@@ -109,6 +116,8 @@ impl Route {
             | Resource::OpenApi
             | Resource::PurchaseIntents
             | Resource::PurchaseIntent(_)
+            | Resource::BrowserSessions(_)
+            | Resource::BrowserSession(..)
             | Resource::SandboxAuthorizations
             | Resource::Proxy
             | Resource::Events
@@ -141,6 +150,8 @@ impl Route {
             Resource::PurchaseIntents => "purchase_intents",
             Resource::PurchaseIntent(_) => "purchase_intent",
             Resource::PurchaseIntentVerify(_) => "purchase_intent_verify",
+            Resource::BrowserSessions(_) => "browser_sessions",
+            Resource::BrowserSession(..) => "browser_session",
             Resource::SandboxAuthorizations => "sandbox_authorizations",
             Resource::Proxy => "proxy",
             Resource::ClientEncryptionKey => "client_encryption_key",
@@ -192,6 +203,16 @@ pub fn route(path: &str) -> Option<Route> {
                 }
                 ["purchase-intents" | "purchase-intent", id, "verify"] if valid_id(id) => {
                     Resource::PurchaseIntentVerify(id.to_string())
+                }
+                ["purchase-intents" | "purchase-intent", id, "browser-sessions"]
+                    if valid_id(id) =>
+                {
+                    Resource::BrowserSessions(id.to_string())
+                }
+                ["purchase-intents" | "purchase-intent", id, "browser-sessions", sid]
+                    if valid_id(id) && valid_id(sid) =>
+                {
+                    Resource::BrowserSession(id.to_string(), sid.to_string())
                 }
                 ["sandbox", "authorizations"] => Resource::SandboxAuthorizations,
                 ["proxy"] => Resource::Proxy,
@@ -272,6 +293,14 @@ mod tests {
                 "/projects/p1/events/evt_1/deliveries",
                 Resource::EventDeliveries("evt_1".into()),
             ),
+            (
+                "/projects/p1/purchase-intents/pi_1/browser-sessions",
+                Resource::BrowserSessions("pi_1".into()),
+            ),
+            (
+                "/tenants/p1/purchase-intent/pi_1/browser-sessions/bs_1",
+                Resource::BrowserSession("pi_1".into(), "bs_1".into()),
+            ),
         ] {
             assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");
         }
@@ -296,7 +325,7 @@ mod tests {
         let doc: serde_json::Value =
             serde_json::from_str(&crate::api::openapi::DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 18 + 3 + 4);
+        assert_eq!(paths.len(), 2 * 20 + 5 + 4);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {
@@ -307,7 +336,10 @@ mod tests {
             assert!(schemas.get(&name).is_some(), "{name}");
         }
         for (path, item) in &paths {
-            let concrete = path.replace("{projectId}", "p1").replace("{id}", "x1");
+            let concrete = path
+                .replace("{projectId}", "p1")
+                .replace("{id}", "x1")
+                .replace("{sessionId}", "x2");
             let route = route(&concrete);
             let Some(route) = route else {
                 unreachable!("{path} is not a route")

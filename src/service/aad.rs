@@ -40,3 +40,8 @@ pub fn intent_credential_key(project: &str, intent_id: &str) -> String {
 pub fn idempotent_answer(project: &str, entity: &str, key: &str) -> String {
     ["idem/", project, "/", entity, "/", key].concat()
 }
+
+/// A browser session's stand-in card values.
+pub fn browser_stand_ins(project: &str, session_id: &str) -> String {
+    ["bs/", project, "/", session_id, "/stand-ins"].concat()
+}

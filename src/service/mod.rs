@@ -1,5 +1,6 @@
 //! What the handlers and the proxy share: taking a card in from a request ([`intake`]),
-//! revealing and using purchase intents' credentials ([`intents`]), where sealed values are
+//! revealing and using purchase intents' credentials ([`intents`]), browser checkout's
+//! sessions ([`browser_sessions`]), where sealed values are
 //! bound ([`aad`]), audit events of a caller's actions, and the target guard ([`target`]) every
 //! URL paycred sends to passes (the proxy's targets, webhook endpoints).
 //!
@@ -7,6 +8,7 @@
 //! `error`, `secret`. Never `api`, `proxy` or `edge`.
 
 pub mod aad;
+pub mod browser_sessions;
 pub mod intake;
 pub mod intents;
 pub mod passkeys;

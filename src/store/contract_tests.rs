@@ -805,6 +805,124 @@ async fn the_webhook_outbox_fans_out_and_leases(store: Arc<dyn Store>) {
     assert_eq!(store.deliveries_pending().await.unwrap(), 3);
 }
 
+fn session_record(id: &str, intent_id: &str, stand_in_key: &str) -> BrowserSessionRecord {
+    BrowserSessionRecord {
+        id: id.into(),
+        project: SCOPE.project.into(),
+        entity: SCOPE.entity.into(),
+        intent_id: intent_id.into(),
+        status: BrowserSessionStatus::Active,
+        allowed_hosts: vec!["shop.test".into()],
+        created_micros: 100,
+        expires_micros: 1_000,
+        ended_micros: None,
+        uses: 0,
+        stand_ins_sealed: Sealed::from_stored("dk1.sealed-stand-ins"),
+        stand_in_key: stand_in_key.into(),
+        password_hash: "hash".into(),
+    }
+}
+
+/// Browser sessions: found by id and, while active, by stand-in key; a stand-in key held by
+/// an active session is refused until that one ends; uses and the end write their events,
+/// which keep no secrets; an end happens once.
+async fn browser_sessions_keep_stand_ins_apart(store: Arc<dyn Store>) {
+    use events::*;
+    let a = session_record("bs_a", "pi_1", "k1");
+    assert!(store.insert_browser_session(&a, ev("c")).await.unwrap());
+    assert!(
+        !store.insert_browser_session(&a, ev("c")).await.unwrap(),
+        "same id"
+    );
+    let b = session_record("bs_b", "pi_1", "k1");
+    assert!(
+        !store.insert_browser_session(&b, ev("c")).await.unwrap(),
+        "held stand-in"
+    );
+    assert!(store.get_browser_session("bs_b").await.unwrap().is_none());
+    let other = session_record("bs_c", "pi_2", "k2");
+    assert!(store.insert_browser_session(&other, ev("c")).await.unwrap());
+
+    assert_eq!(
+        store.get_browser_session("bs_a").await.unwrap(),
+        Some(a.clone())
+    );
+    let found = store.browser_session_by_stand_in("k1").await.unwrap();
+    assert_eq!(found.map(|s| s.id), Some("bs_a".to_string()));
+    let listed = store.list_browser_sessions(SCOPE, "pi_1").await.unwrap();
+    assert_eq!(listed, std::slice::from_ref(&a));
+    let elsewhere = Scope {
+        project: SCOPE.project,
+        entity: "e2",
+    };
+    assert!(store
+        .list_browser_sessions(elsewhere, "pi_1")
+        .await
+        .unwrap()
+        .is_empty());
+
+    let used = store
+        .change_browser_session("bs_a", SessionChange::Use, 200, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(used.uses, 1);
+    let ended = store
+        .change_browser_session("bs_a", SessionChange::End, 300, Some(ev("e")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (ended.status, ended.ended_micros, ended.uses),
+        (BrowserSessionStatus::Ended, Some(300), 1)
+    );
+    assert!(
+        store
+            .change_browser_session("bs_a", SessionChange::End, 301, None)
+            .await
+            .unwrap()
+            .is_none(),
+        "once"
+    );
+    assert!(store
+        .change_browser_session("bs_a", SessionChange::Use, 302, None)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .browser_session_by_stand_in("k1")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        store.insert_browser_session(&b, ev("c")).await.unwrap(),
+        "stand-in freed"
+    );
+
+    assert_eq!(
+        event_types(&store, None).await[..5],
+        [BS_CREATED, BS_ENDED, BS_USED, BS_CREATED, BS_CREATED]
+    );
+    let query = EventQuery {
+        project: SCOPE.project,
+        before: None,
+        kind: Some(BS_ENDED),
+        limit: 1,
+    };
+    let event = store.list_events(query).await.unwrap().remove(0);
+    match event.event.object {
+        EventObject::BrowserSession(s) => {
+            assert_eq!(
+                (s.id.as_str(), s.status),
+                ("bs_a", BrowserSessionStatus::Ended)
+            );
+            assert!(s.password_hash.is_empty() && s.stand_in_key.is_empty());
+            assert_eq!(s.stand_ins_sealed, Sealed::from_stored(""));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -833,5 +951,6 @@ on_both!(
     changes_write_their_events,
     webhook_endpoints_are_kept_per_project,
     passkeys_and_webauthn_states,
-    the_webhook_outbox_fans_out_and_leases
+    the_webhook_outbox_fans_out_and_leases,
+    browser_sessions_keep_stand_ins_apart
 );

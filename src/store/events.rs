@@ -15,6 +15,9 @@
 //! | `purchase_intent.exhausted`         | the end at the use that reaches the usage limit |
 //! | `purchase_intent.canceled`          | the end by the delete of its payment method     |
 //! | `purchase_intent.expired`           | the end past `expiresAt` (the finalizer)        |
+//! | `browser_session.created`           | a browser session's create                      |
+//! | `browser_session.used`              | a proxied request that carried the real values  |
+//! | `browser_session.ended`             | a session's end (delete, expiry, its intent's end) |
 //!
 //! The three ends are written where every end is stored (`IntentRecord::finish`, in each
 //! backend's `intents`), in the end's transaction.
@@ -22,7 +25,10 @@
 //! Event ids are `evt_` and the event's sequence number (16 hex digits): a later event of a
 //! store has a larger number, and lists go by it, newest first. [`EventStore`] reads them.
 
-use super::{IntentEnd, IntentRecord, IntentStatus, PaymentMethodRecord, Sealed, StoreResult};
+use super::{
+    BrowserSessionRecord, IntentEnd, IntentRecord, IntentStatus, PaymentMethodRecord, Sealed,
+    StoreResult,
+};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +55,9 @@ pub const TYPES: &[&str] = &[
     PI_EXHAUSTED,
     PI_CANCELED,
     PI_EXPIRED,
+    BS_CREATED,
+    BS_USED,
+    BS_ENDED,
 ];
 
 pub const PM_CREATED: &str = "payment_method.created";
@@ -61,6 +70,9 @@ pub const PI_USED: &str = "purchase_intent.used";
 pub const PI_EXHAUSTED: &str = "purchase_intent.exhausted";
 pub const PI_CANCELED: &str = "purchase_intent.canceled";
 pub const PI_EXPIRED: &str = "purchase_intent.expired";
+pub const BS_CREATED: &str = "browser_session.created";
+pub const BS_USED: &str = "browser_session.used";
+pub const BS_ENDED: &str = "browser_session.ended";
 
 /// The record an event is about, right after the change, without secrets.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -68,6 +80,7 @@ pub const PI_EXPIRED: &str = "purchase_intent.expired";
 pub enum EventObject {
     PaymentMethod(Box<PaymentMethodRecord>),
     PurchaseIntent(Box<IntentRecord>),
+    BrowserSession(Box<BrowserSessionRecord>),
 }
 
 /// An event before the store numbered it.
@@ -203,6 +216,17 @@ pub fn intent_ended(intent: &IntentRecord, end: IntentEnd, at_micros: i64) -> Ne
         IntentEnd::Canceled => PI_CANCELED,
     };
     intent_event(kind, intent, at_micros)
+}
+
+/// `browser_session.created`, `.used` or `.ended` (`kind`) of `session` as it is after the
+/// change.
+pub fn browser_session(kind: &str, session: &BrowserSessionRecord, at_micros: i64) -> NewEvent {
+    NewEvent {
+        project: session.project.clone(),
+        kind: kind.to_string(),
+        created_micros: at_micros,
+        object: EventObject::BrowserSession(Box::new(session.without_secrets())),
+    }
 }
 
 #[cfg(test)]

@@ -5,12 +5,13 @@
 //! full disk.
 
 use super::{
-    AuditEntry, AuditEvent, AuditHead, AuditStore, CardTokenRecord, CardTokenStore, DeliveryRecord,
-    DueEnd, EventQuery, EventRecord, EventStore, IdempotencyStore, IdempotentRecord, Inserted,
-    IntentEnd, IntentRecord, IntentStatus, IntentStore, KeyringStore, Page, PasskeyRecord,
-    PasskeyStore, PaymentMethodRecord, PaymentMethodStore, Refresh, Scope, Store, StoreError,
-    StoreHealth, StoreResult, StoreStats, TokenTake, UseOutcome, VerificationAttempt,
-    WebauthnStateRecord, WebhookEndpointRecord, WebhookStore,
+    AuditEntry, AuditEvent, AuditHead, AuditStore, BrowserSessionRecord, BrowserSessionStore,
+    CardTokenRecord, CardTokenStore, DeliveryRecord, DueEnd, EventQuery, EventRecord, EventStore,
+    IdempotencyStore, IdempotentRecord, Inserted, IntentEnd, IntentRecord, IntentStatus,
+    IntentStore, KeyringStore, Page, PasskeyRecord, PasskeyStore, PaymentMethodRecord,
+    PaymentMethodStore, Refresh, Scope, Store, StoreError, StoreHealth, StoreResult, StoreStats,
+    TokenTake, UseOutcome, VerificationAttempt, WebauthnStateRecord, WebhookEndpointRecord,
+    WebhookStore,
 };
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -434,6 +435,53 @@ impl PasskeyStore for FaultyStore {
     ) -> StoreResult<Option<WebauthnStateRecord>> {
         self.write()?;
         self.inner.take_webauthn_state(scope, key, now_micros).await
+    }
+}
+
+#[async_trait]
+impl BrowserSessionStore for FaultyStore {
+    async fn insert_browser_session(
+        &self,
+        session: &BrowserSessionRecord,
+        audit: AuditEvent,
+    ) -> StoreResult<bool> {
+        self.write()?;
+        self.inner.insert_browser_session(session, audit).await
+    }
+
+    async fn get_browser_session(&self, id: &str) -> StoreResult<Option<BrowserSessionRecord>> {
+        self.read()?;
+        self.inner.get_browser_session(id).await
+    }
+
+    async fn browser_session_by_stand_in(
+        &self,
+        stand_in_key: &str,
+    ) -> StoreResult<Option<BrowserSessionRecord>> {
+        self.read()?;
+        self.inner.browser_session_by_stand_in(stand_in_key).await
+    }
+
+    async fn list_browser_sessions(
+        &self,
+        scope: Scope<'_>,
+        intent_id: &str,
+    ) -> StoreResult<Vec<BrowserSessionRecord>> {
+        self.read()?;
+        self.inner.list_browser_sessions(scope, intent_id).await
+    }
+
+    async fn change_browser_session(
+        &self,
+        id: &str,
+        change: super::browser_sessions::SessionChange,
+        now_micros: i64,
+        audit: Option<AuditEvent>,
+    ) -> StoreResult<Option<BrowserSessionRecord>> {
+        self.write()?;
+        self.inner
+            .change_browser_session(id, change, now_micros, audit)
+            .await
     }
 }
 

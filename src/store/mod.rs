@@ -13,6 +13,7 @@
 //! | [`card_tokens`]        | [`CardTokenStore`]: token-vault cards; the take and tombstone rule |
 //! | [`webhooks`]           | [`WebhookStore`]: webhook endpoints and deliveries |
 //! | [`passkeys`]           | [`PasskeyStore`]: passkeys and WebAuthn ceremony states |
+//! | [`browser_sessions`]   | [`BrowserSessionStore`]: browser checkout's sessions, found by id or stand-in |
 //! | [`events`]             | [`EventStore`]: the events changes write; event types and ids |
 //! | [`audit`]              | [`AuditStore`]: the audit log the store keeps |
 //! | this file              | [`StoreHealth`] (readiness, counters), [`Store`], [`open`], [`StoreError`] |
@@ -32,6 +33,7 @@
 //! `secret`. Never the vault, the handlers or the edge.
 
 pub mod audit;
+pub mod browser_sessions;
 pub mod card_tokens;
 #[cfg(test)]
 mod contract_tests;
@@ -59,6 +61,9 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 pub use audit::AuditStore;
+pub use browser_sessions::{
+    BrowserSessionRecord, BrowserSessionStatus, BrowserSessionStore, SessionChange,
+};
 pub use card_tokens::CardTokenStore;
 pub use deliveries::{DeliveryRecord, DeliveryStatus};
 pub use events::{EventQuery, EventRecord, EventStore, NewEvent};
@@ -189,6 +194,7 @@ sum_of! {
         + CardTokenStore
         + WebhookStore
         + PasskeyStore
+        + BrowserSessionStore
         + EventStore
         + AuditStore
         + StoreHealth

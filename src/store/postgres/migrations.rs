@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0006_webhook_deliveries.sql"),
     ),
     (7, "passkeys", include_str!("migrations/0007_passkeys.sql")),
+    (
+        8,
+        "browser sessions",
+        include_str!("migrations/0008_browser_sessions.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).

@@ -33,7 +33,7 @@
 //!
 //! Each resource's trait is implemented in the file of its name ([`payment_methods`],
 //! [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`], [`webhooks`], [`passkeys`],
-//! [`events`], [`audit`]); this file opens the store and holds the pool, the runtime and
+//! [`browser_sessions`], [`events`], [`audit`]); this file opens the store and holds the pool, the runtime and
 //! what those files share (a commit that announces its changes, the timeouts, JSON).
 //!
 //! The connections live on the store's own small runtime, so they outlive any caller's
@@ -41,6 +41,7 @@
 //! [`StoreError::Unavailable`] (`503 storeUnavailable`) when the database does not answer.
 
 pub mod audit;
+pub mod browser_sessions;
 pub mod cache;
 pub mod card_tokens;
 pub mod copy;

@@ -18,6 +18,7 @@
 //! | `events`   | project, sequence number (u64 BE)           | event of a committed change (JSON, `super::events`) |
 //! | `webhooks` | project, id                                 | webhook endpoint (JSON) |
 //! | `passkeys`, `webauthn_states` | scope, id                | `super::passkeys` |
+//! | `browser_sessions`, `browser_by_intent`, `browser_stand_ins` | id; scope, intent, id; stand-in key | `super::browser_sessions` (a session's id is unique across scopes, so its key is the id alone) |
 //!
 //! The audit log itself is the file `audit.log` beside the trees (`super::audit_file`).
 //! Data dirs from before it kept it in an `audit` tree (seq of a value's first entry →

@@ -2,10 +2,12 @@
 //! every write that touches more than one key, and group commit ([`group_commit`]) for
 //! durability. Each resource's trait is implemented in the file of its name
 //! ([`payment_methods`], [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`],
-//! [`webhooks`], [`passkeys`], [`events`], [`audit`]: the audit log's outbox and file); this
+//! [`webhooks`], [`passkeys`], [`browser_sessions`], [`events`], [`audit`]: the audit log's
+//! outbox and file); this
 //! file opens the store and holds the tree handles and what those files share.
 
 pub mod audit;
+pub mod browser_sessions;
 pub mod card_tokens;
 pub mod copy;
 pub mod events;
@@ -76,6 +78,8 @@ pub struct SledStore {
     webauthn_states: sled::Tree,
     /// Webhook deliveries ([`webhooks`]).
     deliveries: webhooks::Deliveries,
+    /// Browser sessions ([`browser_sessions`]).
+    browser: browser_sessions::Trees,
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
@@ -147,6 +151,7 @@ impl SledStore {
             passkeys: tree("passkeys")?,
             webauthn_states: tree("webauthn_states")?,
             deliveries: webhooks::Deliveries::open(&db)?,
+            browser: browser_sessions::Trees::open(&db)?,
             audit_writer: AuditBatcher::start(sink).map_err(unavailable)?,
             head_keys: keys_kept,
             commit,
