@@ -24,6 +24,9 @@
 //!   number the caller's connection is cut, so the caller gets the answer's head and the
 //!   bytes before that number, never the number or anything after it.
 //! - `off`: the answer is relayed as the target sent it.
+//! - swap ([`ResponseGuard::swapping`], the browser proxy's answers, whatever the project's
+//!   mode): as `mask`, but each number and CVC becomes its stand-in, digit for digit in each
+//!   digit's own form, so the browser's page shows the values it typed.
 //!
 //! Compressed answers are never relayed unscanned: with the guard on, the target is asked
 //! for `Accept-Encoding: identity`, and an answer with any other `Content-Encoding` answers
@@ -104,6 +107,36 @@ impl ResponseGuard {
         }
     }
 
+    /// The browser proxy's guard: each real value of `pairs` (a number or a CVC, with its
+    /// stand-in of the same length) in an answer becomes its stand-in (module doc).
+    pub fn swapping(pairs: &[(crate::secret::Revealed, &str)]) -> Self {
+        use crate::secret::Revealed;
+        let mut guard = ResponseGuard {
+            mode: ResponseGuardMode::Mask,
+            sought: Sought::default(),
+            tail: Zeroizing::new(Vec::new()),
+            before: [0; 2],
+            streaming: false,
+            found: 0,
+            action: None,
+        };
+        let stand_in = |s: &str| Zeroizing::new(s.as_bytes().to_vec());
+        for (real, with) in pairs {
+            match real {
+                Revealed::Number(n) if n.expose().len() == with.len() => {
+                    guard.sought.numbers.push(n.clone());
+                    guard.sought.numbers_as.push(stand_in(with));
+                }
+                Revealed::Cvc(c) if c.expose().len() == with.len() => {
+                    guard.sought.cvcs.push(c.clone());
+                    guard.sought.cvcs_as.push(stand_in(with));
+                }
+                _ => {}
+            }
+        }
+        guard
+    }
+
     /// Whether answers are scanned at all.
     pub fn is_on(&self) -> bool {
         self.mode != ResponseGuardMode::Off
@@ -122,6 +155,8 @@ impl ResponseGuard {
             .into_iter()
             .filter(|c| (3..=4).contains(&c.expose().len()) && digits(c.expose()))
             .collect();
+        self.sought.numbers_as.clear();
+        self.sought.cvcs_as.clear();
         self.tail.clear();
         self.before = [0; 2];
         self.streaming = false;
@@ -398,6 +433,26 @@ mod tests {
                 assert_eq!(g.found, 3);
                 assert_eq!(g.action, Some(Action::Mask));
             }
+        }
+    }
+
+    #[test]
+    fn a_swapping_guard_writes_the_stand_ins_in_each_digits_form_at_every_cut() {
+        use crate::secret::Revealed;
+        let body = r#"{"n":"4242424242424242","g":"4242 4242 4242 4242","e":"\u0034242424242424242","cvc":"123","q":"1234","id":"ord_123"}"#;
+        let want = r#"{"n":"4242421111111117","g":"4242 4211 1111 1117","e":"\u0034242421111111117","cvc":"987","q":"1234","id":"ord_123"}"#;
+        let pairs = [
+            (
+                Revealed::Number(CardNumber::new("4242424242424242")),
+                "4242421111111117",
+            ),
+            (Revealed::Cvc(Cvc::new("123")), "987"),
+        ];
+        for i in 0..=body.len() {
+            let mut g = ResponseGuard::swapping(&pairs);
+            assert!(g.is_on());
+            assert_eq!(masked(&mut g, body, &[i]), want, "cut at {i}");
+            assert_eq!(g.found, 4);
         }
     }
 

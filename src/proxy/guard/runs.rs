@@ -40,6 +40,11 @@ pub struct Sought {
     pub cvcs: Vec<Cvc>,
     /// Any Luhn-valid run of 13 to 19 digits.
     pub any_card: bool,
+    /// What each of `numbers` becomes, by index, digit for digit (the browser proxy's
+    /// stand-ins); a number without one is masked.
+    pub numbers_as: Vec<Zeroizing<Vec<u8>>>,
+    /// What each of `cvcs` becomes, by index; a CVC without one is hidden.
+    pub cvcs_as: Vec<Zeroizing<Vec<u8>>>,
 }
 
 impl Sought {
@@ -204,14 +209,18 @@ fn match_run(
     let value: Zeroizing<Vec<u8>> = Zeroizing::new(digits.iter().map(|d| b'0' + d.value).collect());
     let mut found = 0;
     if value.len() >= MIN_DIGITS {
-        for number in &sought.numbers {
+        for (k, number) in sought.numbers.iter().enumerate() {
             let number = number.expose().as_bytes();
             let mut from = 0;
             while let Some(at) = value
                 .get(from..)
                 .and_then(|rest| rest.windows(number.len()).position(|w| w == number))
             {
-                hide_number(&digits[from + at..from + at + number.len()], edits);
+                let place = &digits[from + at..from + at + number.len()];
+                match sought.numbers_as.get(k) {
+                    Some(with) => put(place, with, edits),
+                    None => hide_number(place, edits),
+                }
                 found += 1;
                 from += at + number.len();
             }
@@ -221,7 +230,8 @@ fn match_run(
         }
     }
     if !sought.cvcs.is_empty() {
-        found += cvcs(text, digits, dotted, &value, &sought.cvcs, edits);
+        let sought_cvcs = (sought.cvcs.as_slice(), sought.cvcs_as.as_slice());
+        found += cvcs(text, digits, dotted, &value, sought_cvcs, edits);
     }
     found
 }
@@ -248,10 +258,17 @@ fn cvcs(
     digits: &[Digit],
     dotted: bool,
     value: &[u8],
-    cvcs: &[Cvc],
+    (cvcs, cvcs_as): (&[Cvc], &[Zeroizing<Vec<u8>>]),
     edits: &mut Vec<Edit>,
 ) -> usize {
-    let is = |part: &[u8]| cvcs.iter().any(|c| c.expose().as_bytes() == part);
+    let which = |part: &[u8]| cvcs.iter().position(|c| c.expose().as_bytes() == part);
+    let is = |part: &[u8]| which(part).is_some();
+    let replace = |place: &[Digit], part: &[u8], edits: &mut Vec<Edit>| match which(part)
+        .and_then(|k| cvcs_as.get(k))
+    {
+        Some(with) => put(place, with, edits),
+        None => hide_all(place, edits),
+    };
     let (first, last) = match (digits.first(), digits.last()) {
         (Some(f), Some(l)) => (f, l),
         _ => return 0,
@@ -262,7 +279,7 @@ fn cvcs(
         && stands_alone(text, first.at, last.end())
         && !in_decimal(text, first.at, last.end())
     {
-        hide_all(digits, edits);
+        replace(digits, value, edits);
         return 1;
     }
     // A group of adjacent digits, invisible separators allowed inside.
@@ -274,7 +291,7 @@ fn cvcs(
         let (a, b) = (&digits[g], &digits[h - 1]);
         if is(&value[g..h]) && stands_alone(text, a.at, b.end()) && !in_decimal(text, a.at, b.end())
         {
-            hide_all(&digits[g..h], edits);
+            replace(&digits[g..h], &value[g..h], edits);
             found += 1;
         }
     }
@@ -359,6 +376,16 @@ fn hide_number(digits: &[Digit], edits: &mut Vec<Edit>) {
             .take(hidden)
             .skip(6)
             .map(|d| (d.at, d.len, None)),
+    );
+}
+
+/// Each digit written over by the one of `with` at its place (ASCII digits, as many).
+fn put(digits: &[Digit], with: &[u8], edits: &mut Vec<Edit>) {
+    edits.extend(
+        digits
+            .iter()
+            .zip(with)
+            .map(|(d, w)| (d.at, d.len, Some(w.wrapping_sub(b'0')))),
     );
 }
 
