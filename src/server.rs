@@ -165,6 +165,9 @@ pub fn build_server(
     let live = Arc::new(ArcSwap::from_pointee(
         Live::new(app).map_err(StartError::Listener)?,
     ));
+    if let Some(browser) = app_browser_proxy(&live)? {
+        server.add_service(browser);
+    }
     let running = Arc::downgrade(&live);
     crate::delivery::spawn(Box::new(move || {
         let live = running.upgrade()?.load_full();
@@ -203,6 +206,30 @@ pub fn build_server(
         server.add_service(metrics);
     }
     Ok(server)
+}
+
+/// The browser proxy of `browser_proxy:`, if configured: its CA loaded and checked (an error
+/// names the file), serving under whatever configuration `live` holds.
+fn app_browser_proxy(
+    live: &Arc<ArcSwap<Live>>,
+) -> Result<Option<crate::browser::forward::BrowserProxy>, StartError> {
+    let app = live.load().app.clone();
+    let Some(browser) = app.config.browser_proxy.clone() else {
+        return Ok(None);
+    };
+    let interceptor = crate::browser::ca::Ca::load(&browser.ca_cert_file, &browser.ca_key_file)
+        .and_then(|ca| crate::browser::ca::Interceptor::new(ca, app.clock.clone()))
+        .map_err(|e| StartError::Listener(format!("browser_proxy.ca: {e}")))?;
+    let running = Arc::downgrade(live);
+    let current = Box::new(move || {
+        let live = running.upgrade()?.load_full();
+        Some((live.app.clone(), live.ca_roots.clone()))
+    });
+    Ok(Some(crate::browser::forward::BrowserProxy::new(
+        browser.listen,
+        interceptor,
+        current,
+    )))
 }
 
 /// HTTP/2 flow-control windows for callers' uploads: a stream may have [`H2_STREAM_WINDOW`]

@@ -8,12 +8,18 @@
 //!   real one.
 //! - [`connect`]: the proxy request head a browser opens a connection with (`CONNECT`,
 //!   `Proxy-Authorization`), read within bounds, and the proxy's small error answers.
+//! - [`tls`]: the browser's TLS inside an intercepted tunnel, on rustls.
+//! - [`http1`]: a browser's HTTP/1.1 request in the tunnel, read whole within bounds.
+//! - [`forward`]: the listener on `browser_proxy.listen` and each connection: the session's
+//!   credentials, interception or a blind tunnel, the swap, the count of a use, the
+//!   forwarding to the host and the answer through the response guard.
 //!
-//! Plain code over bytes, keys and rustls types: no listener and no store here.
-//!
-//! May import: the layers below `edge/` (`config`, `domain`, `secret`, `error`, `clock`,
-//! `dev`); nothing of `edge`.
+//! May import: the layers below `edge/` (`api`, `proxy`, `service`, `app`, `store`,
+//! `config`, `domain`, `secret`, `error`, `clock`, `dev`, …); nothing of `edge`.
 
 pub mod ca;
 pub mod connect;
+pub mod forward;
+pub mod http1;
 pub mod swap;
+pub mod tls;

@@ -130,6 +130,12 @@ const SHOP: &str = "proj_shop";
 
 /// A server whose project [`SHOP`] has browser checkout, with the browser proxy's CA in `ca_dir`.
 fn shop_server(ca_dir: &Path) -> crate::common::Server {
+    shop_server_with(ca_dir, "{allow_private_networks: true}", "")
+}
+
+/// [`shop_server`] with the project's `proxy:` and more of its `browser_checkout:` (after
+/// `max_ttl`).
+fn shop_server_with(ca_dir: &Path, proxy: &str, checkout: &str) -> crate::common::Server {
     use crate::common::*;
     let ca = paycred::browser::ca::Ca::generate().unwrap();
     let (cert, key) = ca.write(ca_dir).unwrap();
@@ -137,8 +143,8 @@ fn shop_server(ca_dir: &Path) -> crate::common::Server {
         "\x20 - id: {SHOP}\n\
          \x20   jwt: {{keys: [{{kid: k-ed, public_key_file: KEYS_DIR/ed.pem}}]}}\n\
          \x20   pan: enabled\n\
-         \x20   proxy: {{allow_private_networks: true}}\n\
-         \x20   browser_checkout: {{allowed_hosts: [shop.test, '*.pay.test'], max_ttl: 30m}}\n\
+         \x20   proxy: {proxy}\n\
+         \x20   browser_checkout: {{allowed_hosts: [shop.test, '*.pay.test'], max_ttl: 30m{checkout}}}\n\
          browser_proxy: {{listen: 127.0.0.1:{port}, ca: {{cert_file: {cert}, key_file: {key}}}}}\n",
         port = free_port(),
         cert = cert.display(),
@@ -156,6 +162,17 @@ fn shop_intent(
     token: &str,
     kind: &str,
 ) -> (String, serde_json::Value) {
+    let mandates = serde_json::json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]);
+    shop_intent_with(server, token, kind, mandates)
+}
+
+/// [`shop_intent`] with these mandates.
+fn shop_intent_with(
+    server: &crate::common::Server,
+    token: &str,
+    kind: &str,
+    mandates: serde_json::Value,
+) -> (String, serde_json::Value) {
     use crate::common::*;
     let pm = server.call(
         "POST",
@@ -171,21 +188,34 @@ fn shop_intent(
         Some(token),
         Some(
             &serde_json::json!({"entityId": "user_1", "credentialType": kind,
-            "paymentMethodId": pm, "mandates": [{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]}),
+            "paymentMethodId": pm, "mandates": mandates}),
         ),
     );
     assert_eq!(pi.status, 201, "{}", pi.text);
     (pm, pi.json)
 }
 
+/// A [`shop_server`] (its CA's directory kept), a private token of `user_1`, and a
+/// `virtual-card` intent of its card: (CA directory, server, token, payment method, intent).
+fn shop_setup() -> (
+    tempfile::TempDir,
+    crate::common::Server,
+    String,
+    String,
+    serde_json::Value,
+) {
+    let ca_dir = tempfile::tempdir().unwrap();
+    let server = shop_server(ca_dir.path());
+    let t = crate::common::ed_token(SHOP, "user_1", "private");
+    let (pm, intent) = shop_intent(&server, &t, "virtual-card");
+    (ca_dir, server, t, pm, intent)
+}
+
 #[test]
 fn browser_sessions_show_stand_ins_once_with_their_password_and_end() {
     use crate::common::*;
     use serde_json::json;
-    let ca_dir = tempfile::tempdir().unwrap();
-    let server = shop_server(ca_dir.path());
-    let t = ed_token(SHOP, "user_1", "private");
-    let (pm, intent) = shop_intent(&server, &t, "virtual-card");
+    let (ca_dir, server, t, pm, intent) = shop_setup();
     let pi = intent["id"].as_str().unwrap();
     let real = intent["card"]["number"].as_str().unwrap();
     let real_cvc = intent["card"]["cvc"].as_str().unwrap();
@@ -314,10 +344,7 @@ fn browser_sessions_show_stand_ins_once_with_their_password_and_end() {
 fn browser_sessions_refuse_what_the_project_does_not_allow() {
     use crate::common::*;
     use serde_json::json;
-    let ca_dir = tempfile::tempdir().unwrap();
-    let server = shop_server(ca_dir.path());
-    let t = ed_token(SHOP, "user_1", "private");
-    let (_, intent) = shop_intent(&server, &t, "virtual-card");
+    let (_ca_dir, server, t, _, intent) = shop_setup();
     let pi = intent["id"].as_str().unwrap();
     let sessions = format!("/projects/{SHOP}/purchase-intents/{pi}/browser-sessions");
     for (body, field, says) in [
@@ -401,4 +428,460 @@ fn browser_sessions_refuse_what_the_project_does_not_allow() {
     );
     r.assert_error(400, "invalidRequest");
     assert!(r.text.contains("browser_checkout"), "{}", r.text);
+}
+
+/// A merchant over TLS on 127.0.0.1: records each whole request (head and body) and answers
+/// 200 with a JSON echo of what it received, so its answer carries whatever it was sent.
+struct Merchant {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Merchant {
+    fn start(cert: &Path, key: &Path) -> Merchant {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::Ordering;
+        let acceptor = std::sync::Arc::new(crate::common::upstream::tls_acceptor(cert, key));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>> = Default::default();
+        let connections: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let (s, c) = (seen.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                c.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, s) = (acceptor.clone(), s.clone());
+                std::thread::spawn(move || {
+                    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                        .unwrap();
+                    let Ok(tls) = acceptor.accept(conn) else {
+                        return;
+                    };
+                    let mut reader = BufReader::new(tls);
+                    loop {
+                        let mut head = String::new();
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            head.push_str(&line);
+                        }
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        let mut body = vec![0; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        let body = String::from_utf8_lossy(&body).into_owned();
+                        let echo = serde_json::json!({"received": body, "head": head}).to_string();
+                        s.lock().unwrap().push((head, body));
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{echo}",
+                            echo.len()
+                        );
+                        if reader.get_mut().write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Merchant {
+            port,
+            seen,
+            connections,
+        }
+    }
+
+    fn seen(&self) -> Vec<(String, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// A browser's tunnel through the proxy at `proxy_port` to `host:443`, with the session's
+/// `user:password`: the proxy's answer to the CONNECT (its head and body) when it is not
+/// 200, else the TLS stream, verified for `host` against the CA at `ca`.
+fn browse(
+    proxy_port: u16,
+    auth: Option<&str>,
+    host: &str,
+    ca: &Path,
+) -> Result<openssl::ssl::SslStream<std::net::TcpStream>, (u16, String)> {
+    use base64::Engine;
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let auth = auth
+        .map(|a| {
+            format!(
+                "Proxy-Authorization: Basic {}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(a)
+            )
+        })
+        .unwrap_or_default();
+    write!(
+        tcp,
+        "CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut tcp);
+    let status = crate::common::tls::h1_status(&head);
+    if status != 200 {
+        let mut rest = String::new();
+        let _ = tcp.read_to_string(&mut rest);
+        return Err((status, head + &rest));
+    }
+    let mut builder =
+        openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client()).unwrap();
+    builder.set_ca_file(ca).unwrap();
+    builder.set_alpn_protos(b"\x02h2\x08http/1.1").unwrap();
+    let connector = builder.build();
+    connector.connect(host, tcp).map_err(|e| (0, e.to_string()))
+}
+
+/// An answer's head, read a byte at a time up to its blank line (or the end).
+fn read_head(from: &mut impl std::io::Read) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if from.read(&mut byte).unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// Sends one HTTP/1.1 request in a tunnel and reads its answer (Content-Length or chunked):
+/// (status, head, body).
+fn send(
+    tls: &mut openssl::ssl::SslStream<std::net::TcpStream>,
+    request: &str,
+) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    tls.write_all(request.as_bytes()).unwrap();
+    let head = read_head(tls);
+    let mut byte = [0u8; 1];
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    let mut body = Vec::new();
+    if let Some(n) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body.resize(n, 0);
+        tls.read_exact(&mut body).unwrap();
+    } else if header("transfer-encoding").is_some() {
+        loop {
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                tls.read_exact(&mut byte).unwrap();
+                line.push(byte[0]);
+            }
+            let n = usize::from_str_radix(String::from_utf8_lossy(&line).trim(), 16).unwrap();
+            let mut chunk = vec![0; n + 2];
+            tls.read_exact(&mut chunk).unwrap();
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else {
+        let _ = tls.read_to_end(&mut body);
+    }
+    (
+        crate::common::tls::h1_status(&head),
+        head,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// A form post of the card to `path` on `host`.
+fn form_post(host: &str, path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The proxy's port, from a session's `proxy.url`.
+fn proxy_port(session: &serde_json::Value) -> u16 {
+    let url = session["proxy"]["url"].as_str().unwrap();
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A server of [`SHOP`] whose project trusts the merchants' test CA in `certs` and reaches
+/// each (host, port) of `resolve` on 127.0.0.1 (`localhost` its tunnel host), an intent with
+/// `mandates`, and a browser session of it for `shop.test` and `*.pay.test`.
+struct Proxied {
+    server: crate::common::Server,
+    token: String,
+    intent: serde_json::Value,
+    session: serde_json::Value,
+    /// The session's `user:password`.
+    auth: String,
+    /// The browser proxy's port.
+    port: u16,
+    /// paycred's interception CA, which the browser trusts.
+    ca: std::path::PathBuf,
+    _ca_dir: tempfile::TempDir,
+}
+
+impl Proxied {
+    fn intent_id(&self) -> &str {
+        self.intent["id"].as_str().unwrap()
+    }
+}
+
+fn proxied(certs: &Path, resolve: &[(&str, u16)], mandates: serde_json::Value) -> Proxied {
+    let ca_dir = tempfile::tempdir().unwrap();
+    let proxy = format!(
+        "{{allow_private_networks: true, ca_file: {}}}",
+        certs.join("ca.pem").display()
+    );
+    let map: Vec<String> = resolve
+        .iter()
+        .map(|(host, port)| format!("'{host}:443': '127.0.0.1:{port}'"))
+        .collect();
+    let checkout = format!(
+        ", tunnel_hosts: [localhost], resolve: {{{}}}",
+        map.join(", ")
+    );
+    let server = shop_server_with(ca_dir.path(), &proxy, &checkout);
+    let token = crate::common::ed_token(SHOP, "user_1", "private");
+    let (_, intent) = shop_intent_with(&server, &token, "virtual-card", mandates);
+    let made = server.call(
+        "POST",
+        &format!(
+            "/projects/{SHOP}/purchase-intents/{}/browser-sessions",
+            intent["id"].as_str().unwrap()
+        ),
+        Some(&token),
+        Some(&serde_json::json!({"allowedHosts": ["shop.test", "*.pay.test"]})),
+    );
+    assert_eq!(made.status, 201, "{}", made.text);
+    let session = made.json;
+    let auth = format!(
+        "{}:{}",
+        session["proxy"]["username"].as_str().unwrap(),
+        session["proxy"]["password"].as_str().unwrap()
+    );
+    Proxied {
+        port: proxy_port(&session),
+        ca: ca_dir.path().join("ca.pem"),
+        server,
+        token,
+        intent,
+        session,
+        auth,
+        _ca_dir: ca_dir,
+    }
+}
+
+#[test]
+fn the_browser_proxy_swaps_stand_ins_on_the_way_to_the_merchant_only() {
+    use serde_json::json;
+    let certs = tempfile::tempdir().unwrap();
+    crate::common::server_cert(certs.path(), "shop", &["shop.test", "api.pay.test"]);
+    let shop = Merchant::start(
+        &certs.path().join("shop.pem"),
+        &certs.path().join("shop.key"),
+    );
+    let limit = json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}},
+        {"type": "usageLimit", "value": "2", "details": {"count": 2}}]);
+    let p = proxied(
+        certs.path(),
+        &[("shop.test", shop.port), ("api.pay.test", shop.port)],
+        limit,
+    );
+    let pi = p.intent_id();
+    let (s, auth, port, ca) = (&p.session, p.auth.as_str(), p.port, p.ca.as_path());
+    let (real, real_cvc) = (
+        p.intent["card"]["number"].as_str().unwrap(),
+        p.intent["card"]["cvc"].as_str().unwrap(),
+    );
+    let (number, cvc) = (
+        s["card"]["number"].as_str().unwrap(),
+        s["card"]["cvc"].as_str().unwrap(),
+    );
+
+    // A form post of the stand-ins, the number grouped as the form wrote it: the merchant
+    // gets the real values (the same separators), the page shows the stand-ins again.
+    let mut tls = browse(port, Some(auth), "shop.test", ca).unwrap();
+    let spaced: String = number
+        .as_bytes()
+        .chunks(4)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join("+");
+    let body = format!("number={spaced}&cvc={cvc}&quantity={cvc}&zip=12345");
+    let (status, _, answer) = send(&mut tls, &form_post("shop.test", "/pay", &body));
+    assert_eq!(status, 200, "{answer}");
+    let (head, received) = shop.seen().pop().unwrap();
+    let real_spaced: String = real
+        .as_bytes()
+        .chunks(4)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join("+");
+    assert_eq!(
+        received,
+        format!("number={real_spaced}&cvc={real_cvc}&quantity={cvc}&zip=12345")
+    );
+    assert!(
+        head.to_ascii_lowercase().contains("host: shop.test"),
+        "{head}"
+    );
+    assert!(
+        !head.to_ascii_lowercase().contains("proxy-authorization"),
+        "{head}"
+    );
+    assert!(
+        !answer.contains(&real_spaced) && !answer.contains(real),
+        "{answer}"
+    );
+    assert!(
+        answer.contains(&spaced),
+        "the page shows the stand-in: {answer}"
+    );
+    assert!(answer.contains(&format!("cvc={cvc}")), "{answer}");
+
+    // In the same tunnel, a request without stand-ins passes as it is and counts no use.
+    let (status, _, _) = send(&mut tls, &form_post("shop.test", "/cart", "quantity=2"));
+    assert_eq!(status, 200);
+    assert_eq!(shop.seen().pop().unwrap().1, "quantity=2");
+
+    // JSON to an API host of the session's wildcard, in a tunnel of its own.
+    let mut api = browse(port, Some(auth), "api.pay.test", ca).unwrap();
+    let json_body = json!({"card": {"number": number, "cvc": cvc}, "amount": 1200}).to_string();
+    let request = format!(
+        "POST /v1/tokens?pan={number} HTTP/1.1\r\nHost: api.pay.test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{json_body}",
+        json_body.len()
+    );
+    let (status, _, answer) = send(&mut api, &request);
+    assert_eq!(status, 200, "{answer}");
+    let (head, received) = shop.seen().pop().unwrap();
+    assert!(
+        head.starts_with(&format!("POST /v1/tokens?pan={real} ")),
+        "{head}"
+    );
+    let received: serde_json::Value = serde_json::from_str(&received).unwrap();
+    assert_eq!(received["card"], json!({"number": real, "cvc": real_cvc}));
+    assert!(!answer.contains(real), "{answer}");
+
+    // Two uses counted: the usage limit (2) is reached, the intent and the session end, and
+    // the next submission is refused; the merchant sees nothing.
+    let before = shop.seen().len();
+    let refused = browse(port, Some(auth), "shop.test", ca);
+    assert_eq!(refused.err().map(|e| e.0), Some(407));
+    let (status, _, answer) = send(&mut tls, &form_post("shop.test", "/pay", &body));
+    assert_ne!(status, 200, "{answer}");
+    assert!(
+        answer.contains("ended") || answer.contains("used up"),
+        "{answer}"
+    );
+    assert_eq!(shop.seen().len(), before);
+    let got = p.server.call(
+        "GET",
+        &format!(
+            "/projects/{SHOP}/purchase-intents/{pi}/browser-sessions/{}",
+            s["id"].as_str().unwrap()
+        ),
+        Some(p.token.as_str()),
+        None,
+    );
+    assert_eq!(
+        (got.json["status"].as_str(), got.json["uses"].as_u64()),
+        (Some("ended"), Some(2)),
+        "{}",
+        got.text
+    );
+}
+
+#[test]
+fn the_browser_proxy_refuses_what_it_must_not_carry() {
+    let certs = tempfile::tempdir().unwrap();
+    crate::common::server_cert(certs.path(), "wrong", &["elsewhere.test"]);
+    let wrong = Merchant::start(
+        &certs.path().join("wrong.pem"),
+        &certs.path().join("wrong.key"),
+    );
+    let mandates = serde_json::json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]);
+    let p = proxied(certs.path(), &[("bad.pay.test", wrong.port)], mandates);
+    let pi = p.intent_id();
+    let (s, auth, port, ca) = (&p.session, p.auth.as_str(), p.port, p.ca.as_path());
+    let intent = &p.intent;
+    let user = s["proxy"]["username"].as_str().unwrap();
+    let status = |r: Result<openssl::ssl::SslStream<std::net::TcpStream>, (u16, String)>| {
+        r.err().map(|e| e.0)
+    };
+    // No credentials, a wrong password, an unknown user: 407.
+    assert_eq!(status(browse(port, None, "shop.test", ca)), Some(407));
+    assert_eq!(
+        status(browse(port, Some(&format!("{user}:nope")), "shop.test", ca)),
+        Some(407)
+    );
+    assert_eq!(
+        status(browse(port, Some("bs_none:x"), "shop.test", ca)),
+        Some(407)
+    );
+    // A host neither the session nor the tunnels allow: 403; a tunnel to a loopback
+    // address: 403.
+    assert_eq!(status(browse(port, Some(auth), "evil.test", ca)), Some(403));
+    assert_eq!(status(browse(port, Some(auth), "localhost", ca)), Some(403));
+    // Plain HTTP is never proxied (405); a CONNECT without a port is 400.
+    let raw = |request: &str| {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        tcp.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = tcp.read_to_string(&mut answer);
+        answer
+    };
+    let answer = raw("GET http://shop.test/ HTTP/1.1\r\nHost: shop.test\r\n\r\n");
+    assert_eq!(crate::common::tls::h1_status(&answer), 405, "{answer}");
+    let answer = raw("CONNECT shop.test HTTP/1.1\r\nHost: shop.test\r\n\r\n");
+    assert_eq!(crate::common::tls::h1_status(&answer), 400, "{answer}");
+    // A host whose certificate does not verify for its name: 502, nothing sent.
+    let mut tls = browse(port, Some(auth), "bad.pay.test", ca).unwrap();
+    let number = s["card"]["number"].as_str().unwrap();
+    let (code, _, answer) = send(
+        &mut tls,
+        &form_post("bad.pay.test", "/pay", &format!("number={number}")),
+    );
+    assert_eq!(code, 502, "{answer}");
+    assert!(wrong.seen().is_empty());
+    assert!(!answer.contains(intent["card"]["number"].as_str().unwrap()));
+    // A browser that does not trust paycred's CA fails its handshake.
+    let other_ca = certs.path().join("ca.pem");
+    assert!(matches!(
+        browse(port, Some(auth), "bad.pay.test", &other_ca),
+        Err((0, _))
+    ));
+    // An ended session: 407.
+    let ended = p.server.call(
+        "DELETE",
+        &format!("/projects/{SHOP}/purchase-intents/{pi}/browser-sessions/{user}"),
+        Some(p.token.as_str()),
+        None,
+    );
+    assert_eq!(ended.status, 200);
+    assert_eq!(status(browse(port, Some(auth), "shop.test", ca)), Some(407));
+    let _ = wrong.connections;
 }

@@ -778,9 +778,15 @@ pub fn strings<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// A test CA (`ca.pem`) and a server certificate for `localhost` signed by it (`srv.pem`,
-/// `srv.key`), made with the openssl command in `d`.
+/// A test CA (`ca.pem`, `ca.key`) in `d`, and a certificate for `localhost` it signed
+/// (`srv.pem`, `srv.key`).
 pub fn tls_files(d: &std::path::Path) {
+    server_cert(d, "srv", &["localhost"]);
+}
+
+/// A certificate for `names` (`<file>.pem`, `<file>.key`) signed by the test CA in `d`, which
+/// is made first if it is not there (`ca.pem`, `ca.key`).
+pub fn server_cert(d: &std::path::Path, file: &str, names: &[&str]) {
     use std::process::{Command, Stdio};
     let run = |args: &[&str]| {
         let ok = Command::new("openssl")
@@ -793,46 +799,58 @@ pub fn tls_files(d: &std::path::Path) {
             .success();
         assert!(ok, "openssl {args:?}");
     };
+    if !d.join("ca.pem").exists() {
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=paycred test CA",
+        ]);
+    }
+    let (key, csr, pem) = (
+        format!("{file}.key"),
+        format!("{file}.csr"),
+        format!("{file}.pem"),
+    );
     run(&[
         "req",
-        "-x509",
         "-newkey",
         "rsa:2048",
         "-nodes",
         "-keyout",
-        "ca.key",
+        &key,
         "-out",
-        "ca.pem",
-        "-days",
-        "2",
+        &csr,
         "-subj",
-        "/CN=paycred test CA",
+        &format!("/CN={}", names.first().copied().unwrap_or("localhost")),
     ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(d.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
+    let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+    std::fs::write(
+        d.join("ext.cnf"),
+        format!("subjectAltName={}\n", sans.join(",")),
+    )
+    .unwrap();
     run(&[
         "x509",
         "-req",
         "-in",
-        "srv.csr",
+        &csr,
         "-CA",
         "ca.pem",
         "-CAkey",
         "ca.key",
         "-CAcreateserial",
         "-out",
-        "srv.pem",
+        &pem,
         "-days",
         "2",
         "-extfile",
