@@ -508,6 +508,11 @@ impl Merchant {
     fn seen(&self) -> Vec<(String, String)> {
         self.seen.lock().unwrap().clone()
     }
+
+    /// TCP connections accepted.
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// A browser's tunnel through the proxy at `proxy_port` to `host:443`, with the session's
@@ -868,6 +873,31 @@ fn the_browser_proxy_refuses_what_it_must_not_carry() {
     assert_eq!(code, 502, "{answer}");
     assert!(wrong.seen().is_empty());
     assert!(!answer.contains(intent["card"]["number"].as_str().unwrap()));
+    // Bad requests inside a tunnel are answered there, before any host is reached: a head
+    // over 64 KiB (431), a body over 1 MiB (413), a body without a length (400).
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: bad.pay.test\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(70 * 1024)
+    );
+    let too_long = format!(
+        "POST /pay HTTP/1.1\r\nHost: bad.pay.test\r\nContent-Length: {}\r\n\r\n",
+        2 * 1024 * 1024
+    );
+    let chunked = "POST /pay HTTP/1.1\r\nHost: bad.pay.test\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (request, want) in [
+        (huge.as_str(), 431),
+        (too_long.as_str(), 413),
+        (chunked, 400),
+    ] {
+        let mut tls = browse(port, Some(auth), "bad.pay.test", ca).unwrap();
+        let (code, _, answer) = send(&mut tls, request);
+        assert_eq!(code, want, "{answer}");
+    }
+    assert_eq!(
+        wrong.connections(),
+        1,
+        "only the refused handshake reached it"
+    );
     // A browser that does not trust paycred's CA fails its handshake.
     let other_ca = certs.path().join("ca.pem");
     assert!(matches!(
@@ -883,5 +913,4 @@ fn the_browser_proxy_refuses_what_it_must_not_carry() {
     );
     assert_eq!(ended.status, 200);
     assert_eq!(status(browse(port, Some(auth), "shop.test", ca)), Some(407));
-    let _ = wrong.connections;
 }
