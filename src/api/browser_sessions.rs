@@ -53,6 +53,10 @@ pub struct SessionView {
     created_at: String,
     #[schema(format = DateTime)]
     expires_at: String,
+    /// When it ended (deleted, or its own or its intent's end seen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    ended_at: Option<String>,
     /// Requests that carried the real values.
     uses: u32,
     /// The stand-ins to type (absent once ended).
@@ -118,17 +122,6 @@ pub fn view(app: &App, rec: &BrowserSessionRecord, password: Option<String>) -> 
         });
     let proxy = app.config.browser_proxy.as_ref().filter(|_| active);
     SessionView {
-        id: rec.id.clone(),
-        purchase_intent_id: rec.intent_id.clone(),
-        status: rec.status,
-        allowed_hosts: rec.allowed_hosts.clone(),
-        created_at: iso8601(from_micros(rec.created_micros)),
-        expires_at: iso8601(from_micros(
-            rec.ended_micros
-                .unwrap_or(rec.expires_micros)
-                .min(rec.expires_micros),
-        )),
-        uses: rec.uses,
         card,
         proxy: proxy.map(|p| ProxyView {
             url: format!("http://{}", p.listen),
@@ -136,6 +129,7 @@ pub fn view(app: &App, rec: &BrowserSessionRecord, password: Option<String>) -> 
             password,
         }),
         ca_certificate: proxy.and_then(|p| std::fs::read_to_string(&p.ca_cert_file).ok()),
+        ..event_view(rec)
     }
 }
 
@@ -148,6 +142,7 @@ pub fn event_view(rec: &BrowserSessionRecord) -> SessionView {
         allowed_hosts: rec.allowed_hosts.clone(),
         created_at: iso8601(from_micros(rec.created_micros)),
         expires_at: iso8601(from_micros(rec.expires_micros)),
+        ended_at: rec.ended_micros.map(|at| iso8601(from_micros(at))),
         uses: rec.uses,
         card: None,
         proxy: None,

@@ -296,6 +296,8 @@ fn browser_sessions_show_stand_ins_once_with_their_password_and_end() {
     let ended = server.call("DELETE", &format!("{sessions}/{id}"), Some(&t), None);
     assert_eq!(ended.status, 200, "{}", ended.text);
     assert_eq!(ended.json["status"], "ended");
+    assert!(ended.json["endedAt"].is_string(), "{}", ended.text);
+    assert_eq!(ended.json["expiresAt"], s["expiresAt"]);
     for k in ["card", "proxy", "caCertificate"] {
         assert!(ended.json.get(k).is_none(), "{k}: {}", ended.text);
     }
