@@ -710,7 +710,7 @@ fn the_browser_proxy_swaps_stand_ins_on_the_way_to_the_merchant_only() {
     );
     let limit = json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}},
         {"type": "usageLimit", "value": "2", "details": {"count": 2}}]);
-    let p = proxied(
+    let mut p = proxied(
         certs.path(),
         &[("shop.test", shop.port), ("api.pay.test", shop.port)],
         limit,
@@ -817,6 +817,12 @@ fn the_browser_proxy_swaps_stand_ins_on_the_way_to_the_merchant_only() {
         "{}",
         got.text
     );
+    // Neither the real number nor its stand-in reaches the server's log (at debug level; a
+    // CVC's three digits are in any log by chance).
+    let log = p.server.log();
+    for value in [real, number, &real_spaced, &spaced] {
+        assert!(!log.contains(value), "{value} in the log");
+    }
 }
 
 #[test]
