@@ -11,8 +11,9 @@
 //!   session ends at its intent's `expiresAt` if that comes first.
 //! - The answer's `card` holds stand-ins ([`crate::domain::card::standin`]), safe to show a
 //!   model; `proxy.password` is shown once, in the create's answer, and stored as a hash.
-//! - A session ends when it is deleted, when it expires, and when its intent ends (seen at
-//!   the next read or proxied request), each once, with its `browser_session.ended` event.
+//! - A session ends when it is deleted, when it expires, and when its intent ends (an
+//!   expiry by the finalizer, any end at the next read or proxied request), each once, with
+//!   its `browser_session.ended` event.
 
 use super::json_object;
 use crate::app::App;

@@ -166,7 +166,7 @@ pub const FINALIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(1
 const FINALIZE_BATCH: usize = 500;
 
 /// Ends the intents whose end is due at the app's time (past `expiresAt`, or a used-up limit
-/// no use ended) through
+/// no use ended), and their browser sessions, through
 /// [`IntentStore::end_intent`](crate::store::IntentStore::end_intent), which destroys their
 /// credential; how many this call ended. Instances sharing a store may run it together: each
 /// end is conditional, so an intent ends once.
@@ -186,9 +186,23 @@ pub async fn end_due_intents(app: &App) -> ApiResult<usize> {
             .is_some()
         {
             ended += 1;
+            end_browser_sessions(app, scope, &d.id, now).await?;
         }
     }
     Ok(ended)
+}
+
+/// Ends the `active` browser sessions of the intent `id`, which has just ended (each once,
+/// with its `browser_session.ended` event).
+async fn end_browser_sessions(app: &App, scope: Scope<'_>, id: &str, now: i64) -> ApiResult<()> {
+    for session in app.store.list_browser_sessions(scope, id).await? {
+        if session.status == crate::store::BrowserSessionStatus::Active {
+            app.store
+                .change_browser_session(&session.id, crate::store::SessionChange::End, now, None)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs [`end_due_intents`] every [`FINALIZE_EVERY`] on a thread of its own while `app` lives.

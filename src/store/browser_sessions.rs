@@ -10,9 +10,10 @@
 //! draws another. The stand-ins are stored sealed, the password only as a hash.
 //!
 //! A session is live while it is `active` and before `expiresAt`
-//! ([`BrowserSessionRecord::live_at`]); an end (delete, its intent's end seen by a use or a
-//! read, its own expiry seen so) is stored by
-//! [`BrowserSessionStore::change_browser_session`] once, with its `browser_session.ended` event, and frees the stand-in number.
+//! ([`BrowserSessionRecord::live_at`]); an end (a delete, its intent's expiry at the
+//! finalizer, any other end of the session or its intent seen by a use or a read) is stored
+//! by [`BrowserSessionStore::change_browser_session`] once, with its `browser_session.ended`
+//! event, and frees the stand-in number.
 
 use super::{AuditEvent, Scope, Sealed, StoreResult};
 use async_trait::async_trait;

@@ -49,6 +49,55 @@ async fn virtual_card_is_active_then_expires_after_24_hours() {
     assert!(!text.contains(number) && !text.contains(VISA));
 }
 
+/// An expired intent's browser sessions end with it, at the finalizer's pass.
+#[tokio::test]
+async fn the_finalizer_ends_the_browser_sessions_of_an_expired_intent() {
+    use crate::store::{BrowserSessionRecord, BrowserSessionStatus, Sealed};
+    let env = env();
+    let p = private("user_1");
+    let pm = add_card(&env, &p, VISA).await;
+    let v = intent(&env, &p, &pm, "virtual-card", guide_usd("100")).await;
+    let id = v["id"].as_str().unwrap();
+    let session = BrowserSessionRecord {
+        id: "bs_1".into(),
+        project: PAN_PROJECT.into(),
+        entity: "user_1".into(),
+        intent_id: id.into(),
+        status: BrowserSessionStatus::Active,
+        allowed_hosts: vec!["shop.test".into()],
+        created_micros: env.app.now_micros(),
+        expires_micros: i64::MAX,
+        ended_micros: None,
+        uses: 0,
+        stand_ins_sealed: Sealed::from_stored(""),
+        stand_in_key: "k".into(),
+        password_hash: "h".into(),
+    };
+    let audit = crate::audit::event(
+        PAN_PROJECT,
+        "user_1",
+        "browserSession.create",
+        "bs_1".into(),
+    );
+    assert!(env
+        .app
+        .store
+        .insert_browser_session(&session, audit)
+        .await
+        .unwrap());
+    env.clock.advance(Duration::hours(24));
+    assert_eq!(end_due_intents(&env.app).await.unwrap(), 1);
+    let stored = env
+        .app
+        .store
+        .get_browser_session("bs_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, BrowserSessionStatus::Ended);
+    assert_eq!(stored.ended_micros, Some(env.app.now_micros()));
+}
+
 #[tokio::test]
 async fn the_finalizer_stores_the_end_of_an_expired_intent_and_drops_its_credential() {
     let env = env();
