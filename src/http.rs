@@ -1,5 +1,7 @@
 //! HTTP plumbing between pingora's session and the plain handlers: a bounded body reader,
-//! the content-type check, and the writer of JSON responses and error envelopes.
+//! the content-type check, and the writer of JSON responses and error envelopes; and the
+//! listening socket of paycred's own listeners ([`listening_socket`]: the TLS listener and
+//! the browser proxy), with pingora's hand-over on upgrade.
 
 use crate::error::{ApiError, ErrorKind};
 use bytes::{Bytes, BytesMut};
@@ -272,6 +274,64 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
             e.column()
         ))
     })
+}
+
+/// The backlog of a listening socket (pingora's).
+const BACKLOG: u32 = 65_535;
+
+/// How often, and how far apart, a bind that finds its address in use is tried.
+const BIND_TRIES: u32 = 30;
+const BIND_PAUSE: Duration = Duration::from_secs(1);
+
+/// The listening socket at `addr`: the one the replaced server passed on under `key` in
+/// pingora's hand-over table, or a new one (`SO_REUSEADDR`, a backlog of 65,535; an address
+/// in use is tried again every second, 30 times), entered in the table the next upgrade
+/// passes on.
+pub async fn listening_socket(
+    addr: std::net::SocketAddr,
+    key: &str,
+    fds: Option<pingora::server::ListenFds>,
+) -> std::io::Result<tokio::net::TcpListener> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let Some(fds) = fds else {
+        return bind(addr).await;
+    };
+    let passed = fds.lock().get(key).copied();
+    match passed {
+        #[allow(unsafe_code)]
+        Some(fd) => {
+            // SAFETY: the hand-over table holds listening sockets this process received and
+            // nothing else owns; each address's is taken once, by its one service.
+            let socket = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+            socket.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(socket)
+        }
+        None => {
+            let listener = bind(addr).await?;
+            fds.lock().add(key.to_string(), listener.as_raw_fd());
+            Ok(listener)
+        }
+    }
+}
+
+async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let mut tries = 0;
+    loop {
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr) {
+            Ok(()) => return socket.listen(BACKLOG),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries + 1 < BIND_TRIES => {
+                tries += 1;
+                tracing::warn!("{addr} is in use, trying again");
+                tokio::time::sleep(BIND_PAUSE).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The browser proxy: its listener ([`BrowserProxy`], a pingora service of its own on
-//! `browser_proxy.listen`) and what it does with each connection.
+//! `browser_proxy.listen`, whose socket an upgrade hands over as the other listeners') and
+//! what it does with each connection.
 //!
 //! 1. The `CONNECT` head is read and checked ([`super::connect`]); its `Proxy-Authorization`
 //!    must name a live browser session (else 407).
@@ -48,7 +49,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Longest a browser may take over its TLS handshake.
@@ -93,11 +94,12 @@ impl BrowserProxy {
 impl Service for BrowserProxy {
     async fn start_service(
         &mut self,
-        _fds: Option<ListenFds>,
+        fds: Option<ListenFds>,
         mut shutdown: ShutdownWatch,
         _listeners_per_fd: usize,
     ) {
-        let listener = match TcpListener::bind(self.addr).await {
+        let key = self.addr.to_string();
+        let listener = match crate::http::listening_socket(self.addr, &key, fds).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!("browser_proxy.listen {}: {e}", self.addr);

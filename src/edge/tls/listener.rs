@@ -32,16 +32,8 @@ use pingora::server::{ListenFds, ShutdownWatch};
 use pingora::services::Service;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The backlog of the listening socket (pingora's).
-const BACKLOG: u32 = 65_535;
-
-/// How often, and how far apart, a bind that finds its address in use is tried.
-const BIND_TRIES: u32 = 30;
-const BIND_PAUSE: Duration = Duration::from_secs(1);
 
 /// The errors of an `accept` that would fail again at once: too many open files (the
 /// process's or the system's), no buffer space or memory.
@@ -118,49 +110,11 @@ where
     }
 }
 
-/// The listening socket: the one the replaced server passed on, or a new one (entered in
-/// the hand-over table).
+/// The listening socket ([`crate::http::listening_socket`]), as pingora's listener.
 async fn listen(addr: SocketAddr, key: &str, fds: Option<ListenFds>) -> io::Result<Listener> {
-    let Some(fds) = fds else {
-        return bind(addr).await.map(Listener::from);
-    };
-    let passed = fds.lock().get(key).copied();
-    let listener = match passed {
-        #[allow(unsafe_code)]
-        Some(fd) => {
-            // SAFETY: the hand-over table holds listening sockets this process received and
-            // nothing else owns; each address's is taken once, by its one service.
-            let socket = unsafe { std::net::TcpListener::from_raw_fd(fd) };
-            socket.set_nonblocking(true)?;
-            tokio::net::TcpListener::from_std(socket)?
-        }
-        None => {
-            let listener = bind(addr).await?;
-            fds.lock().add(key.to_string(), listener.as_raw_fd());
-            listener
-        }
-    };
-    Ok(Listener::from(listener))
-}
-
-async fn bind(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
-    let mut tries = 0;
-    loop {
-        let socket = match addr {
-            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-        };
-        socket.set_reuseaddr(true)?;
-        match socket.bind(addr) {
-            Ok(()) => return socket.listen(BACKLOG),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries + 1 < BIND_TRIES => {
-                tries += 1;
-                tracing::warn!("{addr} is in use, trying again");
-                tokio::time::sleep(BIND_PAUSE).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    crate::http::listening_socket(addr, key, fds)
+        .await
+        .map(Listener::from)
 }
 
 /// Accepts connections until the server shuts down, each in a task of its own.
