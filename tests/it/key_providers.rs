@@ -205,6 +205,23 @@ fn card_number(server: &Server, pm: &str) -> String {
         .to_string()
 }
 
+/// A server on `master_key` (a `master_key: …` line) stores a card and reads it, restarts and
+/// reads it again: the server (stopped) and how long its second start's unwrap took.
+fn across_a_restart(master_key: String, env: Vec<(&'static str, String)>) -> (Server, f64) {
+    let mut server = Server::start_with(Options {
+        master_key_yaml: Some(master_key),
+        env,
+        ..Options::default()
+    });
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    assert_eq!(card_number(&server, &pm), VISA);
+    server.restart();
+    assert_eq!(card_number(&server, &pm), VISA);
+    let ms = unwrap_ms(&mut server);
+    (server, ms)
+}
+
 /// The milliseconds the server's log says opening the root key took.
 fn unwrap_ms(server: &mut Server) -> f64 {
     let log = server.log();
@@ -252,17 +269,10 @@ fn with_a_softhsm_token_cards_are_stored_and_read_across_restarts() {
     );
     assert!(!ok && again.contains("exists"), "{again}");
 
-    let mut server = Server::start_with(Options {
-        master_key_yaml: Some(master_key),
-        env: vec![("SOFTHSM2_CONF", SOFTHSM.conf.display().to_string())],
-        ..Options::default()
-    });
-    let t = server.token("user_1", "private");
-    let pm = server.add_card(&t, "user_1", VISA);
-    assert_eq!(card_number(&server, &pm), VISA);
-    server.restart();
-    assert_eq!(card_number(&server, &pm), VISA);
-    let hsm = unwrap_ms(&mut server);
+    let (_, hsm) = across_a_restart(
+        master_key,
+        vec![("SOFTHSM2_CONF", SOFTHSM.conf.display().to_string())],
+    );
     eprintln!(
         "one start's unwrap: SoftHSM2 C_UnwrapKey {hsm:.1} ms (file: {:.2} ms)",
         file_key_ms()
@@ -363,49 +373,68 @@ fn rotate(config: &Path, env: &[(&str, String)], crash_at: Option<&str>) -> (boo
     paycred_with(&["master-key", "rotate"], config, &env)
 }
 
-#[test]
-fn a_rotation_moves_from_a_file_to_a_softhsm_token_and_back() {
-    token("pc-rotate", "paycred-root");
-    let hsm_env = vec![("SOFTHSM2_CONF", SOFTHSM.conf.display().to_string())];
+/// A server on a key file with a card stored, moved to the provider that `new_key` (given
+/// the server's directory) writes as a `master_key: …` line: `create`, then `rotate` killed
+/// after `crash_at` and run again (which says `then`); the key file deleted, the server
+/// restarted on the new provider alone reads the card. The server, the card's payment
+/// method and the new provider's line.
+fn move_from_a_file(
+    env: Vec<(&'static str, String)>,
+    new_key: impl Fn(&Path) -> String,
+    crash_at: &str,
+    then: &str,
+) -> (Server, String, String) {
     let mut server = Server::start_with(Options {
-        env: hsm_env.clone(),
+        env: env.clone(),
         ..Options::default()
     });
     let d = server.dir.path().to_path_buf();
     let t = server.token("user_1", "private");
     let pm = server.add_card(&t, "user_1", VISA);
     server.stop(false);
-
-    // file → pkcs11: the token's root key is the new key, the file's the previous one.
+    // The new provider's root key is the new key, the file's the previous one.
     let file_key = format!(
         "master_key: {{provider: file, file: {}/master.key}}",
         d.display()
     );
-    let hsm_key = pkcs11_yaml("master_key", "pc-rotate", &d, "paycred-root");
-    set_keys(&server, &hsm_key, Some(&file_key));
-    let said = create(&server.config_path);
-    let hsm_id = said.split_whitespace().nth(2).unwrap().to_string();
-    // Killed after its first step, and run again, it finishes.
-    let (done, said) = rotate(&server.config_path, &hsm_env, Some("after-data-keys"));
+    let new_key = new_key(&d);
+    set_keys(&server, &new_key, Some(&file_key));
+    let said = create_with(&server.config_path, &env);
+    let new_id = said
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_default()
+        .to_string();
+    let (done, said) = rotate(&server.config_path, &env, Some(crash_at));
     assert!(
-        !done && said.contains("killed after after-data-keys"),
+        !done && said.contains(&format!("killed after {crash_at}")),
         "{said}"
     );
-    let (done, said) = rotate(&server.config_path, &hsm_env, None);
-    assert!(done, "{said}");
-    assert!(said.contains("data-keys\t0 re-wrapped"), "{said}");
-    assert!(said.contains("client-keys\t"), "{said}");
+    let (done, said) = rotate(&server.config_path, &env, None);
+    assert!(done && said.contains(then), "{said}");
     assert!(
-        said.contains(&format!("wrapped by master key {hsm_id}")),
+        said.contains(&format!("wrapped by master key {new_id}")),
         "{said}"
     );
-    // The old key file is gone: the token alone opens the cards.
     std::fs::remove_file(d.join("master.key")).unwrap();
-    set_keys(&server, &hsm_key, None);
+    set_keys(&server, &new_key, None);
     server.restart();
     assert_eq!(card_number(&server, &pm), VISA);
     server.stop(false);
+    (server, pm, new_key)
+}
 
+#[test]
+fn a_rotation_moves_from_a_file_to_a_softhsm_token_and_back() {
+    token("pc-rotate", "paycred-root");
+    let hsm_env = vec![("SOFTHSM2_CONF", SOFTHSM.conf.display().to_string())];
+    let (mut server, pm, hsm_key) = move_from_a_file(
+        hsm_env.clone(),
+        |d| pkcs11_yaml("master_key", "pc-rotate", d, "paycred-root"),
+        "after-data-keys",
+        "data-keys\t0 re-wrapped",
+    );
+    let d = server.dir.path().to_path_buf();
     // pkcs11 → file: a new key file is the new key, the token's root key the previous one.
     let new_file = format!(
         "master_key: {{provider: file, file: {}/new.key}}",
@@ -575,17 +604,7 @@ fn with_moto_standing_in_for_kms_cards_are_stored_and_read_across_restarts() {
     assert_eq!(wrapped["wrapping_key"], setup.key_arn.as_str(), "{wrapped}");
     assert_eq!(wrapped["mechanism"], "GenerateDataKey", "{wrapped}");
 
-    let mut server = Server::start_with(Options {
-        master_key_yaml: Some(master_key),
-        env: env.clone(),
-        ..Options::default()
-    });
-    let t = server.token("user_1", "private");
-    let pm = server.add_card(&t, "user_1", VISA);
-    assert_eq!(card_number(&server, &pm), VISA);
-    server.restart();
-    assert_eq!(card_number(&server, &pm), VISA);
-    let kms = unwrap_ms(&mut server);
+    let (mut server, kms) = across_a_restart(master_key, env);
     let log = server.log();
     assert!(
         !log.contains(&setup.secret_access_key),
@@ -699,31 +718,10 @@ fn a_rotation_moves_from_a_file_to_kms() {
     let moto = Moto::start();
     let setup = moto.setup();
     let home = tempfile::tempdir().unwrap();
-    let env = kms_env(&setup, home.path());
-    let mut server = Server::start_with(Options {
-        env: env.clone(),
-        ..Options::default()
-    });
-    let d = server.dir.path().to_path_buf();
-    let t = server.token("user_1", "private");
-    let pm = server.add_card(&t, "user_1", VISA);
-    server.stop(false);
-    let file_key = format!(
-        "master_key: {{provider: file, file: {}/master.key}}",
-        d.display()
+    move_from_a_file(
+        kms_env(&setup, home.path()),
+        |d| moto.yaml("alias/paycred", d),
+        "after-client-keys",
+        "cvc-ratchet\t1 re-wrapped",
     );
-    let kms_key = moto.yaml("alias/paycred", &d);
-    set_keys(&server, &kms_key, Some(&file_key));
-    create_with(&server.config_path, &env);
-    let (done, said) = rotate(&server.config_path, &env, Some("after-client-keys"));
-    assert!(
-        !done && said.contains("killed after after-client-keys"),
-        "{said}"
-    );
-    let (done, said) = rotate(&server.config_path, &env, None);
-    assert!(done && said.contains("cvc-ratchet\t1 re-wrapped"), "{said}");
-    std::fs::remove_file(d.join("master.key")).unwrap();
-    set_keys(&server, &kms_key, None);
-    server.restart();
-    assert_eq!(card_number(&server, &pm), VISA);
 }
