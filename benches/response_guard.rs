@@ -8,7 +8,9 @@
 //! - `off`: the guard off (the answer handed on as it came);
 //! - `mask`: the request's one card number looked for, not in the answer;
 //! - `mask_any_card`: the same, and any Luhn-valid 13-19 digit run;
-//! - `mask_found`: the number is in the answer once and is masked.
+//! - `mask_found`: the number is in the answer once and is masked;
+//! - `mask_cvc`: the number and a substituted CVC looked for, neither in the answer (every
+//!   run of 3 digits or more is then read whole).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -16,7 +18,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use paycred::config::{ProxyConfig, ResponseGuardMode};
 use paycred::proxy::guard::ResponseGuard;
-use paycred::secret::CardNumber;
+use paycred::secret::{CardNumber, Cvc};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -28,7 +30,9 @@ use bodies::{body, TEMPLATE};
 const CHUNK: usize = 16 * 1024;
 const NUMBER: &str = "4242424242424242";
 
-fn guard(mode: ResponseGuardMode, any_card: bool) -> ResponseGuard {
+const CVC: &str = "737";
+
+fn guard(mode: ResponseGuardMode, any_card: bool, cvc: bool) -> ResponseGuard {
     let mut g = ResponseGuard::new(&ProxyConfig {
         allowed_hosts: Vec::new(),
         allow_http: false,
@@ -38,8 +42,13 @@ fn guard(mode: ResponseGuardMode, any_card: bool) -> ResponseGuard {
         response_guard: mode,
         response_guard_any_card: any_card,
     });
-    g.arm(vec![CardNumber::new(NUMBER)], Vec::new());
+    arm(&mut g, cvc);
     g
+}
+
+fn arm(g: &mut ResponseGuard, cvc: bool) {
+    let cvcs = if cvc { vec![Cvc::new(CVC)] } else { Vec::new() };
+    g.arm(vec![CardNumber::new(NUMBER)], cvcs);
 }
 
 /// The answer in the chunks the relay would read.
@@ -47,8 +56,8 @@ fn chunks(answer: &[u8]) -> Vec<Bytes> {
     answer.chunks(CHUNK).map(Bytes::copy_from_slice).collect()
 }
 
-fn through(g: &mut ResponseGuard, chunks: &[Bytes]) -> usize {
-    g.arm(vec![CardNumber::new(NUMBER)], Vec::new());
+fn through(g: &mut ResponseGuard, cvc: bool, chunks: &[Bytes]) -> usize {
+    arm(g, cvc);
     let mut sent = 0;
     for (i, chunk) in chunks.iter().enumerate() {
         let out = g.body(Some(chunk.clone()), i + 1 == chunks.len()).unwrap();
@@ -80,15 +89,28 @@ fn response_guard(c: &mut Criterion) {
                 copied.len()
             })
         });
-        for (case, mode, any_card, answer) in [
-            ("off", ResponseGuardMode::Off, false, &clean),
-            ("mask", ResponseGuardMode::Mask, false, &clean),
-            ("mask_any_card", ResponseGuardMode::Mask, true, &clean),
-            ("mask_found", ResponseGuardMode::Mask, false, &with_number),
+        for (case, mode, any_card, cvc, answer) in [
+            ("off", ResponseGuardMode::Off, false, false, &clean),
+            ("mask", ResponseGuardMode::Mask, false, false, &clean),
+            (
+                "mask_any_card",
+                ResponseGuardMode::Mask,
+                true,
+                false,
+                &clean,
+            ),
+            (
+                "mask_found",
+                ResponseGuardMode::Mask,
+                false,
+                false,
+                &with_number,
+            ),
+            ("mask_cvc", ResponseGuardMode::Mask, false, true, &clean),
         ] {
-            let mut g = guard(mode, any_card);
+            let mut g = guard(mode, any_card, cvc);
             group.bench_function(BenchmarkId::new(case, name), |b| {
-                b.iter(|| through(&mut g, black_box(answer)))
+                b.iter(|| through(&mut g, cvc, black_box(answer)))
             });
         }
     }

@@ -34,15 +34,18 @@ pub enum StartError {
     Listener(String),
 }
 
-/// The master key of `config`, holding the previous one too when `previous_master_key_file`
-/// names one (a rotation under way: docs/operations.md).
+/// The master key of `config`, holding the previous one too when `previous_master_key` names
+/// one (a rotation under way: docs/operations.md). With a `pkcs11` or `aws_kms` provider this
+/// is the one call to the HSM or KMS ([`crate::vault::provider`]).
 pub fn master_key(config: &Config) -> Result<crate::vault::master::MasterKey, StartError> {
-    use crate::vault::master::MasterKey;
-    let master = MasterKey::load(&config.master_key_file)?;
-    Ok(match &config.previous_master_key_file {
+    use crate::vault::provider::{load, Which};
+    let from_env = std::env::var_os(crate::vault::master::MASTER_KEY_ENV).is_some();
+    crate::config::private::key_files("master_key", &config.master_key, from_env)?;
+    let master = load(Which::Current, &config.master_key)?;
+    Ok(match &config.previous_master_key {
         Some(previous) => {
-            crate::config::private::previous_master_key_file(previous)?;
-            master.with_previous(MasterKey::from_file(previous)?)
+            crate::config::private::key_files("previous_master_key", previous, false)?;
+            master.with_previous(load(Which::Previous, previous)?)
         }
         None => master,
     })
@@ -51,9 +54,16 @@ pub fn master_key(config: &Config) -> Result<crate::vault::master::MasterKey, St
 /// Opens the store and keys and builds the shared application state. The data directory and
 /// master key file must be their owner's alone ([`crate::config::private`]).
 pub fn build_app(config: Config) -> Result<Arc<App>, StartError> {
-    let from_env = std::env::var_os(crate::vault::master::MASTER_KEY_ENV).is_some();
-    crate::config::private::before_start((!from_env).then_some(config.master_key_file.as_path()))?;
+    crate::config::private::before_start();
     let master = master_key(&config)?;
+    build_app_with(config, master)
+}
+
+/// [`build_app`] with the master key opened already.
+fn build_app_with(
+    config: Config,
+    master: crate::vault::master::MasterKey,
+) -> Result<Arc<App>, StartError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| StartError::Store(format!("data_dir {}: {e}", config.data_dir.display())))?;
     if matches!(config.store, crate::config::store::StoreConfig::Sled) {
@@ -83,11 +93,14 @@ const UPGRADE_STORE_WAIT: Duration = Duration::from_secs(120);
 
 /// [`build_app`], retried while the store cannot be opened (the embedded store is locked by
 /// the process being replaced until it exits), for at most `wait`.
+/// The master key is opened once (an HSM or KMS is asked once).
 fn build_app_after(config: Config, wait: Duration) -> Result<Arc<App>, StartError> {
+    crate::config::private::before_start();
+    let master = master_key(&config)?;
     let deadline = std::time::Instant::now() + wait;
     let mut logged = false;
     loop {
-        match build_app(config.clone()) {
+        match build_app_with(config.clone(), master.clone()) {
             Err(StartError::Store(why)) if std::time::Instant::now() < deadline => {
                 if !logged {
                     tracing::info!(

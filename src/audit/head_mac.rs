@@ -73,7 +73,7 @@ impl MacCheck {
             MacCheck::UnknownKey { id, configured } => Some(format!(
                 "the recorded audit head is MACed by master key {id}, but the configured \
                  master key is {configured}: if a rotation from or to {id} was begun, give both \
-                 keys (master_key_file and previous_master_key_file) and finish it with \
+                 keys (master_key and previous_master_key) and finish it with \
                  `paycred master-key rotate` (docs/operations.md)"
             )),
             MacCheck::Forged => Some(

@@ -1,13 +1,16 @@
-//! `paycred data-key`, `client-key` and `master-key`: the keys of a deployment. On sled they
+//! `paycred data-key`, `client-key` and `master-key [create | rotate]`: the keys of a
+//! deployment. On sled they
 //! are worked on with the server stopped (sled opens the data directory exclusively); on
 //! PostgreSQL beside the running servers, which take up a rotated key when they restart
 //! (they keep keys in memory, and every key they hold keeps opening what it sealed).
 
 use super::{ClientKeyAction, DataKeyAction};
 use crate::audit::head_mac::HeadKeys;
+use crate::config::master_key::KeyProvider;
 use crate::store::Store;
 use crate::vault::client_keys::ClientKeys;
 use crate::vault::master::MasterKey;
+use crate::vault::provider::Which;
 use crate::vault::Vault;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ pub fn open_offline(
     if config.project(project).is_none() {
         return Err(format!("project {project:?} is not in the config"));
     }
-    let master = MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?;
+    let master = load(Which::Current, &config.master_key)?;
     let store = open_store(config, master.head_keys())?;
     Ok((master, store))
 }
@@ -122,30 +125,44 @@ pub fn client_key(
     }
 }
 
+/// A master key of `config` ([`crate::vault::provider::load`]: an HSM or KMS opens a root
+/// key once).
+fn load(which: Which, provider: &KeyProvider) -> Result<MasterKey, String> {
+    crate::vault::provider::load(which, provider).map_err(|e| e.to_string())
+}
+
 /// The old and the new master key of a rotation: with `new_key`, the config's master key is
-/// the old one; without, the config's master key is the new one and its
-/// `previous_master_key_file` the old one.
+/// the old one and the file the new one; without, the config's `master_key` is the new one
+/// and its `previous_master_key` the old one (each of any provider: a rotation between
+/// providers is one of these).
 fn rotation_keys(
     config: &crate::config::Config,
     new_key: Option<&Path>,
 ) -> Result<(MasterKey, MasterKey), String> {
-    let file =
-        |path: &Path| MasterKey::from_file(path).map_err(|e| format!("{}: {e}", path.display()));
-    match (new_key, &config.previous_master_key_file) {
+    match (new_key, &config.previous_master_key) {
         (Some(new), _) => Ok((
-            MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?,
-            file(new)?,
+            load(Which::Current, &config.master_key)?,
+            MasterKey::from_file(new).map_err(|e| format!("{}: {e}", new.display()))?,
         )),
         (None, Some(previous)) => Ok((
-            file(previous)?,
-            MasterKey::load(&config.master_key_file).map_err(|e| e.to_string())?,
+            load(Which::Previous, previous)?,
+            load(Which::Current, &config.master_key)?,
         )),
         (None, None) => Err(
-            "give --new-key NEWFILE, or configure the new key as master_key_file and the old \
-             one as previous_master_key_file"
+            "give --new-key NEWFILE, or configure the new key as master_key and the old one as \
+             previous_master_key"
                 .into(),
         ),
     }
+}
+
+/// Runs `paycred master-key create`: a new master key for the config's `master_key` (a key
+/// file, or a root key wrapped by the HSM or KMS in `wrapped_key_file`); the line to print.
+pub fn create_master_key(config: &crate::config::Config) -> Result<Vec<String>, String> {
+    crate::config::private::before_start();
+    crate::vault::provider::create(Which::Current, &config.master_key)
+        .map(|line| vec![line])
+        .map_err(|e| e.to_string())
 }
 
 /// Where a test stops the rotation as a crash would: the process kills itself with SIGKILL
@@ -168,11 +185,8 @@ pub fn rotate_master_key(
     new_key: Option<&Path>,
 ) -> Result<Vec<String>, String> {
     use crate::vault::rotate::{run_step, Step};
-    let keys = || -> Result<MasterKey, String> {
-        let (old, new) = rotation_keys(config, new_key)?;
-        Ok(new.with_previous(old))
-    };
-    let both = keys()?;
+    let (old, new) = rotation_keys(config, new_key)?;
+    let both = new.with_previous(old);
     let (new_id, old_ids) = (
         both.id().to_string(),
         both.previous_ids().collect::<Vec<_>>().join(", "),
@@ -182,7 +196,7 @@ pub fn rotate_master_key(
     crash_point("start");
     // A store that never kept the sandbox issuer's secret used the one derived from the old
     // key: it is kept now, so that the rotation carries it over.
-    Vault::new(keys()?, store.clone(), config.cvc_retention)
+    Vault::new(both.clone(), store.clone(), config.cvc_retention)
         .attach_sandbox_secret()
         .map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
@@ -196,8 +210,8 @@ pub fn rotate_master_key(
     crash_point("after-audit-head");
     lines.push(format!(
         "every stored key is wrapped by master key {new_id}; {old_ids} is no longer needed \
-         (sled: make master_key_file the new key's file; PostgreSQL: remove \
-         previous_master_key_file and restart the servers one at a time)"
+         (sled: make master_key the new key and remove previous_master_key; PostgreSQL: \
+         remove previous_master_key and restart the servers one at a time)"
     ));
     Ok(lines)
 }

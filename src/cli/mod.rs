@@ -1,7 +1,7 @@
 //! The `paycred` command line: `serve` runs the server ([`crate::server`]); the other
 //! commands work on the config, the keys and the store of a deployment.
 //!
-//! - [`keys`]: `data-key`, `client-key`, `master-key [rotate]`.
+//! - [`keys`]: `data-key`, `client-key`, `master-key [create | rotate]`.
 //! - [`audit`]: `audit [--verify [--head FILE]]`, `audit head`, `audit accept-head`.
 //! - [`ca`]: `ca --out DIR`, the browser proxy's interception CA.
 //!
@@ -143,7 +143,8 @@ enum Command {
         project: Option<String>,
     },
     /// Print a new random master key (64 hex characters), or write it to a new file that only
-    /// its owner can read; `rotate` wraps every stored key by a new master key.
+    /// its owner can read; `create` makes the key a config names (a file, or a root key
+    /// wrapped by an HSM or KMS); `rotate` wraps every stored key by a new master key.
     #[command(args_conflicts_with_subcommands = true)]
     MasterKey {
         #[command(subcommand)]
@@ -173,6 +174,13 @@ pub enum AuditAction {
 
 #[derive(Subcommand)]
 pub enum MasterKeyAction {
+    /// Make the master key the config's `master_key` names, for a new deployment or the new
+    /// key of a rotation: a new key file (`provider: file`), or a new root key wrapped by the
+    /// HSM or KMS in `wrapped_key_file` (`pkcs11`, `aws_kms`). Never replaces a file.
+    Create {
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
     /// Wrap every key the store keeps (data, fingerprint and client-encryption keys, the CVC
     /// ratchet, the sandbox issuer's secret) and the audit head's MAC by a new master key;
     /// card data is not re-encrypted. Safe to run again after a crash. On sled, run with the
@@ -180,8 +188,8 @@ pub enum MasterKeyAction {
     Rotate {
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
-        /// The new master key's file. Without it, the config's `master_key_file` is the new
-        /// key and its `previous_master_key_file` the old one.
+        /// The new master key's file. Without it, the config's `master_key` is the new key
+        /// and its `previous_master_key` the old one (of any providers: docs/operations.md).
         #[arg(long = "new-key")]
         new_key: Option<PathBuf>,
     },
@@ -508,6 +516,13 @@ pub fn run() -> ExitCode {
             ..
         } => match Config::load(&config) {
             Ok(c) => print_lines(keys::rotate_master_key(&c, new_key.as_deref())),
+            Err(e) => fail(format!("{}: {e}", config.display())),
+        },
+        Command::MasterKey {
+            action: Some(MasterKeyAction::Create { config }),
+            ..
+        } => match Config::load(&config) {
+            Ok(c) => print_lines(keys::create_master_key(&c)),
             Err(e) => fail(format!("{}: {e}", config.display())),
         },
         Command::MasterKey { action: None, out } => {

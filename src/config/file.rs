@@ -22,14 +22,23 @@ pub struct FileConfig {
     /// Which store holds the data: `sled` (embedded, in `data_dir`) or `postgres`.
     #[serde(default)]
     pub store: StoreFile,
-    /// File holding the 32-byte master key (64 hex characters). The environment variable
-    /// `PAYCRED_MASTER_KEY` takes precedence. Never inside `data_dir`.
-    #[serde(default = "default_master_key_file")]
-    pub master_key_file: PathBuf,
+    /// File holding the 32-byte master key (64 hex characters): `master_key: {provider:
+    /// file, file: …}` written the short way. The environment variable `PAYCRED_MASTER_KEY`
+    /// takes precedence. Never inside `data_dir`. Neither this nor `master_key`: `./master.key`.
+    #[serde(default)]
+    pub master_key_file: Option<PathBuf>,
+    /// Where the master key comes from: `provider: file`, `pkcs11` (an HSM) or `aws_kms`
+    /// (docs/operations.md); or `master_key_file`.
+    #[serde(default)]
+    pub master_key: Option<super::master_key::MasterKeyFile>,
     /// The master key before a rotation, still opening what it wrapped while
     /// `paycred master-key rotate` re-wraps it (docs/operations.md). Never inside `data_dir`.
     #[serde(default)]
     pub previous_master_key_file: Option<PathBuf>,
+    /// The master key a rotation moves away from, in the shape of `master_key` (any
+    /// provider); or `previous_master_key_file`.
+    #[serde(default)]
+    pub previous_master_key: Option<super::master_key::MasterKeyFile>,
     /// How long a CVC stays readable after it was stored, e.g. `1h`.
     #[serde(default = "default_cvc_retention")]
     pub cvc_retention: String,
@@ -362,7 +371,17 @@ impl FileConfig {
             }
         };
         at(&mut self.data_dir);
-        at(&mut self.master_key_file);
+        if self.master_key.is_none() {
+            at(self
+                .master_key_file
+                .get_or_insert_with(default_master_key_file));
+        }
+        for section in [&mut self.master_key, &mut self.previous_master_key]
+            .into_iter()
+            .flatten()
+        {
+            section.resolve_paths(base);
+        }
         if let Some(previous) = &mut self.previous_master_key_file {
             at(previous);
         }
@@ -401,7 +420,8 @@ impl FileConfig {
 fn default_data_dir() -> PathBuf {
     PathBuf::from("./data")
 }
-fn default_master_key_file() -> PathBuf {
+/// The master key file when neither `master_key_file` nor `master_key` is given.
+pub fn default_master_key_file() -> PathBuf {
     PathBuf::from("./master.key")
 }
 fn default_body_read_timeout() -> String {

@@ -12,6 +12,7 @@ pub mod browser;
 pub mod cors;
 pub mod file;
 pub mod keys;
+pub mod master_key;
 pub mod passkeys;
 pub mod private;
 pub mod rate_limits;
@@ -58,9 +59,11 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Which store holds the data (`store:`).
     pub store: store::StoreConfig,
-    pub master_key_file: PathBuf,
-    /// `previous_master_key_file`: the key a rotation moves away from.
-    pub previous_master_key_file: Option<PathBuf>,
+    /// Where the master key comes from (`master_key`, or `master_key_file`).
+    pub master_key: master_key::KeyProvider,
+    /// The key a rotation moves away from (`previous_master_key`, or
+    /// `previous_master_key_file`).
+    pub previous_master_key: Option<master_key::KeyProvider>,
     pub cvc_retention: Duration,
     pub rest_max_body: usize,
     /// What new audit-log entries are hashed with (`audit_hash`; `auto` resolved).
@@ -252,19 +255,19 @@ impl Config {
             }
             None => None,
         };
-        if file.master_key_file.starts_with(&file.data_dir) {
-            return Err(invalid("master_key_file", "must not be inside data_dir"));
-        }
-        if file
-            .previous_master_key_file
-            .as_ref()
-            .is_some_and(|p| p.starts_with(&file.data_dir))
-        {
-            return Err(invalid(
-                "previous_master_key_file",
-                "must not be inside data_dir",
-            ));
-        }
+        let master_key = master_key::check(
+            "master_key",
+            file.master_key_file,
+            file.master_key,
+            &file.data_dir,
+        )?
+        .unwrap_or_else(|| master_key::KeyProvider::File(file::default_master_key_file()));
+        let previous_master_key = master_key::check(
+            "previous_master_key",
+            file.previous_master_key_file,
+            file.previous_master_key,
+            &file.data_dir,
+        )?;
         let cvc_retention = duration("cvc_retention", &file.cvc_retention)?;
         if cvc_retention.is_zero() || cvc_retention > Duration::from_secs(24 * 3600) {
             return Err(invalid("cvc_retention", "must be between 1s and 24h"));
@@ -341,8 +344,8 @@ impl Config {
             tls,
             data_dir: file.data_dir,
             store,
-            master_key_file: file.master_key_file,
-            previous_master_key_file: file.previous_master_key_file,
+            master_key,
+            previous_master_key,
             cvc_retention,
             rest_max_body: file.rest_max_body,
             audit_hash,
@@ -581,7 +584,10 @@ mod tests {
         // The working directory is not the config's: the key is found all the same.
         let c = Config::load(&file).unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(c.data_dir, conf.join("./data"));
-        assert_eq!(c.master_key_file, PathBuf::from("/etc/paycred/master.key"));
+        assert_eq!(
+            c.master_key,
+            master_key::KeyProvider::File(PathBuf::from("/etc/paycred/master.key"))
+        );
         // Read as text, the same file resolves from the working directory and fails.
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         assert!(Config::from_yaml(&text).is_err());

@@ -1,30 +1,34 @@
 //! The files that hold card data or the key to it are their owner's alone: the process
 //! creates files and directories with umask 077 (the data directory 0700, sled's files 0600),
-//! and a data directory or master key file that anyone else may read or write stops the start
-//! with a message that says how to fix it.
+//! and a data directory, master key file or HSM PIN file that anyone else may read or write
+//! stops the start with a message that says how to fix it.
 
 use std::path::Path;
 
+use super::master_key::{KeyProvider, SecretSource};
 use super::{invalid, ConfigError};
 
-/// Files and directories this process creates from now on can be read by their owner only;
-/// then the master key file, when the key is read from one, is checked.
-pub fn before_start(master_key_file: Option<&Path>) -> Result<(), ConfigError> {
+/// Files and directories this process creates from now on can be read by their owner only.
+pub fn before_start() {
     #[cfg(unix)]
     {
         use nix::sys::stat::{umask, Mode};
         umask(Mode::from_bits_truncate(0o077));
     }
-    match master_key_file {
-        Some(file) => owner_only("master_key_file", file, "600"),
-        None => Ok(()),
-    }
 }
 
-/// Refuses a previous master key file (a rotation under way) that anyone but its owner may
-/// read or write, as the master key file.
-pub fn previous_master_key_file(file: &Path) -> Result<(), ConfigError> {
-    owner_only("previous_master_key_file", file, "600")
+/// Refuses the secret files of the master key `provider` (config key `key`: `master_key` or
+/// `previous_master_key`) that anyone but their owner may read or write: a key file (unless
+/// `from_env`: the key is in the environment instead), a PIN file.
+pub fn key_files(key: &str, provider: &KeyProvider, from_env: bool) -> Result<(), ConfigError> {
+    match provider {
+        KeyProvider::File(file) if !from_env => owner_only(&format!("{key}_file"), file, "600"),
+        KeyProvider::Pkcs11(p) => match &p.pin {
+            SecretSource::File(file) => owner_only(&format!("{key}.pin_file"), file, "600"),
+            SecretSource::Env(_) => Ok(()),
+        },
+        _ => Ok(()),
+    }
 }
 
 /// Refuses a data directory that its group or others may enter, read or write.

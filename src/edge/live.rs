@@ -59,17 +59,14 @@ fn keep_restart_only(running: &Config, mut file: Config) -> (Config, Vec<&'stati
     if keep("data_dir", running.data_dir != file.data_dir) {
         file.data_dir = running.data_dir.clone();
     }
-    if keep(
-        "master_key_file",
-        running.master_key_file != file.master_key_file,
-    ) {
-        file.master_key_file = running.master_key_file.clone();
+    if keep("master_key", running.master_key != file.master_key) {
+        file.master_key = running.master_key.clone();
     }
     if keep(
-        "previous_master_key_file",
-        running.previous_master_key_file != file.previous_master_key_file,
+        "previous_master_key",
+        running.previous_master_key != file.previous_master_key,
     ) {
-        file.previous_master_key_file = running.previous_master_key_file.clone();
+        file.previous_master_key = running.previous_master_key.clone();
     }
     if keep("cvc_retention", running.cvc_retention != file.cvc_retention) {
         file.cvc_retention = running.cvc_retention;

@@ -1,10 +1,11 @@
-//! The master key: 32 bytes from a file or `PAYCRED_MASTER_KEY` (64 hex characters). It
-//! only wraps other keys; its id (a hash prefix, never the key) is stored with everything it
-//! wraps, so a rotated-out key is recognised instead of silently failing.
+//! The master key: 32 bytes from a file or `PAYCRED_MASTER_KEY` (64 hex characters), or a
+//! root key that an HSM or KMS opened at start ([`super::provider`]). It only wraps other
+//! keys; its id (a hash prefix, never the key) is stored with everything it wraps, so a
+//! rotated-out key is recognised instead of silently failing.
 //!
 //! During a rotation ([`super::rotate`]) the key before it can be held too
-//! ([`MasterKey::with_previous`], `previous_master_key_file`): what it wrapped still
-//! unwraps, chosen by the id stored with it; everything new is wrapped by the current key.
+//! ([`MasterKey::with_previous`], `previous_master_key`): what it wrapped still unwraps,
+//! chosen by the id stored with it; everything new is wrapped by the current key.
 
 use super::VaultError;
 use crate::secret::KeyMaterial;
@@ -17,10 +18,12 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 use zeroize::Zeroizing;
 
-/// Environment variable that overrides `master_key_file`.
+/// Environment variable that overrides the file of `master_key_file` (or of `master_key` with
+/// `provider: file`).
 pub const MASTER_KEY_ENV: &str = "PAYCRED_MASTER_KEY";
 
 /// The key-encryption key.
+#[derive(Clone)]
 pub struct MasterKey {
     id: String,
     key: KeyMaterial,
@@ -41,7 +44,11 @@ impl MasterKey {
         let mut bytes = Zeroizing::new([0u8; 32]);
         hex::decode_to_slice(text.as_bytes(), bytes.as_mut_slice())
             .map_err(|_| VaultError::MasterKey("must be 64 hex characters (32 bytes)".into()))?;
-        let key = KeyMaterial::from(bytes);
+        Ok(Self::from_key(KeyMaterial::from(bytes)))
+    }
+
+    /// From the key's 32 bytes (a root key a provider opened).
+    pub fn from_key(key: KeyMaterial) -> Self {
         let id = hex::encode(
             &Sha256::digest(
                 [
@@ -51,11 +58,11 @@ impl MasterKey {
                 .concat(),
             )[..6],
         );
-        Ok(Self {
+        Self {
             id,
             key,
             previous: Vec::new(),
-        })
+        }
     }
 
     /// This key, also unwrapping what `previous` (and the keys it holds) wrapped.
@@ -175,8 +182,8 @@ impl MasterKey {
         };
         VaultError::MasterKey(format!(
             "data is wrapped by master key {id}, but the configured master key is {}{also}: \
-             if a rotation from or to {id} was begun, give both keys (master_key_file and \
-             previous_master_key_file) and finish it with `paycred master-key rotate` \
+             if a rotation from or to {id} was begun, give both keys (master_key and \
+             previous_master_key) and finish it with `paycred master-key rotate` \
              (docs/operations.md)",
             self.id
         ))

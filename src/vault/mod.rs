@@ -1,6 +1,9 @@
 //! Card data protection: envelope encryption at rest, fingerprints and CVC erasure.
 //!
-//! - [`master::MasterKey`] wraps every other key and never encrypts data itself.
+//! - [`master::MasterKey`] wraps every other key and never encrypts data itself. It comes
+//!   from a file, or is a root key that an HSM (PKCS#11) or AWS KMS opens once at start
+//!   ([`provider`]): with those, the key that opens the root key never leaves the HSM or KMS,
+//!   the host keeps the root key only wrapped by it, and no request calls the HSM or KMS.
 //! - Each project has a keyring (stored wrapped): data-encryption keys with ids (the current
 //!   one seals new values; older ones still open old values) and a fingerprint key.
 //! - Values are AES-256-GCM sealed with an `aad` that names their place (project, record,
@@ -10,11 +13,13 @@
 //! - [`client_keys::ClientKeys`]: the EC keys browsers encrypt `encryptedCard` to (JWE).
 //!
 //! May import: `store` (keyrings and client keys are stored wrapped), `audit` (the head's MAC
-//! keys come from the master key), `secret`, `clock`, `error`.
+//! keys come from the master key), `config` (the master key's provider), `secret`, `clock`,
+//! `error`.
 
 pub mod client_keys;
 pub mod cvc;
 pub mod master;
+pub mod provider;
 pub mod rotate;
 
 pub use crate::store::Sealed;

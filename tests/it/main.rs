@@ -30,6 +30,7 @@ mod form_props;
 mod h2;
 mod idempotency;
 mod keepalive;
+mod key_providers;
 mod keys;
 mod layers;
 mod log_hygiene;

@@ -136,6 +136,12 @@ fn classify(c: char, len: usize) -> Written {
 /// for bytes cut short.
 type Read = Option<Result<(char, usize), ()>>;
 
+/// Whether a `\` followed by `b` is an escape [`read`] reads (`\u…`, `\t`, `\/`, ...): the
+/// others (`\"`, `\\`) write neither a digit nor a separator.
+pub fn escape_reads(b: u8) -> bool {
+    matches!(b, b'u' | b't' | b'n' | b'r' | b'/' | b'b' | b'f')
+}
+
 /// `\uXXXX` or a short escape.
 fn json_escape(bytes: &[u8]) -> Read {
     let &kind = bytes.get(1)?;

@@ -136,6 +136,9 @@ pub struct Options {
     pub tls: bool,
     /// Environment variables of the server process.
     pub env: Vec<(&'static str, String)>,
+    /// The config's master key line(s) in place of `master_key_file: KEYS_DIR/master.key`
+    /// (`KEYS_DIR` is the server's directory), e.g. a `master_key:` of another provider.
+    pub master_key_yaml: Option<String>,
 }
 
 /// Which store a test server uses.
@@ -169,6 +172,7 @@ impl Default for Options {
             master_key: None,
             tls: false,
             env: Vec::new(),
+            master_key_yaml: None,
         }
     }
 }
@@ -278,7 +282,7 @@ impl Server {
             "listen: 127.0.0.1:{port}\n\
              data_dir: {d}/data\n\
              {store}\
-             master_key_file: {d}/master.key\n\
+             {master_key}\n\
              cvc_retention: {retention}\n\
              rest_max_body: {max}\n\
              audit_hash: {audit_hash}\n\
@@ -316,6 +320,11 @@ impl Server {
             max = opts.rest_max_body,
             audit_hash = opts.audit_hash,
             extra = opts.extra_project_yaml.replace("KEYS_DIR", &d.to_string()),
+            master_key = opts
+                .master_key_yaml
+                .as_deref()
+                .unwrap_or("master_key_file: KEYS_DIR/master.key")
+                .replace("KEYS_DIR", &d.to_string()),
             metrics = opts.metrics_yaml.replace("KEYS_DIR", &d.to_string()),
             proxy_timeout = opts.proxy_timeout,
             body_read_timeout = opts.body_read_timeout,
@@ -748,10 +757,16 @@ impl paycred::template::Resolver for Table<'_> {
 /// Starts `paycred serve` on `config`, expecting it to refuse: returns what it wrote to stderr
 /// once it exited; panics if it keeps running (after killing it).
 pub fn refused_start(config: &Path) -> String {
+    refused_start_with(config, &[])
+}
+
+/// [`refused_start`] with these environment variables.
+pub fn refused_start_with(config: &Path, env: &[(&str, String)]) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_paycred"))
         .args(["serve", "-c"])
         .arg(config)
         .env_remove("PAYCRED_MASTER_KEY")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("RUST_LOG", "error")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
