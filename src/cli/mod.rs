@@ -50,6 +50,10 @@ enum Command {
         /// role's routes; repeat for more. Default: the Vite dev server's.
         #[arg(long = "allow-origin", value_name = "ORIGIN", requires = "dev")]
         allow_origins: Vec<String>,
+        /// For --dev: the browser checkout proxy's address, loopback only. Default: the
+        /// --listen port's next one (127.0.0.1:8081).
+        #[arg(long, value_name = "ADDR", requires = "dev")]
+        browser_proxy_listen: Option<SocketAddr>,
     },
     /// Mint a development JWT signed with a private key.
     Jwt {
@@ -296,27 +300,62 @@ fn browser_ca(config: &Config) -> Result<(), String> {
     }
 }
 
-/// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
-fn serve(
-    config: Option<PathBuf>,
-    dev: bool,
-    dev_dir: &std::path::Path,
+/// The `serve --dev` flags.
+struct Dev {
+    dir: PathBuf,
     listen: SocketAddr,
-    upgrade: bool,
-    allow_origins: &[String],
-) -> Result<(), String> {
-    let path = if dev {
-        let setup = crate::dev::prepare(dev_dir, listen, allow_origins)
-            .map_err(|e| format!("--dev setup: {e}"))?;
-        println!("{}", crate::dev::banner(&setup, listen));
-        setup.config_file
-    } else {
-        config.ok_or("give -c FILE, or --dev for a local setup")?
+    browser_proxy: Option<SocketAddr>,
+    allow_origins: Vec<String>,
+}
+
+/// Runs the server until it is stopped (SIGTERM: gracefully; SIGINT: at once).
+fn serve(config: Option<PathBuf>, dev: Option<Dev>, upgrade: bool) -> Result<(), String> {
+    let path = match dev {
+        Some(dev) => dev_setup(&dev)?,
+        None => config.ok_or("give -c FILE, or --dev for a local setup")?,
     };
     let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let server = crate::build_server(config, &path, upgrade).map_err(|e| e.to_string())?;
     server.run(pingora::server::RunArgs::default());
     Ok(())
+}
+
+/// Prepares the `--dev` setup (with the browser proxy's CA, made on the first run), prints
+/// how to use it, and gives its config file.
+fn dev_setup(dev: &Dev) -> Result<PathBuf, String> {
+    let loopback = |a: SocketAddr, flag: &str| match a.ip().is_loopback() {
+        true => Ok(a),
+        false => Err(format!(
+            "{flag} {a}: the dev setup listens on loopback only"
+        )),
+    };
+    let listen = loopback(dev.listen, "--listen")?;
+    let browser_proxy = match dev.browser_proxy {
+        Some(a) => a,
+        None => match dev.listen.port().checked_add(1) {
+            Some(port) => SocketAddr::new(dev.listen.ip(), port),
+            None => return Err("give --browser-proxy-listen: --listen has the last port".into()),
+        },
+    };
+    let browser_proxy = loopback(browser_proxy, "--browser-proxy-listen")?;
+    if browser_proxy == listen {
+        return Err("--browser-proxy-listen must differ from --listen".into());
+    }
+    let ca_dir = dev.dir.join(crate::dev::BROWSER_CA_DIR);
+    let ca_cert = ca_dir.join(crate::browser::ca::CERT_FILE);
+    if !ca_cert.exists() {
+        ca::make(&ca_dir).map_err(|e| format!("--dev setup: {e}"))?;
+    }
+    let setup = crate::dev::prepare(&dev.dir, listen, browser_proxy, &dev.allow_origins)
+        .map_err(|e| format!("--dev setup: {e}"))?;
+    println!("{}", crate::dev::banner(&setup, listen));
+    println!(
+        "Browser checkout proxy on http://{browser_proxy} (sessions for hosts of `localhost`):"
+    );
+    for line in ca::trust_in_browser(&ca_cert.display().to_string(), browser_proxy) {
+        println!("{line}");
+    }
+    Ok(setup.config_file)
 }
 
 /// Sends SIGHUP to the server running with `path`: the process named in its data dir's pid
@@ -360,9 +399,16 @@ pub fn run() -> ExitCode {
             listen,
             upgrade,
             allow_origins,
+            browser_proxy_listen,
         } => {
             let log = crate::ops::logging::init();
-            let served = serve(config, dev, &dev_dir, listen, upgrade, &allow_origins);
+            let dev = dev.then_some(Dev {
+                dir: dev_dir,
+                listen,
+                browser_proxy: browser_proxy_listen,
+                allow_origins,
+            });
+            let served = serve(config, dev, upgrade);
             // Written before the error below, and before the process ends.
             drop(log);
             match served {

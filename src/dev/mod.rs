@@ -2,7 +2,10 @@
 //! `dev` with a fresh Ed25519 key pair (private key kept there for `paycred jwt`), data
 //! in `./paycred-dev/data`, localhost targets allowed, and browser pages of the origins given
 //! with `--allow-origin` (default [`DEFAULT_ORIGINS`]) allowed to call the public role's
-//! routes. A second run reuses the keys and the data.
+//! routes; the browser checkout proxy on its own address with an interception CA in
+//! [`BROWSER_CA_DIR`] (made by the command line, which may use the browser proxy's code),
+//! and browser sessions for hosts of `localhost`. A second run reuses the keys, the CA and
+//! the data.
 //!
 //! May import: `auth::mint`, `vault::master`, `secret`, `config`, `http`, `error`. Only the edge (the
 //! `/demo` page) and the command line use it.
@@ -18,6 +21,10 @@ use std::path::{Path, PathBuf};
 
 /// Origins allowed by default: the Vite dev server's, where a frontend is usually developed.
 pub const DEFAULT_ORIGINS: [&str; 2] = ["http://localhost:5173", "http://127.0.0.1:5173"];
+
+/// The directory, in the dev setup's, of the browser proxy's interception CA (`ca.pem`,
+/// `ca-key.pem`).
+pub const BROWSER_CA_DIR: &str = "browser-ca";
 
 /// Files of the development setup.
 #[derive(Debug, Clone)]
@@ -49,10 +56,12 @@ pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 }
 
 /// Creates what is missing of the development setup in `dir`; its config allows browser pages
-/// of `origins` (none given: [`DEFAULT_ORIGINS`]).
+/// of `origins` (none given: [`DEFAULT_ORIGINS`]) and has the browser proxy listen on
+/// `browser_proxy` with the CA in [`BROWSER_CA_DIR`].
 pub fn prepare(
     dir: &Path,
     listen: SocketAddr,
+    browser_proxy: SocketAddr,
     origins: &[String],
 ) -> Result<DevSetup, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(dir)?;
@@ -119,6 +128,12 @@ pub fn prepare(
          \x20   # Passkeys beside the one-time code, on localhost (open the demo as localhost).\n\
          \x20   verification:\n\
          \x20     passkeys: {{rp_id: localhost, origins: [{passkey_origins}]}}\n\
+         \x20   # Browser sessions for checkout pages on localhost (the browser proxy below).\n\
+         \x20   browser_checkout: {{allowed_hosts: [localhost], max_ttl: 1h}}\n\
+         # The browser checkout proxy, with the interception CA made on the first run.\n\
+         browser_proxy:\n\
+         \x20 listen: {browser_proxy}\n\
+         \x20 ca: {{cert_file: {BROWSER_CA_DIR}/ca.pem, key_file: {BROWSER_CA_DIR}/ca-key.pem}}\n\
          # /metrics for a caller with the bearer token in metrics.token.\n\
          metrics: {{bearer_token_file: metrics.token}}\n\
          # The demo page at /demo, with a route that mints tokens with the dev key (dev only).\n\
@@ -165,8 +180,16 @@ mod tests {
     fn the_dev_config_allows_the_origins_given() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
         let listen: SocketAddr = "127.0.0.1:8080".parse().unwrap_or_else(|_| unreachable!());
+        let browser_proxy: SocketAddr = "127.0.0.1:8081".parse().unwrap_or_else(|_| unreachable!());
+        // The CA's files are the command line's to make; the config only names them.
+        let ca = dir.path().join(BROWSER_CA_DIR);
+        std::fs::create_dir_all(&ca).unwrap_or_else(|e| unreachable!("{e}"));
+        for file in ["ca.pem", "ca-key.pem"] {
+            std::fs::write(ca.join(file), "").unwrap_or_else(|e| unreachable!("{e}"));
+        }
         let origins = |given: &[String]| {
-            let setup = prepare(dir.path(), listen, given).unwrap_or_else(|e| unreachable!("{e}"));
+            let setup = prepare(dir.path(), listen, browser_proxy, given)
+                .unwrap_or_else(|e| unreachable!("{e}"));
             let config = crate::config::Config::load(&setup.config_file)
                 .unwrap_or_else(|e| unreachable!("{e}"));
             let project = config.project("dev").unwrap_or_else(|| unreachable!());
@@ -192,5 +215,17 @@ mod tests {
             passkeys.origins,
             ["http://localhost:8080", "http://localhost:3001"]
         );
+        // The browser proxy on its address; sessions for localhost pages.
+        let proxy = config
+            .browser_proxy
+            .clone()
+            .unwrap_or_else(|| unreachable!());
+        assert_eq!(proxy.listen, browser_proxy);
+        assert_eq!(proxy.ca_cert_file, ca.join("ca.pem"));
+        let checkout = config
+            .project("dev")
+            .and_then(|p| p.browser_checkout.clone())
+            .unwrap_or_else(|| unreachable!());
+        assert!(checkout.allows("localhost") && !checkout.allows("example.com"));
     }
 }

@@ -1,7 +1,8 @@
 //! Browser checkout from the command line: `paycred ca --out DIR` writes an interception CA
 //! (the key its owner's alone, never over an existing file) and says how to trust it, and
 //! `paycred check` loads the CA a config names, accepting a good one and naming the file of
-//! a bad one, as it checks `browser_checkout` of each project.
+//! a bad one, as it checks `browser_checkout` of each project; `paycred serve --dev` makes
+//! a CA on its first run, keeps it, and runs the browser proxy beside the API.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -59,6 +60,116 @@ fn ca_writes_a_private_key_never_over_a_file_and_says_how_to_trust_it() {
     assert_eq!(std::fs::read_to_string(&cert).unwrap(), pem);
     // What it wrote is a CA paycred loads.
     assert!(paycred::browser::ca::Ca::load(&cert, &key).is_ok());
+}
+
+/// A `paycred serve --dev` process, killed when dropped.
+struct DevServer(std::process::Child);
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `paycred serve --dev` in `dir` on `listen` and `proxy`, and waits for its health.
+fn serve_dev(dir: &Path, listen: &str, proxy: &str) -> DevServer {
+    let log = std::fs::File::create(dir.join("dev.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "--dev", "--dev-dir"])
+        .arg(dir.join("dev"))
+        .args(["--listen", listen, "--browser-proxy-listen", proxy])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = DevServer(child);
+    let up = crate::common::eventually(std::time::Duration::from_secs(30), || {
+        ureq::get(&format!("http://{listen}/health")).call().is_ok()
+    });
+    assert!(
+        up,
+        "{}",
+        std::fs::read_to_string(dir.join("dev.log")).unwrap()
+    );
+    server
+}
+
+#[test]
+fn serve_dev_makes_a_ca_once_and_runs_the_browser_proxy() {
+    use serde_json::{json, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", crate::common::free_port());
+    let proxy = format!("127.0.0.1:{}", crate::common::free_port());
+    let ca_pem = dir.path().join("dev/browser-ca/ca.pem");
+    let first = {
+        let _server = serve_dev(dir.path(), &listen, &proxy);
+        let banner = std::fs::read_to_string(dir.path().join("dev.log")).unwrap();
+        assert!(
+            banner.contains(&format!("Browser checkout proxy on http://{proxy}")),
+            "{banner}"
+        );
+        let trust = format!("-A -t C,, -n paycred -i {}", ca_pem.display());
+        assert!(banner.contains(&trust), "{banner}");
+        assert!(!banner.contains("PRIVATE KEY"));
+        let key = dir.path().join("dev/dev-private.pem");
+        let jwt = |role: &str| {
+            let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
+                .args(["jwt", "--key", key.to_str().unwrap(), "--kid", "dev-1"])
+                .args(["--project", "dev", "--sub", "user_1", "--role", role])
+                .output()
+                .unwrap();
+            text(&out.stdout).trim().to_string()
+        };
+        let t = jwt("private");
+        let post = |path: &str, body: Value| -> Value {
+            ureq::post(&format!("http://{listen}/projects/dev{path}"))
+                .set("Authorization", &format!("Bearer {t}"))
+                .send_json(body)
+                .unwrap()
+                .into_json()
+                .unwrap()
+        };
+        let card = json!({"number": "4242424242424242", "expirationMonth": "12",
+            "expirationYear": "2030", "cvc": "123"});
+        let pm = post(
+            "/payment-methods",
+            json!({"entityId": "user_1", "card": card}),
+        );
+        let pi = post(
+            "/purchase-intents",
+            json!({"entityId": "user_1", "paymentMethodId": pm["id"], "credentialType": "pan",
+                "mandates": [{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]}),
+        );
+        assert_eq!(pi["status"], "active", "{pi}");
+        let pi = pi["id"].as_str().unwrap();
+        let session = post(
+            &format!("/purchase-intents/{pi}/browser-sessions"),
+            json!({"allowedHosts": ["localhost"], "ttl": 600}),
+        );
+        assert_eq!(
+            session["proxy"]["url"],
+            format!("http://{proxy}"),
+            "{session}"
+        );
+        let pem = std::fs::read_to_string(&ca_pem).unwrap();
+        assert_eq!(session["caCertificate"], pem);
+        // The proxy listens and asks for the session's credentials.
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&proxy).unwrap();
+        c.write_all(b"CONNECT localhost:443 HTTP/1.1\r\nHost: localhost:443\r\n\r\n")
+            .unwrap();
+        let mut head = [0u8; 12];
+        c.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 407");
+        pem
+    };
+    // A second run keeps the CA the browser was told to trust.
+    let _server = serve_dev(dir.path(), &listen, &proxy);
+    assert_eq!(std::fs::read_to_string(&ca_pem).unwrap(), first);
+    use std::os::unix::fs::PermissionsExt;
+    let key = std::fs::metadata(dir.path().join("dev/browser-ca/ca-key.pem")).unwrap();
+    assert_eq!(key.permissions().mode() & 0o777, 0o600);
 }
 
 #[test]
