@@ -16,9 +16,8 @@
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use paycred::config::{ProxyConfig, ResponseGuardMode};
+use paycred::config::ResponseGuardMode;
 use paycred::proxy::guard::ResponseGuard;
-use paycred::secret::{CardNumber, Cvc};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -27,30 +26,11 @@ use std::time::Duration;
 mod bodies;
 use bodies::{body, TEMPLATE};
 
+#[path = "common/guard.rs"]
+mod guard;
+use guard::{arm, guard, NUMBER};
+
 const CHUNK: usize = 16 * 1024;
-const NUMBER: &str = "4242424242424242";
-
-const CVC: &str = "737";
-
-fn guard(mode: ResponseGuardMode, any_card: bool, cvc: bool) -> ResponseGuard {
-    let mut g = ResponseGuard::new(&ProxyConfig {
-        allowed_hosts: Vec::new(),
-        allow_http: false,
-        allow_private_networks: false,
-        ca_file: None,
-        timeout: Duration::from_secs(30),
-        response_guard: mode,
-        response_guard_any_card: any_card,
-    });
-    arm(&mut g, cvc);
-    g
-}
-
-fn arm(g: &mut ResponseGuard, cvc: bool) {
-    let cvcs = if cvc { vec![Cvc::new(CVC)] } else { Vec::new() };
-    g.arm(vec![CardNumber::new(NUMBER)], cvcs);
-}
-
 /// The answer in the chunks the relay would read.
 fn chunks(answer: &[u8]) -> Vec<Bytes> {
     answer.chunks(CHUNK).map(Bytes::copy_from_slice).collect()

@@ -9,18 +9,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::Bytes;
-use paycred::config::{ProxyConfig, ResponseGuardMode};
-use paycred::proxy::guard::ResponseGuard;
-use paycred::secret::{CardNumber, Cvc};
+use paycred::config::ResponseGuardMode;
 use std::hint::black_box;
-use std::time::Duration;
 
 #[path = "../../common/bodies.rs"]
 #[allow(dead_code)] // The load bench's body is not used here.
 mod bodies;
 use bodies::{body, TEMPLATE};
 
-const NUMBER: &str = "4242424242424242";
+#[path = "../../common/guard.rs"]
+mod guard;
+use guard::{arm, guard, NUMBER};
 
 fn main() {
     let case = std::env::args().nth(1).unwrap_or_else(|| "1k".to_owned());
@@ -43,25 +42,13 @@ fn main() {
         .chunks(16 * 1024)
         .map(Bytes::copy_from_slice)
         .collect();
-    let mut guard = ResponseGuard::new(&ProxyConfig {
-        allowed_hosts: Vec::new(),
-        allow_http: false,
-        allow_private_networks: false,
-        ca_file: None,
-        timeout: Duration::from_secs(30),
-        response_guard: ResponseGuardMode::Mask,
-        response_guard_any_card: false,
-    });
+    let cvc = kind == "cvc";
+    let mut g = guard(ResponseGuardMode::Mask, false, cvc);
     let mut sent = 0;
     for _ in 0..n {
-        let cvcs = if kind == "cvc" {
-            vec![Cvc::new("737")]
-        } else {
-            Vec::new()
-        };
-        guard.arm(vec![CardNumber::new(NUMBER)], cvcs);
+        arm(&mut g, cvc);
         for (i, chunk) in chunks.iter().enumerate() {
-            let out = guard
+            let out = g
                 .body(Some(black_box(chunk.clone())), i + 1 == chunks.len())
                 .unwrap();
             sent += out.map_or(0, |b| b.len());
