@@ -16,8 +16,8 @@
 // - Chromium trusts paycred's CA through the NSS database of a HOME of its own (certutil), never
 //   through --ignore-certificate-errors; its database also trusts the merchants' CA, for
 //   analytics.test. A browser whose database trusts the merchants' CA alone must fail.
-// - Playwright's launch option `proxy` carries the session; a second session rides on a
-//   context's own `proxy` option.
+// - Playwright's launch option `proxy` carries the session; a second session, of a `pan`
+//   intent, rides on a context's own `proxy` option.
 // - The intent's usage limit is 3: the form post, the JSON post and the card iframe's post each
 //   count one use; the fourth submission is refused and the merchants receive nothing.
 import { test, before, after } from "node:test";
@@ -245,11 +245,11 @@ async function api(method, path, body) {
   return json;
 }
 
-/** A `virtual-card` intent of the card, usable `uses` times. */
-function newIntent(uses) {
+/** An intent of the card (`virtual-card` or `pan`), usable `uses` times. */
+function newIntent(uses, credentialType = "virtual-card") {
   return api("POST", `/projects/${PROJECT}/purchase-intents`, {
     entityId: ENTITY,
-    credentialType: "virtual-card",
+    credentialType,
     paymentMethodId: paymentMethod,
     mandates: [
       { type: "maxAmount", value: "50.00", details: { currency: "840" } },
@@ -284,6 +284,7 @@ before(async () => {
     `listen: 127.0.0.1:${listen}
 data_dir: data
 master_key_file: master.key
+cvc_retention: 1h
 server: {grace_period: 0s, graceful_shutdown_timeout: 1s}
 browser_proxy: {listen: 127.0.0.1:${proxyPort}, ca: {cert_file: ca/ca.pem, key_file: ca/ca-key.pem}}
 projects:
@@ -332,7 +333,8 @@ after(async () => {
   if (work) await rm(work, { recursive: true, force: true });
   // paycred's log never carries the real number, nor its stand-in.
   if (intent && session) {
-    for (const n of [...writings(intent.card.number), ...writings(session.card.number)]) {
+    const numbers = [CARD.number, intent.card.number, session.card.number];
+    for (const n of numbers.flatMap(writings)) {
       assert.ok(!(server?.log || "").includes(n), "a card number was logged");
     }
   }
@@ -467,8 +469,9 @@ test("every response body, console message and page the browser had holds only s
 
 test("Playwright's per-context proxy option: a context of its own for one session", async () => {
   // A browser launched without a proxy; the context carries the session's proxy (one browser,
-  // a context per checkout). A session of a fresh intent, one use.
-  const other = await newIntent(1);
+  // a context per checkout). A session of a fresh `pan` intent (the card itself, its CVC
+  // retained), one use.
+  const other = await newIntent(1, "pan");
   const fresh = await agent.createBrowserSession(other.id, { allowedHosts: ["shop.test"] });
   const home = await nssHome(join(work, "home-flags"), [join(work, "paycred-ca.pem")]);
   const plain = await launchChromium({ env: { ...process.env, HOME: home } });
@@ -483,11 +486,11 @@ test("Playwright's per-context proxy option: a context of its own for one sessio
     await p.fill("#cvc", fresh.card.cvc);
     await Promise.all([p.waitForURL("https://shop.test/pay"), p.click("#submit")]);
     const form = new URLSearchParams(since(n).find((r) => r.path === "/pay").body);
-    assert.equal(form.get("number"), other.card.number);
-    assert.equal(form.get("cvc"), other.card.cvc);
+    assert.equal(form.get("number"), CARD.number);
+    assert.equal(form.get("cvc"), CARD.cvc);
     assert.ok((await p.locator("#receipt").textContent()).includes(fresh.card.number));
     const html = await p.content();
-    assert.ok(!html.includes(other.card.number), "the real number in the DOM");
+    assert.ok(!html.includes(CARD.number), "the real number in the DOM");
     await p.screenshot({ path: join(shots, "checkout-context-proxy.png"), fullPage: true });
     assert.equal((await agent.getBrowserSession(other.id, fresh.id)).uses, 1);
   } finally {
