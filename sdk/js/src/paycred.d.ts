@@ -105,6 +105,45 @@ export class Paycred {
   deletePasskey(tenantId: string | undefined, passkeyId: string): Promise<void>;
 }
 
+/** A browser session of a purchase intent (docs/browser-checkout.md). */
+export interface BrowserSession {
+  id: string;
+  purchaseIntentId: string;
+  status: "active" | "ended";
+  allowedHosts: string[];
+  createdAt: string;
+  expiresAt: string;
+  endedAt?: string;
+  /** Requests that carried the real values. */
+  uses: number;
+  /** Stand-ins, safe to show a model; while the session is active. */
+  card?: Card;
+  /** The forward proxy; `password` only in the answer that created the session. */
+  proxy?: { url: string; username: string; password?: string };
+  /** The interception CA (PEM) the browser trusts; while the session is active. */
+  caCertificate?: string;
+}
+
+export interface PaycredAgentOptions {
+  baseUrl: string;
+  /** A private-role JWT; its `iss` is the project. Keep it on the server. */
+  jwt: string;
+  fetch?: typeof fetch;
+}
+
+/** The agent's server side of browser checkout (private role; never in a page). */
+export class PaycredAgent {
+  constructor(options: PaycredAgentOptions);
+  readonly projectId: string;
+  createBrowserSession(
+    purchaseIntentId: string,
+    options: { allowedHosts: string[]; ttl?: number },
+  ): Promise<BrowserSession>;
+  getBrowserSession(purchaseIntentId: string, sessionId: string): Promise<BrowserSession>;
+  listBrowserSessions(purchaseIntentId: string): Promise<BrowserSession[]>;
+  endBrowserSession(purchaseIntentId: string, sessionId: string): Promise<BrowserSession>;
+}
+
 export function encryptJwe(
   publicJwk: ClientEncryptionKey,
   plaintext: Uint8Array,

@@ -1,6 +1,7 @@
 // paycred browser SDK: client-side card encryption (JWE ECDH-ES + A256GCM with WebCrypto),
 // card tokens, payment methods from encrypted cards, and verifyPurchaseIntent.
-// Initialise it with a public-role JWT; it never needs a private one.
+// Initialise it with a public-role JWT; it never needs a private one. PaycredAgent is the
+// agent's server side of browser checkout (browser sessions), with a private-role JWT.
 //
 //   const paycred = new Paycred({ baseUrl: "https://paycred.example", jwt: publicJwt });
 //   const token = await paycred.createCardToken({ number, expirationMonth, expirationYear, cvc });
@@ -298,6 +299,41 @@ async function ceremony(run) {
   return credential;
 }
 
+/**
+ * One call of the service's API with `jwt` as the bearer token; resolves with the JSON answer,
+ * rejects with a PaycredError carrying the error envelope's `type`, status and details.
+ */
+async function request(fetchImpl, baseUrl, jwt, method, path, body) {
+  let resp;
+  try {
+    resp = await fetchImpl(baseUrl + path, {
+      method,
+      headers: {
+        Authorization: `Bearer ${jwt}`,
+        ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new PaycredError("networkError", "The paycred service could not be reached.");
+  }
+  const text = await resp.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!resp.ok) {
+    const e = json && json.error;
+    throw new PaycredError(e?.type || "httpError", e?.message || `HTTP ${resp.status}`, {
+      status: resp.status,
+      details: e?.details,
+    });
+  }
+  return json;
+}
+
 export class Paycred {
   /**
    * @param {object} options
@@ -330,35 +366,8 @@ export class Paycred {
     this._key = null;
   }
 
-  async _request(method, path, body) {
-    let resp;
-    try {
-      resp = await this._fetch(this.baseUrl + path, {
-        method,
-        headers: {
-          Authorization: `Bearer ${this.jwt}`,
-          ...(body === undefined ? {} : { "Content-Type": "application/json" }),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-    } catch (e) {
-      throw new PaycredError("networkError", "The paycred service could not be reached.");
-    }
-    const text = await resp.text();
-    let json = null;
-    try {
-      json = text ? JSON.parse(text) : null;
-    } catch {
-      json = null;
-    }
-    if (!resp.ok) {
-      const e = json && json.error;
-      throw new PaycredError(e?.type || "httpError", e?.message || `HTTP ${resp.status}`, {
-        status: resp.status,
-        details: e?.details,
-      });
-    }
-    return json;
+  _request(method, path, body) {
+    return request(this._fetch, this.baseUrl, this.jwt, method, path, body);
   }
 
   /** The project's client encryption key (a public JWK), fetched once. */
@@ -490,6 +499,63 @@ export class Paycred {
   /** Deletes one of the JWT's entity's passkeys; unusable at once. */
   async deletePasskey(tenantId = this.projectId, passkeyId) {
     await this._request("DELETE", `${this._passkeys(tenantId)}/${encodeURIComponent(passkeyId)}`);
+  }
+}
+
+/**
+ * The agent's side of browser checkout, on a server (Node 20+): browser sessions of a purchase
+ * intent, with a **private-role** JWT. Never in a page: a private JWT is the project's to keep.
+ *
+ *   const agent = new PaycredAgent({ baseUrl, jwt: privateJwt });
+ *   const s = await agent.createBrowserSession(intentId, { allowedHosts: ["shop.example"] });
+ *   // s.proxy {url, username, password} and s.caCertificate go to the browser; s.card holds
+ *   // the stand-ins the agent types.
+ */
+export class PaycredAgent {
+  /**
+   * @param {object} options
+   * @param {string} options.baseUrl the paycred service
+   * @param {string} options.jwt     a private-role JWT (its `iss` is the project)
+   */
+  constructor({ baseUrl, jwt, fetch: fetchImpl } = {}) {
+    if (!baseUrl || !jwt) throw new PaycredError("invalidOptions", "baseUrl and jwt are required.");
+    this.baseUrl = String(baseUrl).replace(/\/+$/, "");
+    this.jwt = jwt;
+    this.projectId = jwtClaims(jwt).iss;
+    this._fetch = fetchImpl || globalThis.fetch.bind(globalThis);
+  }
+
+  _sessions(purchaseIntentId, sessionId) {
+    const path =
+      `/projects/${encodeURIComponent(this.projectId)}/purchase-intents/` +
+      `${encodeURIComponent(purchaseIntentId)}/browser-sessions`;
+    return sessionId === undefined ? path : `${path}/${encodeURIComponent(sessionId)}`;
+  }
+
+  /**
+   * A browser session of an active `virtual-card` or `pan` intent: resolves with its stand-in
+   * `card`, its `proxy` `{url, username, password}` (the password shown this once) and the
+   * `caCertificate` the browser trusts. `ttl` is seconds (default: the project's `max_ttl`).
+   */
+  createBrowserSession(purchaseIntentId, { allowedHosts, ttl } = {}) {
+    const body = { allowedHosts };
+    if (ttl !== undefined) body.ttl = ttl;
+    return request(this._fetch, this.baseUrl, this.jwt, "POST", this._sessions(purchaseIntentId), body);
+  }
+
+  /** A session as it is now (no proxy password; no card, proxy or CA once it has ended). */
+  getBrowserSession(purchaseIntentId, sessionId) {
+    return request(this._fetch, this.baseUrl, this.jwt, "GET", this._sessions(purchaseIntentId, sessionId));
+  }
+
+  /** The intent's sessions. */
+  listBrowserSessions(purchaseIntentId) {
+    return request(this._fetch, this.baseUrl, this.jwt, "GET", this._sessions(purchaseIntentId));
+  }
+
+  /** Ends a session at once; resolves with it, `ended`. */
+  endBrowserSession(purchaseIntentId, sessionId) {
+    return request(this._fetch, this.baseUrl, this.jwt, "DELETE", this._sessions(purchaseIntentId, sessionId));
   }
 }
 

@@ -33,10 +33,19 @@ export function freePort() {
  * answers (30 s at most). `server.log` is stdout and stderr, `server.stderr` stderr alone;
  * `server.stop()` ends it (SIGTERM, SIGKILL after 5 s).
  */
-export async function startPaycred(bin, work, port, args = []) {
-  const base = `http://127.0.0.1:${port}`;
+export function startPaycred(bin, work, port, args = []) {
   const listen = ["--listen", `127.0.0.1:${port}`];
-  const child = spawn(bin, ["serve", "--dev", "--dev-dir", join(work, "dev"), ...listen, ...args], {
+  return serve(bin, work, port, ["--dev", "--dev-dir", join(work, "dev"), ...listen, ...args]);
+}
+
+/** `startPaycred` with a configuration file of its own, listening on 127.0.0.1:`port`. */
+export function startPaycredWithConfig(bin, work, port, config) {
+  return serve(bin, work, port, ["-c", config]);
+}
+
+async function serve(bin, work, port, args) {
+  const base = `http://127.0.0.1:${port}`;
+  const child = spawn(bin, ["serve", ...args], {
     cwd: work,
     env: { ...process.env, RUST_LOG: "info" },
     stdio: ["ignore", "pipe", "pipe"],
@@ -68,12 +77,13 @@ export async function startPaycred(bin, work, port, args = []) {
   throw new Error(`paycred did not start:\n${server.log}`);
 }
 
-/** Debian's Chromium, headless, with the shared flags. */
-export function launchChromium() {
+/** Debian's Chromium, headless, with the shared flags; `options` adds to Playwright's. */
+export function launchChromium(options = {}) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: CHROMIUM_ARGS,
     headless: true,
     timeout: 60_000,
+    ...options,
+    args: [...CHROMIUM_ARGS, ...(options.args || [])],
   });
 }

@@ -3,6 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Paycred,
+  PaycredAgent,
   PaycredError,
   base64url,
   base64urlDecode,
@@ -259,4 +260,48 @@ test("passkeys: verifyPurchaseIntent runs navigator.credentials.get and posts th
   const refusing = new Paycred({ baseUrl: "https://pc.example", jwt, fetch: fetchImpl,
     credentials: { get: async () => { throw Object.assign(new Error("no"), { name: "NotAllowedError" }); } } });
   await assert.rejects(refusing.verifyPurchaseIntent("p1", "pi_2"), (e) => e.type === "canceled");
+});
+
+test("PaycredAgent: browser sessions of an intent with a private JWT, errors as PaycredError", async () => {
+  const session = {
+    id: "bs_1",
+    purchaseIntentId: "pi/1",
+    status: "active",
+    allowedHosts: ["shop.example"],
+    card: { number: "4242421111111117", expirationMonth: "12", expirationYear: "2031", cvc: "987" },
+    proxy: { url: "http://127.0.0.1:8443", username: "bs_1", password: "secret" },
+  };
+  const f = fakeFetch(({ method }, n) => {
+    if (n === 5) return [409, { error: { type: "conflict", message: "The intent is not active." } }];
+    return [method === "POST" ? 201 : 200, n === 3 ? [session] : session];
+  });
+  const privateJwt = jwt({ iss: "shop", sub: "agent", roles: ["private"] });
+  const agent = new PaycredAgent({ baseUrl: "https://paycred.example/", jwt: privateJwt, fetch: f });
+  assert.equal(agent.projectId, "shop");
+  const made = await agent.createBrowserSession("pi/1", { allowedHosts: ["shop.example"], ttl: 600 });
+  assert.equal(made.proxy.password, "secret");
+  await agent.getBrowserSession("pi/1", "bs_1");
+  assert.deepEqual(await agent.listBrowserSessions("pi/1"), [session]);
+  await agent.endBrowserSession("pi/1", "bs_1");
+  const base = "https://paycred.example/projects/shop/purchase-intents/pi%2F1/browser-sessions";
+  assert.deepEqual(
+    f.calls.map((c) => [c.method, c.url]),
+    [
+      ["POST", base],
+      ["GET", `${base}/bs_1`],
+      ["GET", base],
+      ["DELETE", `${base}/bs_1`],
+    ],
+  );
+  assert.deepEqual(f.calls[0].body, { allowedHosts: ["shop.example"], ttl: 600 });
+  assert.match(f.calls[0].headers.Authorization, /^Bearer /);
+  assert.equal(f.calls[3].body, undefined);
+  // Without ttl, the body has none (the project's max_ttl applies).
+  await assert.rejects(agent.createBrowserSession("pi/1", { allowedHosts: ["shop.example"] }), {
+    name: "PaycredError",
+    type: "conflict",
+    status: 409,
+  });
+  assert.deepEqual(f.calls[4].body, { allowedHosts: ["shop.example"] });
+  assert.throws(() => new PaycredAgent({ baseUrl: "https://x" }), { type: "invalidOptions" });
 });
