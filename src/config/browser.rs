@@ -98,6 +98,13 @@ pub fn proxy(
             "must be an address like 127.0.0.1:8443",
         )
     })?;
+    if listen.port() == 0 {
+        // Sessions hand the browser this address as their proxy's.
+        return Err(invalid(
+            "browser_proxy.listen",
+            "must name its port: browser sessions give it to the browser",
+        ));
+    }
     if taken.iter().any(|t| same_socket(*t, listen)) {
         return Err(invalid(
             "browser_proxy.listen",
@@ -312,6 +319,11 @@ mod tests {
                 "127.0.0.1:8080",
                 cert.clone(),
                 "browser_proxy.listen: must differ",
+            ),
+            (
+                "127.0.0.1:0",
+                cert.clone(),
+                "browser_proxy.listen: must name its port",
             ),
             (
                 "0.0.0.0:9464",

@@ -29,12 +29,13 @@ export function freePort() {
 }
 
 /**
- * Starts `bin serve --dev` in `work` on 127.0.0.1:`port` with `args`; resolves once /health
- * answers (30 s at most). `server.log` is stdout and stderr, `server.stderr` stderr alone;
+ * Starts `bin serve --dev` in `work` on 127.0.0.1:`port` (its browser proxy on another free
+ * port) with `args`; resolves once /health answers (30 s at most). `server.log` is stdout and stderr, `server.stderr` stderr alone;
  * `server.stop()` ends it (SIGTERM, SIGKILL after 5 s).
  */
-export function startPaycred(bin, work, port, args = []) {
-  const listen = ["--listen", `127.0.0.1:${port}`];
+export async function startPaycred(bin, work, port, args = []) {
+  const proxy = `127.0.0.1:${await freePort()}`;
+  const listen = ["--listen", `127.0.0.1:${port}`, "--browser-proxy-listen", proxy];
   return serve(bin, work, port, ["--dev", "--dev-dir", join(work, "dev"), ...listen, ...args]);
 }
 

@@ -55,6 +55,18 @@ function portFree(port) {
   });
 }
 
+/** A TCP port free on 127.0.0.1 now. */
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createTcp();
+    s.on("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
 function serveStatic() {
   const types = { ".html": "text/html", ".js": "text/javascript" };
   return new Promise((ok) => {
@@ -104,7 +116,9 @@ before(async () => {
   stranger = `http://127.0.0.1:${strangerStatics.address().port}`;
   server = spawn(
     bin,
-    ["serve", "--dev", "--dev-dir", join(work, "dev"), "--listen", "127.0.0.1:3000", "--allow-origin", origin],
+    ["serve", "--dev", "--dev-dir", join(work, "dev"), "--listen", "127.0.0.1:3000", "--allow-origin", origin,
+      // The browser proxy is not used here: any free port.
+      "--browser-proxy-listen", `127.0.0.1:${await freePort()}`],
     { cwd: work, env: { ...process.env, RUST_LOG: "info" }, stdio: ["ignore", "pipe", "pipe"] },
   );
   server.stdout.on("data", (d) => (serverLog += d));
