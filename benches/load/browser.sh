@@ -18,7 +18,8 @@
 #
 # and new connections, 16 at a time, each carrying one request: through the browser proxy
 # (TCP, CONNECT, a handshake with the cached leaf; the form without stand-ins, so no use is
-# counted) and to the TLS listener (TCP, a handshake; reverse-1k's request).
+# counted, to the second target) and to the TLS listener (TCP, a handshake; reverse-1k's
+# request).
 # The target checks every body: one without the real number and CVC is answered 422, an
 # error. The proxies run alone on CPU 0 (paycred with one worker thread), oha and the target
 # on CPU 1; repetitions alternate the cases and the ratios are medians of per-repetition ones.
@@ -49,8 +50,8 @@ trap cleanup EXIT
 UPS=$(free_port); UPV=$(free_port); PC=$(free_port); BP=$(free_port); MP=$(free_port)
 build_bench
 
-# The bench's CA and the target's certificate (localhost, 127.0.0.1), as deployed.sh makes
-# them; paycred's interception CA from `paycred ca`.
+# The bench's CA and the targets' certificate (localhost, 127.0.0.1); paycred's interception
+# CA from `paycred ca`.
 tls="$work/tls"; bench_certs "$tls"
 "$bin" ca --out "$work/ca" >/dev/null
 
