@@ -1,9 +1,16 @@
 """Writes the bench bodies: JSON with card templates of payment method argv[1] into argv[2];
-beside them form-encoded and SOAP (XML) bodies of 1 KiB and 64 KiB with the same 4 templates."""
+beside them form-encoded and SOAP (XML) bodies of 1 KiB and 64 KiB with the same 4 templates.
+
+  bodies.py PM DIR
+  bodies.py --card PM NUMBER MONTH YEAR CVC DIR
+      browser.sh's: DIR/body-card-1k.txt, the 1 KiB form with these card values (a browser
+      session's stand-ins), and DIR/body-card-1k-templates.txt, the same form with PM's
+      templates in their place (the same bytes once substituted)
+"""
 import json, sys, urllib.parse
 
-pm, out = sys.argv[1], sys.argv[2]
 fields = ["number", "expirationMonth", "expirationYear", "cvc"]
+pm, out = sys.argv[2 if sys.argv[1] == "--card" else 1], sys.argv[-1]
 tpl = lambda f: "{{ paymentMethod: %s | type: 'pan' | json: '$.%s' }}" % (pm, f)
 
 
@@ -24,6 +31,26 @@ def body(size, templates):
     return text
 
 
+def form(size, card=tpl):
+    """A form as a client library writes it (Stripe-style nested keys, urlencode), about `size`
+    bytes, the card's 4 fields templated (or `card(field)`); with the filler's pairs."""
+    pairs = [(f"card[{f}]", card(f)) for f in fields] + [("amount", "1000"), ("currency", "usd")]
+    i = 0
+    while len(urllib.parse.urlencode(pairs)) < size - 120:
+        pairs.append((f"metadata[order_{i}][note]", "Delivery before noon, ring twice & leave at door %d" % i))
+        i += 1
+    return urllib.parse.urlencode(pairs)
+
+
+if sys.argv[1] == "--card":
+    text = form(1024, dict(zip(fields, sys.argv[3:7])).get)
+    with open(f"{out}/body-card-1k.txt", "w") as f:
+        f.write(text)
+    with open(f"{out}/body-card-1k-templates.txt", "w") as f:
+        card = urllib.parse.urlencode([(f"card[{f}]", tpl(f)) for f in fields])
+        f.write(card + "&" + text.split("&", 4)[4])
+    sys.exit(0)
+
 for name, size, templates in [("1k", 1024, 4), ("64k", 64 * 1024, 4), ("1m", 1024 * 1024, 4), ("100m", 100 * 1024 * 1024, 100)]:
     text = body(size, templates)
     if name == "64k":
@@ -31,17 +58,6 @@ for name, size, templates in [("1k", 1024, 4), ("64k", 64 * 1024, 4), ("1m", 102
         text = text[: text.rindex(",")] + "]}"
     with open(f"{out}/body-{name}.json", "w") as f:
         f.write(text)
-
-
-def form(size):
-    """A form as a client library writes it (Stripe-style nested keys, urlencode), about `size`
-    bytes, the card's 4 fields templated."""
-    pairs = [(f"card[{f}]", tpl(f)) for f in fields] + [("amount", "1000"), ("currency", "usd")]
-    i = 0
-    while len(urllib.parse.urlencode(pairs)) < size - 120:
-        pairs.append((f"metadata[order_{i}][note]", "Delivery before noon, ring twice & leave at door %d" % i))
-        i += 1
-    return urllib.parse.urlencode(pairs)
 
 
 def soap(size):

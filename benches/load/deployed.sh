@@ -20,13 +20,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
 . "$here/lib.sh"
-smoke=0
-for arg in "$@"; do
-  case $arg in
-    --smoke) smoke=1 ;;
-    *) echo "usage: $0 [--smoke]"; exit 2 ;;
-  esac
-done
+smoke_option "$@"
 # Full run: 9 throughput cases and 4 new-connection cases x 4 repetitions x 3 proxies x 2 s
 # (3 s for HTTP/2), 18 fixed-rate cases x 3 proxies x 3 s (1 s of it warm-up), and the
 # setup: about 9.5 minutes.
@@ -51,13 +45,7 @@ build_bench
 
 # The private CA and one certificate for localhost / 127.0.0.1, served by the target and by
 # the three listeners alike.
-tls="$work/tls"; mkdir -p "$tls"
-openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.pem" -days 2 \
-  -subj "/CN=paycred bench CA" 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout "$tls/srv.key" -out "$tls/srv.csr" -subj /CN=localhost 2>/dev/null
-echo "subjectAltName=DNS:localhost,IP:127.0.0.1" >"$tls/ext.cnf"
-openssl x509 -req -in "$tls/srv.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
-  -out "$tls/srv.pem" -days 2 -extfile "$tls/ext.cnf" 2>/dev/null
+tls="$work/tls"; bench_certs "$tls"
 
 # The targets on CPU 1 beside the load: plain and HTTPS.
 taskset -c 1 "$(bench_program upstream)" "127.0.0.1:$UP" &
@@ -115,16 +103,14 @@ pids+=($!); PT_PID=$!
 RUST_LOG=error taskset -c 0 "$pt_bin" "127.0.0.1:$PTS" "127.0.0.1:$UPS" 1 --tls "$tls/srv.pem" "$tls/srv.key" \
   --upstream-tls localhost "$tls/ca.pem" >"$work/pts.log" 2>&1 &
 pids+=($!); PTS_PID=$!
-# lib.sh's helpers name the server `127.0.0.1:PORT`; this curl config makes that https (the
-# certificate checked against the bench's CA) for the TLS paycred.
-mkdir -p "$work/curl-tls"
-printf 'proto-default = https\ncacert = "%s"\n' "$tls/ca.pem" >"$work/curl-tls/.curlrc"
+# lib.sh's helpers name the server `127.0.0.1:PORT`; bench_certs's curl config makes that https
+# (the certificate checked against the bench's CA) for the TLS paycred.
 wait_healthy "$PC"
-CURL_HOME="$work/curl-tls" wait_healthy "$PCS"
+CURL_HOME="$tls/curl" wait_healthy "$PCS"
 export TOKEN=$("$bin" jwt --key "$work/key.pem" --kid k1 --project bench --sub bench --role private --ttl 30m)
 python3 "$here/bodies.py" "$(add_bench_card "$PC" "$TOKEN")" "$work"
 mkdir -p "$work/tls-bodies"
-python3 "$here/bodies.py" "$(CURL_HOME="$work/curl-tls" add_bench_card "$PCS" "$TOKEN")" "$work/tls-bodies"
+python3 "$here/bodies.py" "$(CURL_HOME="$tls/curl" add_bench_card "$PCS" "$TOKEN")" "$work/tls-bodies"
 rm -f "$work"/body-100m.json "$work"/tls-bodies/body-100m.json
 
 wait_for_quiet 10

@@ -22,12 +22,12 @@ add_bench_card() {
     -d '{"entityId":"bench","card":{"number":"4242424242424242","expirationMonth":"12","expirationYear":"2034","cvc":"123"}}' | jq -r .id
 }
 
-# add_bench_intent PORT TOKEN PM: a virtual-card purchase intent for payment method PM;
-# prints its id.
+# add_bench_intent PORT TOKEN PM [MANDATE]: a virtual-card (or $CREDENTIAL) purchase intent for
+# payment method PM, with a maxAmount mandate (and MANDATE, a JSON object); prints its id.
 add_bench_intent() {
   curl -sf -X POST "127.0.0.1:$1/projects/bench/purchase-intents" -H "Authorization: Bearer $2" \
     -H 'Content-Type: application/json' \
-    -d '{"entityId":"bench","credentialType":"virtual-card","paymentMethodId":"'"$3"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}]}' | jq -r .id
+    -d '{"entityId":"bench","credentialType":"'"${CREDENTIAL:-virtual-card}"'","paymentMethodId":"'"$3"'","mandates":[{"type":"maxAmount","value":"100","details":{"currency":"USD"}}'"${4:+,$4}"']}' | jq -r .id
 }
 
 # start_postgres DIR: a throwaway PostgreSQL cluster in DIR (a new directory of its own, from
@@ -75,4 +75,32 @@ build_bench() {
   built_at=$SECONDS
   bin="${CARGO_TARGET_DIR:-$root/target}/release/paycred"
   pt_bin=$(bench_program passthrough)
+}
+
+# smoke_option ARGS...: sets $smoke to 1 for `--smoke`, else 0; any other argument prints the
+# usage and exits.
+smoke_option() {
+  smoke=0
+  for arg in "$@"; do
+    case $arg in
+      --smoke) smoke=1 ;;
+      *) echo "usage: $0 [--smoke]"; exit 2 ;;
+    esac
+  done
+}
+
+# bench_certs DIR: a private CA (DIR/ca.pem) and a certificate for localhost and 127.0.0.1
+# signed by it (DIR/srv.pem, DIR/srv.key), RSA 2048, by openssl; and DIR/curl/.curlrc, with
+# which (CURL_HOME=DIR/curl) the helpers above reach `127.0.0.1:PORT` over https, checked
+# against that CA.
+bench_certs() {
+  local tls=$1
+  mkdir -p "$tls/curl"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tls/ca.key" -out "$tls/ca.pem" -days 2 \
+    -subj "/CN=paycred bench CA" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$tls/srv.key" -out "$tls/srv.csr" -subj /CN=localhost 2>/dev/null
+  echo "subjectAltName=DNS:localhost,IP:127.0.0.1" >"$tls/ext.cnf"
+  openssl x509 -req -in "$tls/srv.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+    -out "$tls/srv.pem" -days 2 -extfile "$tls/ext.cnf" 2>/dev/null
+  printf 'proto-default = https\ncacert = "%s"\n' "$tls/ca.pem" >"$tls/curl/.curlrc"
 }

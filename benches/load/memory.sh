@@ -18,13 +18,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/benches/load"
 . "$here/lib.sh"
-smoke=0
-for arg in "$@"; do
-  case $arg in
-    --smoke) smoke=1 ;;
-    *) echo "usage: $0 [--smoke]"; exit 2 ;;
-  esac
-done
+smoke_option "$@"
 if [ $smoke = 1 ]; then count=200; h2n=100; else count=10000; h2n=1000; fi
 for tool in nginx h2load curl jq openssl python3; do
   command -v "$tool" >/dev/null || { echo "memory bench: $tool is missing (scripts/setup-bench installs it)"; exit 1; }

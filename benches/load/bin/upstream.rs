@@ -9,9 +9,11 @@
 //! TLS, a handshake) for its next request.
 //!
 //! With `--tls CERT KEY` it speaks HTTPS (OpenSSL's intermediate profile, HTTP/1.1, session
-//! tickets on) with that certificate: the target as paycred reaches it in production.
+//! tickets on) with that certificate: the target as paycred reaches it in production. With
+//! `--expect TEXT` (repeatable) every request body must hold each TEXT (the real card values
+//! a proxy swapped in), else it answers `422` with an empty body: a load tool counts those.
 //!
-//! `cargo run --release --example upstream -- 127.0.0.1:18100 [--tls CERT KEY]`
+//! `cargo run --release --example upstream -- 127.0.0.1:18100 [--tls CERT KEY] [--expect TEXT]...`
 
 use openssl::ssl::{Ssl, SslAcceptor, SslFiletype, SslMethod};
 use std::pin::Pin;
@@ -22,6 +24,9 @@ const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
 /// The answer to `X-Close: 1`.
 const RESPONSE_CLOSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}";
+
+/// The answer to a body without an `--expect` text.
+const RESPONSE_MISSING: &[u8] = b"HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 0\r\n\r\n";
 
 /// The answers to `X-Answer: 1k` and `64k`, head and body.
 fn answer_1k() -> &'static [u8] {
@@ -83,10 +88,17 @@ fn chunked_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+/// Whether `body` holds every text of `expect`.
+fn holds(body: &[u8], expect: &[Vec<u8>]) -> bool {
+    expect
+        .iter()
+        .all(|t| body.windows(t.len()).any(|w| w == t.as_slice()))
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, expect: &'static [Vec<u8>]) {
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
-        let (head_len, content_length, chunked, response) = loop {
+        let (head_len, content_length, chunked, mut response) = loop {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut req = httparse::Request::new(&mut headers);
             match req.parse(&buf) {
@@ -132,12 +144,18 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
                     return;
                 }
             };
+            if !holds(&buf[..end], expect) {
+                response = RESPONSE_MISSING;
+            }
             buf.drain(..end);
         } else {
             while buf.len() < content_length {
                 if !fill(&mut stream, &mut buf).await {
                     return;
                 }
+            }
+            if !holds(&buf[..content_length], expect) {
+                response = RESPONSE_MISSING;
             }
             buf.drain(..content_length);
         }
@@ -162,16 +180,23 @@ fn main() -> std::io::Result<()> {
         .get(1)
         .cloned()
         .unwrap_or_else(|| "127.0.0.1:18100".into());
-    let tls = match (args.get(2).map(String::as_str), args.get(3), args.get(4)) {
-        (None, ..) => None,
-        (Some("--tls"), Some(cert), Some(key)) => {
-            Some(acceptor(cert, key).map_err(std::io::Error::other)?)
+    let (mut tls, mut expect) = (None, Vec::new());
+    let mut rest = args.iter().skip(2);
+    while let Some(arg) = rest.next() {
+        match (arg.as_str(), rest.next()) {
+            ("--tls", Some(cert)) => {
+                // (A missing KEY is a file that cannot be read.)
+                let key = rest.next().map_or("", String::as_str);
+                tls = Some(acceptor(cert, key).map_err(std::io::Error::other)?);
+            }
+            ("--expect", Some(text)) => expect.push(text.as_bytes().to_vec()),
+            _ => {
+                eprintln!("usage: upstream LISTEN [--tls CERT KEY] [--expect TEXT]...");
+                std::process::exit(2);
+            }
         }
-        _ => {
-            eprintln!("usage: upstream LISTEN [--tls CERT KEY]");
-            std::process::exit(2);
-        }
-    };
+    }
+    let expect: &'static [Vec<u8>] = Vec::leak(expect);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -181,7 +206,7 @@ fn main() -> std::io::Result<()> {
             let (stream, _) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
             match &tls {
-                None => drop(tokio::spawn(serve(stream))),
+                None => drop(tokio::spawn(serve(stream, expect))),
                 Some(acceptor) => {
                     let Ok(mut stream) = Ssl::new(acceptor.context())
                         .and_then(|ssl| tokio_openssl::SslStream::new(ssl, stream))
@@ -190,7 +215,7 @@ fn main() -> std::io::Result<()> {
                     };
                     tokio::spawn(async move {
                         if Pin::new(&mut stream).accept().await.is_ok() {
-                            serve(stream).await;
+                            serve(stream, expect).await;
                         }
                     });
                 }
