@@ -164,6 +164,24 @@ mod tests {
     }
 
     #[test]
+    fn a_url_may_name_a_primary_and_its_standbys() {
+        let Ok(StoreConfig::Postgres(pg)) = postgres(
+            Some("postgres://paycred:s3cret-pw@db-a:5432,db-b:6432/pay?target_session_attrs=read-write"),
+            None,
+        ) else {
+            panic!("multi-host url refused")
+        };
+        assert_eq!(pg.url.describe(), "paycred@db-a:5432,db-b:6432/pay");
+        assert_eq!(pg.url.config().get_hosts().len(), 2);
+        assert_eq!(
+            pg.url.config().get_target_session_attrs(),
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        );
+        let shown = format!("{pg:?}");
+        assert!(!shown.contains("s3cret-pw"), "{shown}");
+    }
+
+    #[test]
     fn the_environment_wins_and_a_url_is_required() {
         let Ok(StoreConfig::Postgres(pg)) = postgres(
             Some("postgres://a@file-host/x"),

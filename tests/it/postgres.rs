@@ -129,7 +129,12 @@ fn one_instance_serves_rest_proxy_and_audit_from_postgres() {
 
 /// Three servers on one database with one master key.
 fn three_instances() -> Vec<Server> {
-    let a = Server::start_with(Options::on(Backend::Postgres));
+    three_instances_on(Backend::Postgres)
+}
+
+/// Three servers on the database of `backend` with one master key.
+pub(crate) fn three_instances_on(backend: Backend) -> Vec<Server> {
+    let a = Server::start_with(Options::on(backend));
     let url = a.database_url.clone().unwrap();
     let shared = || Options {
         backend: Backend::Database(url.clone()),
@@ -229,15 +234,26 @@ fn three_instances_share_one_database() {
         "only counted uses reach the target"
     );
 
-    // Used through B until B serves it from its cache, deleted on A: refused on B and C at
-    // once.
+    deleted_everywhere_at_once(&servers, &t, &pm);
+
+    // One chain for the three, verified while they run.
+    let (ok, out, err) = audit_cli(&servers[2], true);
+    assert!(ok, "{out}{err}");
+    let creates = out.matches("\"paymentMethod.create\"").count();
+    assert_eq!(creates, 1, "{out}");
+}
+
+/// The payment method `pm`, used through the second server until it serves `pm` from its
+/// cache, deleted through the first: every server hears of it (its change listener), and the
+/// second and third refuse it at once, far sooner than the cache's time to live.
+pub(crate) fn deleted_everywhere_at_once(servers: &[Server], t: &str, pm: &str) {
     let up = Upstream::start();
     let body =
         json!({"n": format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}")});
     let before = cache_hits(&servers[1]);
     assert!(
         eventually(std::time::Duration::from_secs(10), || {
-            assert_eq!(servers[1].proxy_json(&t, &up.url("/c"), &body).status, 201);
+            assert_eq!(servers[1].proxy_json(t, &up.url("/c"), &body).status, 201);
             cache_hits(&servers[1]) > before
         }),
         "B never served the payment method from its cache"
@@ -245,7 +261,7 @@ fn three_instances_share_one_database() {
     let sent = up.requests().len();
     let heard = |s: &Server| counter(s, "paycred_store_changes_heard_total");
     let before: Vec<u64> = servers.iter().map(heard).collect();
-    let deleted = servers[0].call("DELETE", &format!("{}/{pm}", pm_path()), Some(&t), None);
+    let deleted = servers[0].call("DELETE", &format!("{}/{pm}", pm_path()), Some(t), None);
     assert!(deleted.status < 300, "{}", deleted.text);
     // The delete's message reaches each instance as it commits (well within a millisecond
     // here), far sooner than the cache's time to live; wait for it, not for the TTL.
@@ -256,7 +272,7 @@ fn three_instances_share_one_database() {
         );
     }
     for server in &servers[1..] {
-        let r = server.proxy_json(&t, &up.url("/c"), &body);
+        let r = server.proxy_json(t, &up.url("/c"), &body);
         r.assert_error(400, "invalidTemplate");
         assert!(r.text.contains("unknown payment method"), "{}", r.text);
     }
@@ -265,12 +281,6 @@ fn three_instances_share_one_database() {
         sent,
         "nothing substituted after the delete"
     );
-
-    // One chain for the three, verified while they run.
-    let (ok, out, err) = audit_cli(&servers[2], true);
-    assert!(ok, "{out}{err}");
-    let creates = out.matches("\"paymentMethod.create\"").count();
-    assert_eq!(creates, 1, "{out}");
 }
 
 #[test]
@@ -398,7 +408,7 @@ fn sealed_under(url: &str, pm: &str) -> String {
 }
 
 /// Sets its flag when dropped.
-struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+pub(crate) struct StopOnDrop<'a>(pub(crate) &'a std::sync::atomic::AtomicBool);
 
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {

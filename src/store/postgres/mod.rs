@@ -370,11 +370,14 @@ async fn commit_announced(
     timed(tx.commit()).await
 }
 
-/// The connection settings of `config`, with [`OP_TIMEOUT`] to connect unless it names one.
+/// The connection settings of `config`. Unless the URL names a `connect_timeout`, each of its
+/// hosts gets an equal share of [`OP_TIMEOUT`] to connect in: a host that does not answer (a
+/// primary lost with its machine) leaves time to try the next within one operation's bound.
 fn listen_config(config: &PostgresConfig) -> tokio_postgres::Config {
     let mut pg_config = config.url.config().clone();
     if pg_config.get_connect_timeout().is_none() {
-        pg_config.connect_timeout(OP_TIMEOUT);
+        let hosts = u32::try_from(pg_config.get_hosts().len()).unwrap_or(u32::MAX);
+        pg_config.connect_timeout(OP_TIMEOUT / hosts.max(1));
     }
     pg_config
 }
@@ -484,6 +487,51 @@ mod tests {
             .to_string();
         assert!(e.contains(&format!("paycred@127.0.0.1:{port}/pay")), "{e}");
         assert!(!e.contains("s3cret-pw"), "{e}");
+    }
+
+    #[test]
+    fn a_host_that_does_not_answer_leaves_time_for_the_next() {
+        // A listener whose queue is full: the kernel drops further connection attempts, as
+        // a lost machine leaves them unanswered.
+        let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = hole.local_addr().unwrap();
+        let mut queued = Vec::new();
+        let attempt = || std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200));
+        while let Ok(s) = attempt() {
+            queued.push(s);
+            assert!(queued.len() < 10_000, "the queue never filled");
+        }
+        // The silent host first, then the test server.
+        let url = test_cluster::fresh_database().unwrap();
+        let (user, rest) = url.split_once('@').unwrap();
+        let config = PostgresConfig {
+            url: crate::config::store::DatabaseUrl::parse(&format!(
+                "{user}@127.0.0.1:{},{rest}",
+                at.port()
+            ))
+            .unwrap(),
+            pool_size: 2,
+            ca_file: None,
+            cache_ttl: CACHE_TTL,
+        };
+        assert_eq!(
+            listen_config(&config).get_connect_timeout(),
+            Some(&(OP_TIMEOUT / 2))
+        );
+        let started = std::time::Instant::now();
+        let store = PgStore::open(&config, HashFunction::Sha256).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(store.ready()).unwrap();
+        println!("opened past a silent host in {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < OP_TIMEOUT * 2,
+            "{:?}",
+            started.elapsed()
+        );
+        drop(queued);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! dir on a free port, run as the `postgres` user through `runuser` when the tests run as
 //! root, since PostgreSQL refuses root). A watcher stops the cluster and removes its
 //! directory when the test process ends. Each test gets its own database
-//! ([`fresh_database`]), so tests run in parallel.
+//! ([`fresh_database`]), so tests run in parallel. A test that fails over starts a
+//! [`Cluster`] of its own and a synchronous standby of it ([`Cluster::standby`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -78,6 +79,8 @@ pub struct Cluster {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
+    /// `cluster_name`: the `application_name` a standby streams under.
+    name: String,
 }
 
 fn run(c: &mut Command, what: &str) -> Result<(), String> {
@@ -92,6 +95,77 @@ fn run(c: &mut Command, what: &str) -> Result<(), String> {
 impl Cluster {
     /// initdb, and the server started on a free port.
     pub fn start() -> Result<Self, String> {
+        let cluster = Self::watched("paycred_primary")?;
+        run(
+            as_postgres(&cluster.bin.join("initdb"))
+                .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+                .arg(cluster.data()),
+            "initdb",
+        )?;
+        cluster.up()?;
+        Ok(cluster)
+    }
+
+    /// A hot standby of this cluster, named `name`, streaming from it (`pg_basebackup -R`
+    /// over loopback: initdb's trust rules admit replication from 127.0.0.1), made its
+    /// synchronous standby: `synchronous_standby_names` names it, and a commit here returns
+    /// once the standby has flushed it (`synchronous_commit = on`).
+    pub fn standby(&self, name: &str) -> Result<Self, String> {
+        let standby = Self::watched(name)?;
+        run(
+            as_postgres(&self.bin.join("pg_basebackup"))
+                .args(["-R", "-X", "stream", "--no-sync", "-h", "127.0.0.1", "-U"])
+                .args(["postgres", "-p", &self.port.to_string(), "-D"])
+                .arg(standby.data()),
+            "pg_basebackup",
+        )?;
+        standby.up()?;
+        let streaming =
+            format!("SELECT state FROM pg_stat_replication WHERE application_name = '{name}'");
+        self.until(&streaming, "streaming")?;
+        // One statement a query: ALTER SYSTEM runs outside any transaction.
+        for sql in [
+            format!("ALTER SYSTEM SET synchronous_standby_names = '\"{name}\"'"),
+            "ALTER SYSTEM SET synchronous_commit = on".into(),
+            "SELECT pg_reload_conf()".into(),
+        ] {
+            simple_query(&self.url(), &sql)?;
+        }
+        let sync =
+            format!("SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'");
+        self.until(&sync, "sync")?;
+        Ok(standby)
+    }
+
+    /// Waits (at most 20 s) until `sql`'s first value is `value`.
+    fn until(&self, sql: &str, value: &str) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let got = simple_query(&self.url(), sql)?;
+            if got.first().is_some_and(|v| v == value) {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{sql}: {got:?}, not {value} within 20 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Promotes this standby to a primary (`pg_ctl promote`); returns once it accepts writes.
+    pub fn promote(&self) -> Result<(), String> {
+        run(
+            as_postgres(&self.bin.join("pg_ctl"))
+                .args(["-w", "-s", "-D"])
+                .arg(self.data())
+                .arg("promote"),
+            "pg_ctl promote",
+        )
+    }
+
+    /// A new directory for a cluster named `name` on a free port, with the watcher that
+    /// stops the cluster and removes the directory when this process ends.
+    fn watched(name: &str) -> Result<Self, String> {
         let bin = bin_dir()?;
         let dir = std::env::temp_dir().join(format!(
             "paycred-pg-{}-{}",
@@ -111,15 +185,8 @@ impl Cluster {
             bin,
             dir,
             port: free_port()?,
+            name: name.to_string(),
         };
-        run(
-            as_postgres(&cluster.bin.join("initdb"))
-                .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
-                .arg(cluster.data()),
-            "initdb",
-        )?;
-        cluster.up()?;
-        // The watcher: when this process ends, the cluster stops and its directory goes.
         let watch = format!(
             "while [ -d /proc/{pid} ]; do sleep 1; done; \
              {pg_ctl} -D {data} -m immediate -s stop; rm -rf {dir}",
@@ -142,6 +209,11 @@ impl Cluster {
         self.dir.join("data")
     }
 
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The admin URL (database `postgres`).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
@@ -150,9 +222,10 @@ impl Cluster {
     /// Starts the server (again), on the same port; waits until it accepts connections.
     pub fn up(&self) -> Result<(), String> {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 -c shared_buffers=32MB",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=400 -c shared_buffers=32MB -c cluster_name={}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.name,
         );
         run(
             as_postgres(&self.bin.join("pg_ctl"))
@@ -196,32 +269,47 @@ pub fn database_on(admin: &str) -> Result<String, String> {
         .rsplit_once('/')
         .map(|(base, _)| format!("{base}/{name}"))
         .ok_or("bad server url")?;
-    let admin = admin.to_string();
-    std::thread::spawn(move || -> Result<(), String> {
+    simple_query(admin, &format!("CREATE DATABASE {name}"))?;
+    Ok(url)
+}
+
+/// Runs `sql` (statements separated by `;`) on the server of `url`, on a thread and runtime
+/// of its own; the first column of each row the statements return.
+fn simple_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
+    let (url, sql) = (url.to_string(), sql.to_string());
+    std::thread::spawn(move || -> Result<Vec<String>, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
         runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
                 .await
                 .map_err(|e| {
-                    format!(
-                        "test server: {}",
-                        e.as_db_error()
-                            .map_or(e.to_string(), |d| d.message().to_string())
-                    )
-                })?;
+                format!(
+                    "test server: {}",
+                    e.as_db_error()
+                        .map_or(e.to_string(), |d| d.message().to_string())
+                )
+            })?;
             tokio::spawn(connection);
-            client
-                .batch_execute(&format!("CREATE DATABASE {name}"))
+            let messages = client
+                .simple_query(&sql)
                 .await
-                .map_err(|e| format!("CREATE DATABASE: {e}"))
+                .map_err(|e| format!("{sql}: {e}"))?;
+            Ok(messages
+                .iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => {
+                        Some(row.get(0).unwrap_or_default().to_string())
+                    }
+                    _ => None,
+                })
+                .collect())
         })
     })
     .join()
-    .map_err(|_| "CREATE DATABASE panicked".to_string())??;
-    Ok(url)
+    .map_err(|_| "the test server's query panicked".to_string())?
 }
 
 /// [`fresh_database`] as a store config with `pool_size`.
