@@ -8,14 +8,17 @@
 //!    project's `browser_checkout.resolve` where the project allows private networks, else
 //!    DNS and the proxy's target guard: no loopback, private, link-local or metadata address
 //!    unless the project allows private networks), then `200`, then the browser's TLS is
-//!    terminated with the host's leaf ([`super::ca::Interceptor`], HTTP/1.1 by ALPN). Each
-//!    request in the tunnel is read whole ([`super::http1`]), its stand-ins swapped for the
-//!    real values ([`super::swap`]); one that swapped a value counts a use of the intent as
+//!    terminated with the host's leaf ([`super::ca::Interceptor`]), and the tunnel speaks
+//!    h2 or HTTP/1.1 as the browser chose by ALPN ([`super::http2`], [`super::http1`]). Each
+//!    request in it is read whole and goes through the one exchange ([`Intercepted`]'s
+//!    [`Exchange`], whatever the protocol): its stand-ins
+//!    swapped for the real values ([`super::swap`]); one that swapped a value counts a use of the intent as
 //!    the API proxy does (usage limit and expiry hold; a refused use answers an error and
 //!    the host sees nothing) and a use of the session. It goes to the host over TLS verified
 //!    against the system roots or the project's `proxy.ca_file` (a certificate that does not
 //!    verify: 502, nothing sent), and the answer comes back through the response guard in
-//!    its swap mode: the real number and CVC become the stand-ins.
+//!    its swap mode: the real number and CVC become the stand-ins, written to the
+//!    protocol's [`super::message::Sink`] as it is read.
 //! 3. Another host the project's `browser_checkout.tunnel_hosts` names is **tunnelled**
 //!    blindly, never to a loopback, private, link-local or metadata address, and nothing in
 //!    it is swapped.
@@ -27,8 +30,9 @@
 
 use super::ca::Interceptor;
 use super::connect::{self, ESTABLISHED};
-use super::http1::{self, Request};
+use super::message::{Answer, Exchange, Head, Request, Sink};
 use super::tls::BrowserTls;
+use super::{http1, http2};
 use crate::app::App;
 use crate::config::browser::{host_matches, BrowserCheckout};
 use crate::config::ProjectConfig;
@@ -41,6 +45,7 @@ use crate::service::target::{self, Target, TargetUrl};
 use crate::store::{BrowserSessionRecord, SessionChange};
 use async_trait::async_trait;
 use bytes::Bytes;
+use openssl::x509::X509;
 use pingora::connectors::http::Connector;
 use pingora::http::RequestHeader;
 use pingora::server::{ListenFds, ShutdownWatch};
@@ -183,10 +188,10 @@ async fn serve(shared: Arc<Shared>, mut tcp: TcpStream) {
             Err(e) => return refuse(tcp, &e).await,
         };
         let at = Intercepted {
-            app: &app,
-            shared: &shared,
-            roots: &roots,
-            project: &project,
+            roots: roots.get(&project.id).cloned(),
+            app,
+            shared,
+            project,
             session: session.id.clone(),
             target,
         };
@@ -248,17 +253,18 @@ async fn tunnel(mut tcp: TcpStream, host: &str, port: u16, early: &[u8]) {
 }
 
 /// An intercepted tunnel to one host of a session.
-struct Intercepted<'a> {
-    app: &'a Arc<App>,
-    shared: &'a Shared,
-    roots: &'a CaRoots,
-    project: &'a ProjectConfig,
+struct Intercepted {
+    app: Arc<App>,
+    shared: Arc<Shared>,
+    /// The project's own CA roots for its hosts, if it has any.
+    roots: Option<Arc<Box<[X509]>>>,
+    project: Arc<ProjectConfig>,
     session: String,
     target: Target,
 }
 
-impl Intercepted<'_> {
-    async fn run(&self, mut tcp: TcpStream, early: &[u8]) {
+impl Intercepted {
+    async fn run(self, mut tcp: TcpStream, early: &[u8]) {
         let host = self.target.url.host.as_str();
         let config = match self.shared.interceptor.server_config(host) {
             Ok(c) => c,
@@ -267,59 +273,28 @@ impl Intercepted<'_> {
                 return refuse(tcp, &ApiError::internal()).await;
             }
         };
-        // HTTP/1.1 only for now: the h2 ALPN the interceptor offers is taken off.
-        let mut config = (*config).clone();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         if tcp.write_all(ESTABLISHED).await.is_err() {
             return;
         }
-        let accepted = tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
-            BrowserTls::accept(tcp, Arc::new(config), early),
-        )
-        .await;
-        let Ok(Ok(mut tls)) = accepted else {
+        let accepted =
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, BrowserTls::accept(tcp, config, early)).await;
+        let Ok(Ok(tls)) = accepted else {
             tracing::debug!("browser proxy: the browser's TLS handshake did not complete");
             return;
         };
         let server = &self.app.config.server;
-        let mut pending = zeroize::Zeroizing::new(Vec::new());
-        loop {
-            let idle = Instant::now() + IDLE_TIMEOUT;
-            let read = http1::read_request(
-                &mut tls,
-                &mut pending,
-                idle,
-                server.head_read_timeout,
-                server.body_read_timeout,
-            )
-            .await;
-            let request = match read {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => {
-                    let _ = tls.write_all(&connect::answer(&e)).await;
-                    break;
-                }
-            };
-            let close = request.close;
-            match self.exchange(request, &mut tls).await {
-                Ok(()) if !close => {}
-                Ok(()) => break,
-                Err(Answer::Before(e)) => {
-                    let _ = tls.write_all(&connect::answer(&e)).await;
-                    break;
-                }
-                Err(Answer::Cut) => break,
-            }
+        let (head_within, body_within) = (server.head_read_timeout, server.body_read_timeout);
+        if tls.alpn() == Some(b"h2") {
+            http2::serve(tls, Arc::new(self), IDLE_TIMEOUT, head_within, body_within).await;
+        } else {
+            http1::serve(tls, &self, IDLE_TIMEOUT, head_within, body_within).await;
         }
-        tls.close().await;
     }
 
     /// The live session and its card, or the error to answer (the session ended: 403; its
     /// intent has no credential any more: 409).
     async fn card(&self) -> Result<(BrowserSessionRecord, StandIns), ApiError> {
-        let app = self.app;
+        let app = &self.app;
         let ended = || forbidden("The browser session has ended.");
         let session = app
             .store
@@ -339,7 +314,7 @@ impl Intercepted<'_> {
     /// Counts the use of a request that carried the real values: the intent's (refused:
     /// the session is settled, and the refusal answered) and the session's.
     async fn count_use(&self, session: &BrowserSessionRecord) -> Result<(), ApiError> {
-        let app = self.app;
+        let app = &self.app;
         let used = crate::service::intents::record_proxy_use(
             app,
             &session.project,
@@ -368,9 +343,12 @@ impl Intercepted<'_> {
             .await?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl Exchange for Intercepted {
     /// One request: swapped, counted, sent; its answer relayed through the guard.
-    async fn exchange(&self, request: Request, tls: &mut BrowserTls) -> Result<(), Answer> {
+    async fn exchange(&self, request: Request, sink: &mut dyn Sink) -> Result<(), Answer> {
         let (session, card) = self.card().await?;
         let (path, query) = match request.target.split_once('?') {
             Some((p, q)) => (p, Some(q)),
@@ -387,7 +365,7 @@ impl Intercepted<'_> {
             None => zeroize::Zeroizing::new(path.to_string()),
         };
         let head = upstream_head(&request, &target, &self.target, swapped.body.len())?;
-        let peer = peer::peer(&self.target, self.project, self.roots.get(&self.project.id));
+        let peer = peer::peer(&self.target, &self.project, self.roots.as_ref());
         let (mut up, _) = self
             .shared
             .connector
@@ -414,73 +392,52 @@ impl Intercepted<'_> {
         let mut answer_head = answer_head;
         let mut guard = ResponseGuard::swapping(&card.pairs());
         guard.head(&mut answer_head)?;
-        let no_body = request.method.eq_ignore_ascii_case("HEAD")
-            || matches!(answer_head.status.as_u16(), 100..=199 | 204 | 304);
-        let length = answer_head
+        let body = !(request.method.eq_ignore_ascii_case("HEAD")
+            || matches!(answer_head.status.as_u16(), 100..=199 | 204 | 304));
+        // Headers the host's `Connection` names are its connection's too.
+        let nominated: Vec<String> = answer_head
             .headers
-            .get(http::header::CONTENT_LENGTH)
-            .map(|v| v.as_bytes().to_vec());
-        let chunked = !no_body && length.is_none();
-        let mut headers: Vec<(String, Vec<u8>)> = answer_head
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|t| t.trim().to_ascii_lowercase())
+            .collect();
+        let headers = answer_head
             .headers
             .iter()
-            .filter(|(n, _)| !RESPONSE_HOP_BY_HOP.contains(&n.as_str()))
+            .filter(|(n, _)| {
+                !RESPONSE_HOP_BY_HOP.contains(&n.as_str())
+                    && !nominated.iter().any(|t| t == n.as_str())
+            })
             .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
             .collect();
-        if chunked {
-            headers.push(("transfer-encoding".into(), b"chunked".to_vec()));
-        }
-        let status = answer_head.status.as_u16();
-        tls.write_all(&http1::response_head(status, &headers))
-            .await
-            .map_err(|_| Answer::Cut)?;
-        if no_body {
-            self.shared
-                .connector
-                .release_http_session(up, &peer, Some(IDLE_TIMEOUT))
-                .await;
-            return Ok(());
-        }
-        loop {
+        let out = Head {
+            status: answer_head.status.as_u16(),
+            headers,
+            body,
+            length: answer_head
+                .headers
+                .contains_key(http::header::CONTENT_LENGTH),
+        };
+        sink.head(out).await.map_err(|_| Answer::Cut)?;
+        let mut end = !body;
+        while !end {
             let chunk = up.read_response_body().await.map_err(|_| Answer::Cut)?;
-            let end = chunk.is_none() || up.response_done();
+            end = chunk.is_none() || up.response_done();
             let out = guard.body(chunk, end).map_err(|_| Answer::Cut)?;
             if let Some(out) = out.filter(|o| !o.is_empty()) {
-                let framed = if chunked {
-                    let mut f = format!("{:x}\r\n", out.len()).into_bytes();
-                    f.extend_from_slice(&out);
-                    f.extend_from_slice(b"\r\n");
-                    f
-                } else {
-                    out.to_vec()
-                };
-                tls.write_all(&framed).await.map_err(|_| Answer::Cut)?;
+                sink.data(out).await.map_err(|_| Answer::Cut)?;
             }
             if end {
-                break;
+                sink.end().await.map_err(|_| Answer::Cut)?;
             }
-        }
-        if chunked {
-            tls.write_all(b"0\r\n\r\n").await.map_err(|_| Answer::Cut)?;
         }
         self.shared
             .connector
             .release_http_session(up, &peer, Some(IDLE_TIMEOUT))
             .await;
         Ok(())
-    }
-}
-
-/// How an exchange failed: before the answer's head (answered with the error) or after it
-/// (the tunnel is cut).
-enum Answer {
-    Before(ApiError),
-    Cut,
-}
-
-impl From<ApiError> for Answer {
-    fn from(e: ApiError) -> Self {
-        Answer::Before(e)
     }
 }
 

@@ -1,5 +1,6 @@
-//! HTTP/1.1 inside an intercepted tunnel: a browser's request read whole, within bounds
-//! ([`read_request`]), and an answer's head written back ([`response_head`]).
+//! HTTP/1.1 inside an intercepted tunnel: the tunnel's requests one after another
+//! ([`serve`]), each read whole within bounds ([`read_request`]) and its answer written back
+//! as the exchange gives it ([`Http1Sink`]: the host's length, else chunked).
 //!
 //! | input | answer |
 //! |---|---|
@@ -12,8 +13,12 @@
 //! The body is read whole (it is swapped whole before anything is sent). `Expect:
 //! 100-continue` is answered before the body is read.
 
+use super::message::{Answer, Exchange, Head, Request, Sink};
 use super::tls::BrowserTls;
 use crate::error::{ApiError, ErrorKind};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::time::Duration;
 use tokio::time::Instant;
 use zeroize::Zeroizing;
 
@@ -23,37 +28,91 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// Most header lines of a request in a tunnel.
 pub const MAX_HEADERS: usize = 128;
 
-/// A request read from the browser. Wiped when dropped: its body and query hold stand-ins,
-/// and after the swap what is built from it holds real values.
-pub struct Request {
-    pub method: String,
-    /// The origin-form target: path and query.
-    pub target: String,
-    /// The headers as sent (names as written).
-    pub headers: Vec<(String, Zeroizing<Vec<u8>>)>,
-    pub body: Zeroizing<Vec<u8>>,
-    /// The browser asked to close after this exchange (`Connection: close`, HTTP/1.0).
-    pub close: bool,
+/// The tunnel's requests in turn, each answered by `exchange`, until the browser closes it,
+/// asks to, sends nothing for `idle`, or a request fails (answered with its error); then
+/// `close_notify`.
+pub async fn serve(
+    mut tls: BrowserTls,
+    exchange: &dyn Exchange,
+    idle: Duration,
+    head_within: Duration,
+    body_within: Duration,
+) {
+    let mut pending = Zeroizing::new(Vec::new());
+    loop {
+        let idle_by = Instant::now() + idle;
+        let read = read_request(&mut tls, &mut pending, idle_by, head_within, body_within).await;
+        let request = match read {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) => {
+                let _ = tls.write_all(&super::connect::answer(&e)).await;
+                break;
+            }
+        };
+        let close = request.close;
+        let mut sink = Http1Sink {
+            tls: &mut tls,
+            chunked: false,
+        };
+        match exchange.exchange(request, &mut sink).await {
+            Ok(()) if !close => {}
+            Ok(()) => break,
+            Err(Answer::Before(e)) => {
+                let _ = tls.write_all(&super::connect::answer(&e)).await;
+                break;
+            }
+            Err(Answer::Cut) => break,
+        }
+    }
+    tls.close().await;
 }
 
-impl Request {
-    /// The first value of header `name`, as text.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+/// An answer in HTTP/1.1: the host's `Content-Length` kept, else the body chunked.
+pub struct Http1Sink<'a> {
+    tls: &'a mut BrowserTls,
+    chunked: bool,
+}
+
+#[async_trait]
+impl Sink for Http1Sink<'_> {
+    async fn head(&mut self, head: Head) -> std::io::Result<()> {
+        let mut headers = head.headers;
+        self.chunked = head.body && !head.length;
+        if self.chunked {
+            headers.push(("transfer-encoding".into(), b"chunked".to_vec()));
+        }
+        self.tls
+            .write_all(&response_head(head.status, &headers))
+            .await
+    }
+
+    async fn data(&mut self, data: Bytes) -> std::io::Result<()> {
+        if !self.chunked {
+            return self.tls.write_all(&data).await;
+        }
+        let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
+        framed.extend_from_slice(&data);
+        framed.extend_from_slice(b"\r\n");
+        self.tls.write_all(&framed).await
+    }
+
+    async fn end(&mut self) -> std::io::Result<()> {
+        if self.chunked {
+            self.tls.write_all(b"0\r\n\r\n").await?;
+        }
+        Ok(())
     }
 }
 
-fn timeout() -> ApiError {
+pub(super) fn timeout() -> ApiError {
     ApiError::new(
         ErrorKind::RequestTimeout,
         "The request was not sent in time.",
     )
 }
 
-fn too_large_head() -> ApiError {
+pub(super) fn too_large_head() -> ApiError {
     ApiError::new(
         ErrorKind::RequestHeaderFieldsTooLarge,
         format!("A request head is at most {MAX_HEAD} bytes and {MAX_HEADERS} header lines."),

@@ -8,8 +8,12 @@
 //!   real one.
 //! - [`connect`]: the proxy request head a browser opens a connection with (`CONNECT`,
 //!   `Proxy-Authorization`), read within bounds, and the proxy's small error answers.
-//! - [`tls`]: the browser's TLS inside an intercepted tunnel, on rustls.
-//! - [`http1`]: a browser's HTTP/1.1 request in the tunnel, read whole within bounds.
+//! - [`tls`]: the browser's TLS inside an intercepted tunnel, on rustls, as async I/O.
+//! - [`message`]: what both protocols in the tunnel share: the request read whole, the sink
+//!   its answer is written to, the exchange that serves it.
+//! - [`http1`]: HTTP/1.1 in the tunnel: requests read whole within bounds, answers framed.
+//! - [`http2`]: h2 in the tunnel (by ALPN): streams read whole within the same bounds,
+//!   served concurrently, answers sent as flow control allows.
 //! - [`forward`]: the listener on `browser_proxy.listen` and each connection: the session's
 //!   credentials, interception or a blind tunnel, the swap, the count of a use, the
 //!   forwarding to the host and the answer through the response guard.
@@ -21,5 +25,7 @@ pub mod ca;
 pub mod connect;
 pub mod forward;
 pub mod http1;
+pub mod http2;
+pub mod message;
 pub mod swap;
 pub mod tls;

@@ -618,6 +618,15 @@ impl Merchant {
         }
     }
 
+    /// A merchant with a certificate of the test CA in `certs` for `hosts`, named `name`.
+    fn for_hosts(certs: &Path, name: &str, hosts: &[&str]) -> Merchant {
+        crate::common::server_cert(certs, name, hosts);
+        Merchant::start(
+            &certs.join(format!("{name}.pem")),
+            &certs.join(format!("{name}.key")),
+        )
+    }
+
     fn seen(&self) -> Vec<(String, String)> {
         self.seen.lock().unwrap().clone()
     }
@@ -630,13 +639,45 @@ impl Merchant {
 
 /// A browser's tunnel through the proxy at `proxy_port` to `host:443`, with the session's
 /// `user:password`: the proxy's answer to the CONNECT (its head and body) when it is not
-/// 200, else the TLS stream, verified for `host` against the CA at `ca`.
+/// 200, else the TLS stream (ALPN http/1.1), verified for `host` against the CA at `ca`.
 fn browse(
     proxy_port: u16,
     auth: Option<&str>,
     host: &str,
     ca: &Path,
 ) -> Result<openssl::ssl::SslStream<std::net::TcpStream>, (u16, String)> {
+    let tcp = tunnel(proxy_port, auth, host)?;
+    let mut builder =
+        openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client()).unwrap();
+    builder.set_ca_file(ca).unwrap();
+    builder.set_alpn_protos(b"\x08http/1.1").unwrap();
+    let connector = builder.build();
+    connector.connect(host, tcp).map_err(|e| (0, e.to_string()))
+}
+
+/// A browser's h2 connection through the proxy at `proxy_port` to `host:443` (ALPN h2 and
+/// http/1.1; the proxy must choose h2), verified for `host` against the CA at `ca`.
+async fn browse_h2(
+    proxy_port: u16,
+    auth: &str,
+    host: &str,
+    ca: &Path,
+) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tunnel(proxy_port, Some(auth), host).unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let tcp = tokio::net::TcpStream::from_std(tcp).unwrap();
+    crate::common::tls::h2_over(tcp, host, ca)
+        .await
+        .expect("no h2 through the proxy")
+}
+
+/// A `CONNECT` to `host:443` through the proxy at `proxy_port` with `user:password` `auth`:
+/// the tunnel's socket, or the proxy's answer (status, head and body) when it is not 200.
+fn tunnel(
+    proxy_port: u16,
+    auth: Option<&str>,
+    host: &str,
+) -> Result<std::net::TcpStream, (u16, String)> {
     use base64::Engine;
     use std::io::{Read, Write};
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
@@ -662,12 +703,7 @@ fn browse(
         let _ = tcp.read_to_string(&mut rest);
         return Err((status, head + &rest));
     }
-    let mut builder =
-        openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls_client()).unwrap();
-    builder.set_ca_file(ca).unwrap();
-    builder.set_alpn_protos(b"\x02h2\x08http/1.1").unwrap();
-    let connector = builder.build();
-    connector.connect(host, tcp).map_err(|e| (0, e.to_string()))
+    Ok(tcp)
 }
 
 /// An answer's head, read a byte at a time up to its blank line (or the end).
@@ -765,6 +801,21 @@ impl Proxied {
     }
 }
 
+/// The real card's number and CVC of an `intent` and its `session`'s stand-ins:
+/// ((number, cvc), (stand-in number, stand-in cvc)).
+fn cards<'a>(
+    intent: &'a serde_json::Value,
+    session: &'a serde_json::Value,
+) -> ((&'a str, &'a str), (&'a str, &'a str)) {
+    fn value<'v>(v: &'v serde_json::Value, k: &str) -> &'v str {
+        v["card"][k].as_str().unwrap()
+    }
+    (
+        (value(intent, "number"), value(intent, "cvc")),
+        (value(session, "number"), value(session, "cvc")),
+    )
+}
+
 fn proxied(certs: &Path, resolve: &[(&str, u16)], mandates: serde_json::Value) -> Proxied {
     let ca_dir = tempfile::tempdir().unwrap();
     let proxy = format!(
@@ -814,11 +865,7 @@ fn proxied(certs: &Path, resolve: &[(&str, u16)], mandates: serde_json::Value) -
 fn the_browser_proxy_swaps_stand_ins_on_the_way_to_the_merchant_only() {
     use serde_json::json;
     let certs = tempfile::tempdir().unwrap();
-    crate::common::server_cert(certs.path(), "shop", &["shop.test", "api.pay.test"]);
-    let shop = Merchant::start(
-        &certs.path().join("shop.pem"),
-        &certs.path().join("shop.key"),
-    );
+    let shop = Merchant::for_hosts(certs.path(), "shop", &["shop.test", "api.pay.test"]);
     let limit = json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}},
         {"type": "usageLimit", "value": "2", "details": {"count": 2}}]);
     let mut p = proxied(
@@ -828,14 +875,7 @@ fn the_browser_proxy_swaps_stand_ins_on_the_way_to_the_merchant_only() {
     );
     let pi = p.intent_id();
     let (s, auth, port, ca) = (&p.session, p.auth.as_str(), p.port, p.ca.as_path());
-    let (real, real_cvc) = (
-        p.intent["card"]["number"].as_str().unwrap(),
-        p.intent["card"]["cvc"].as_str().unwrap(),
-    );
-    let (number, cvc) = (
-        s["card"]["number"].as_str().unwrap(),
-        s["card"]["cvc"].as_str().unwrap(),
-    );
+    let ((real, real_cvc), (number, cvc)) = cards(&p.intent, &p.session);
 
     // A form post of the stand-ins, the number grouped as the form wrote it: the merchant
     // gets the real values (the same separators), the page shows the stand-ins again.
@@ -939,11 +979,7 @@ fn the_browser_proxy_swaps_stand_ins_on_the_way_to_the_merchant_only() {
 #[test]
 fn the_browser_proxy_refuses_what_it_must_not_carry() {
     let certs = tempfile::tempdir().unwrap();
-    crate::common::server_cert(certs.path(), "wrong", &["elsewhere.test"]);
-    let wrong = Merchant::start(
-        &certs.path().join("wrong.pem"),
-        &certs.path().join("wrong.key"),
-    );
+    let wrong = Merchant::for_hosts(certs.path(), "wrong", &["elsewhere.test"]);
     let mandates = serde_json::json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]);
     let p = proxied(certs.path(), &[("bad.pay.test", wrong.port)], mandates);
     let pi = p.intent_id();
@@ -1032,4 +1068,163 @@ fn the_browser_proxy_refuses_what_it_must_not_carry() {
     );
     assert_eq!(ended.status, 200);
     assert_eq!(status(browse(port, Some(auth), "shop.test", ca)), Some(407));
+}
+
+#[test]
+fn the_browser_proxy_serves_h2_by_alpn_with_the_same_swap_and_bounds() {
+    use crate::common::tls::{h2_request, runtime};
+    use serde_json::json;
+    use std::time::Duration;
+    let certs = tempfile::tempdir().unwrap();
+    let shop = Merchant::for_hosts(certs.path(), "shop", &["shop.test"]);
+    let mandates = json!([{"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]);
+    let p = proxied(certs.path(), &[("shop.test", shop.port)], mandates);
+    let (auth, port, ca) = (p.auth.as_str(), p.port, p.ca.as_path());
+    let ((real, real_cvc), (number, cvc)) = cards(&p.intent, &p.session);
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    runtime().block_on(async {
+        let mut h2 = browse_h2(port, auth, "shop.test", ca).await;
+
+        // JSON: the merchant gets the real values (query and body), `Host` the tunnel's; its
+        // echo comes back with the stand-ins.
+        let body = json!({"card": {"number": number, "cvc": cvc}, "amount": 1200}).to_string();
+        let reply = h2_request(
+            &mut h2,
+            "POST",
+            &format!("/v1/tokens?pan={number}"),
+            &[
+                ("content-type", "application/json"),
+                ("cookie", "a=1"),
+                ("cookie", "b=2"),
+            ],
+            &[body.as_bytes()],
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let (head, received) = shop.seen().pop().unwrap();
+        assert!(
+            head.starts_with(&format!("POST /v1/tokens?pan={real} HTTP/1.1")),
+            "{head}"
+        );
+        let lower = head.to_ascii_lowercase();
+        assert!(lower.contains("host: shop.test\r\n"), "{head}");
+        assert!(lower.contains("cookie: a=1; b=2\r\n"), "{head}");
+        let received: serde_json::Value = serde_json::from_str(&received).unwrap();
+        assert_eq!(received["card"], json!({"number": real, "cvc": real_cvc}));
+        let answer = String::from_utf8_lossy(&reply.body).into_owned();
+        assert!(!answer.contains(real), "{answer}");
+        assert!(
+            answer.contains(number),
+            "the page shows the stand-in: {answer}"
+        );
+        for hop in ["connection", "transfer-encoding", "keep-alive"] {
+            assert!(!reply.headers.contains_key(hop), "{reply:?}");
+        }
+
+        // A form post, its body in two DATA frames.
+        let body = format!("number={number}&cvc={cvc}&quantity={cvc}");
+        let (first, second) = body.as_bytes().split_at(10);
+        let reply = h2_request(
+            &mut h2,
+            "POST",
+            "/pay",
+            &[form],
+            &[first, second],
+            Duration::from_millis(20),
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.status, 200, "{reply:?}");
+        assert_eq!(
+            shop.seen().pop().unwrap().1,
+            format!("number={real}&cvc={real_cvc}&quantity={cvc}")
+        );
+        assert!(!String::from_utf8_lossy(&reply.body).contains(real));
+
+        // Two streams at once on the connection, each swapped and answered.
+        let before = shop.seen().len();
+        let (mut a, mut b) = (h2.clone(), h2.clone());
+        let (body_a, body_b) = (
+            format!("number={number}&n=a"),
+            format!("number={number}&n=b"),
+        );
+        let (headers, a_body, b_body) = ([form], [body_a.as_bytes()], [body_b.as_bytes()]);
+        let (ra, rb) = tokio::join!(
+            h2_request(&mut a, "POST", "/a", &headers, &a_body, Duration::ZERO),
+            h2_request(&mut b, "POST", "/b", &headers, &b_body, Duration::ZERO),
+        );
+        for (reply, n) in [(ra.unwrap(), "a"), (rb.unwrap(), "b")] {
+            assert_eq!(reply.status, 200, "{reply:?}");
+            let answer = String::from_utf8_lossy(&reply.body).into_owned();
+            assert!(
+                answer.contains(&format!("number={number}&n={n}")),
+                "{answer}"
+            );
+        }
+        let mut seen: Vec<String> = shop.seen()[before..]
+            .iter()
+            .map(|(_, b)| b.clone())
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [format!("number={real}&n=a"), format!("number={real}&n=b")]
+        );
+
+        // A body over 1 MiB, with its length or without: 413 with the error envelope, the
+        // merchant sees nothing, and the connection serves on.
+        let before = shop.seen().len();
+        let big = vec![b'a'; 1024 * 1024 + 10];
+        let length = big.len().to_string();
+        for headers in [vec![form, ("content-length", length.as_str())], vec![form]] {
+            let reply = h2_request(&mut h2, "POST", "/pay", &headers, &[&big], Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(reply.status, 413, "{reply:?}");
+            assert_eq!(
+                reply.json()["error"]["type"],
+                "payloadTooLarge",
+                "{reply:?}"
+            );
+        }
+        // Headers over 64 KiB (under h2's own limit) or over 128 fields: 431; a body that
+        // stops: 408 once `server.body_read_timeout` (5 s) has passed.
+        let long = "a".repeat(70 * 1024);
+        let names: Vec<String> = (0..130).map(|i| format!("x-h{i}")).collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
+        for headers in [vec![("x-big", long.as_str())], many] {
+            let reply = h2_request(&mut h2, "GET", "/", &headers, &[], Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(reply.status, 431, "{reply:?}");
+            assert_eq!(reply.json()["error"]["type"], "requestHeaderFieldsTooLarge");
+        }
+        let stalled = crate::common::tls::h2_stalled(
+            &mut h2,
+            "/pay",
+            &[form, ("content-length", "100")],
+            b"number=",
+        )
+        .await
+        .unwrap();
+        assert_eq!(stalled.status, 408, "{stalled:?}");
+        assert_eq!(shop.seen().len(), before);
+        let reply = h2_request(&mut h2, "GET", "/cart", &[], &[], Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(reply.status, 200, "{reply:?}");
+    });
+
+    // A browser offering http/1.1 alone is served HTTP/1.1, swapped the same.
+    let mut tls = browse(port, Some(auth), "shop.test", ca).unwrap();
+    assert_eq!(tls.ssl().selected_alpn_protocol(), Some(&b"http/1.1"[..]));
+    let (status, _, answer) = send(
+        &mut tls,
+        &form_post("shop.test", "/pay", &format!("number={number}")),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(shop.seen().pop().unwrap().1, format!("number={real}"));
+    assert!(!answer.contains(real), "{answer}");
 }

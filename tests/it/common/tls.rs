@@ -60,11 +60,18 @@ pub async fn h2_connect(port: u16, ca: &Path) -> Option<h2::client::SendRequest<
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
-    let ssl = connector(ca, H2_H1)
-        .configure()
-        .ok()?
-        .into_ssl("localhost")
-        .ok()?;
+    h2_over(tcp, "localhost", ca).await
+}
+
+/// HTTP/2 over TLS on `tcp` (a connection, or a proxy's tunnel) to `host`, verified against
+/// the CA at `ca`, ALPN offering h2 and http/1.1; `None` unless the server chose h2. Its
+/// connection task runs on the current runtime.
+pub async fn h2_over(
+    tcp: tokio::net::TcpStream,
+    host: &str,
+    ca: &Path,
+) -> Option<h2::client::SendRequest<Bytes>> {
+    let ssl = connector(ca, H2_H1).configure().ok()?.into_ssl(host).ok()?;
     let mut tls = tokio_openssl::SslStream::new(ssl, tcp).ok()?;
     tokio::time::timeout(WAIT, std::pin::Pin::new(&mut tls).connect())
         .await
