@@ -311,8 +311,8 @@ impl Intercepted {
         Ok((session, card))
     }
 
-    /// Counts the use of a request that carried the real values: the intent's (refused:
-    /// the session is settled, and the refusal answered) and the session's.
+    /// Counts the use of a request that carried the real values against its intent (refused:
+    /// the session is settled, and the refusal answered). Durable before anything is sent.
     async fn count_use(&self, session: &BrowserSessionRecord) -> Result<(), ApiError> {
         let app = &self.app;
         let used = crate::service::intents::record_proxy_use(
@@ -326,6 +326,15 @@ impl Intercepted {
             sessions::settled(app, session.clone()).await?;
             return Err(e);
         }
+        Ok(())
+    }
+
+    /// Records a counted use on the session (its `uses`, event and audit entry). It runs while
+    /// the request goes to the host: the intent's count, which bounds the credential, is
+    /// already durable, and this one is the session's account of it; a store that fails it
+    /// is logged, and the answer still relayed.
+    async fn record_session_use(&self, session: &BrowserSessionRecord) {
+        let app = &self.app;
         let audit = crate::audit::AuditEvent {
             at_micros: app.now_micros(),
             action: "browserSession.use".into(),
@@ -333,15 +342,18 @@ impl Intercepted {
             entity: session.entity.clone(),
             resource: session.id.clone(),
         };
-        app.store
+        let recorded = app
+            .store
             .change_browser_session(
                 &session.id,
                 SessionChange::Use,
                 app.now_micros(),
                 Some(audit),
             )
-            .await?;
-        Ok(())
+            .await;
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, "browser proxy: a session's use was not recorded");
+        }
     }
 }
 
@@ -357,7 +369,8 @@ impl Exchange for Intercepted {
         let swapped =
             super::swap::swap(&request.body, request.header("content-type"), query, &card)
                 .map_err(ApiError::from)?;
-        if swapped.replaced > 0 {
+        let counted = swapped.replaced > 0;
+        if counted {
             self.count_use(&session).await?;
         }
         let target = match &swapped.query {
@@ -366,22 +379,32 @@ impl Exchange for Intercepted {
         };
         let head = upstream_head(&request, &target, &self.target, swapped.body.len())?;
         let peer = peer::peer(&self.target, &self.project, self.roots.as_ref());
-        let (mut up, _) = self
-            .shared
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|_| bad_gateway("The host could not be reached over TLS verified for its name; nothing was sent."))?;
-        let sent = async {
-            up.write_request_header(Box::new(head)).await?;
-            if !swapped.body.is_empty() {
-                up.write_request_body(Bytes::copy_from_slice(&swapped.body), true)
-                    .await?;
+        let exchanged = async {
+            let (mut up, _) = self
+                .shared
+                .connector
+                .get_http_session(&peer)
+                .await
+                .map_err(|_| bad_gateway("The host could not be reached over TLS verified for its name; nothing was sent."))?;
+            let sent = async {
+                up.write_request_header(Box::new(head)).await?;
+                if !swapped.body.is_empty() {
+                    up.write_request_body(Bytes::copy_from_slice(&swapped.body), true)
+                        .await?;
+                }
+                up.finish_request_body().await?;
+                up.read_response_header().await
             }
-            up.finish_request_body().await?;
-            up.read_response_header().await
-        }
-        .await;
+            .await;
+            Ok::<_, ApiError>((up, sent))
+        };
+        let session_use = async {
+            if counted {
+                self.record_session_use(&session).await;
+            }
+        };
+        let ((), exchanged) = tokio::join!(session_use, exchanged);
+        let (mut up, sent) = exchanged?;
         let answer_head = match (sent, up.response_header()) {
             (Ok(()), Some(h)) => h.clone(),
             _ => {
