@@ -132,6 +132,14 @@ impl Mcp {
         result
     }
 
+    /// A tool's error envelope (its text), after `isError`.
+    fn error(&self, name: &str, arguments: Value) -> Value {
+        let result = self.tool(name, arguments);
+        assert_eq!(result["isError"], true, "{name}: {result}");
+        assert_eq!(result.get("structuredContent"), None, "{result}");
+        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+    }
+
     /// A tool's successful view, which its text also holds.
     fn ok(&self, name: &str, arguments: Value) -> Value {
         let result = self.tool(name, arguments);
@@ -336,13 +344,12 @@ fn both_revisions_and_every_tool_answer_without_a_card_value() {
     // Any card number, not only the one sent, is masked before it reaches the model.
     assert_eq!(echoed["body"]["note"], "4111 11** **** 1111", "{echoed}");
     // A bad template: the proxy's own error, as a tool error.
-    let bad = mcp.tool(
+    let bad = mcp.error(
         "pay",
         json!({"method": "POST", "url": format!("{base}/sandbox/authorizations"),
             "body": {"number": "{{ $.number }}"}}),
     );
-    assert_eq!(bad["isError"], true, "{bad}");
-    assert_eq!(bad["structuredContent"]["error"]["type"], "invalidTemplate");
+    assert_eq!(bad["error"]["type"], "invalidTemplate", "{bad}");
 
     let session = mcp.ok(
         "create_browser_session",
@@ -362,16 +369,14 @@ fn both_revisions_and_every_tool_answer_without_a_card_value() {
     assert_eq!(again["status"], "canceled");
 
     // Failures: the API's error in a tool error.
-    let missing = mcp.tool("get_purchase_intent", json!({"id": "pi_nope"}));
-    assert_eq!(missing["isError"], true);
-    assert_eq!(missing["structuredContent"]["error"]["type"], "notFound");
-    let invalid = mcp.tool(
+    let missing = mcp.error("get_purchase_intent", json!({"id": "pi_nope"}));
+    assert_eq!(missing["error"]["type"], "notFound");
+    let invalid = mcp.error(
         "create_purchase_intent",
         json!({"paymentMethodId": pm_id, "credentialType": "paper", "mandates": []}),
     );
-    assert_eq!(invalid["isError"], true);
     assert!(
-        invalid["structuredContent"]["error"]["details"]["fields"]["credentialType"].is_string(),
+        invalid["error"]["details"]["fields"]["credentialType"].is_string(),
         "{invalid}"
     );
     let no_tool = mcp.legacy("tools/call", json!({"name": "steal_card", "arguments": {}}));

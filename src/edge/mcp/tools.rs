@@ -4,9 +4,9 @@
 //! values are not the card's.
 //!
 //! Every tool has an input schema and an output schema; a result carries its view as
-//! `structuredContent` and as JSON text. A failure is a result with `isError`, whose
-//! `structuredContent` is the API's error envelope (`{"error": {status, type, title, message,
-//! details}}`).
+//! `structuredContent` and as JSON text. A failure is a result with `isError` whose text is
+//! the API's error envelope as JSON (`{"error": {status, type, title, message, details}}`),
+//! without `structuredContent` (which clients check against the output schema).
 
 use super::pay;
 use crate::api::{browser_sessions, payment_methods, purchase_intents};
@@ -206,14 +206,12 @@ impl Tool {
                 "structuredContent": view,
                 "isError": false,
             }),
-            Err(e) => {
-                let envelope = e.to_envelope();
-                json!({
-                    "content": [{"type": "text", "text": envelope.to_string()}],
-                    "structuredContent": envelope,
-                    "isError": true,
-                })
-            }
+            // No `structuredContent`: clients check it against the output schema, errors
+            // too (the TypeScript SDK does).
+            Err(e) => json!({
+                "content": [{"type": "text", "text": e.to_envelope().to_string()}],
+                "isError": true,
+            }),
         }
     }
 
