@@ -336,7 +336,7 @@ mod tests {
         let doc: serde_json::Value =
             serde_json::from_str(&crate::api::openapi::DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 20 + 5 + 4);
+        assert_eq!(paths.len(), 2 * 21 + 5 + 5);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

@@ -3,9 +3,8 @@
 //! for the stored card's number and CVC and the intents' credentials (the `pan` intent's is
 //! the card itself); refused without a private-role token of the project.
 
-use crate::common::{dev_jwt, free_port, serve_dev, DevServer};
+use crate::common::{dev_jwt, free_port, serve_dev, DevServer, Reply};
 use serde_json::{json, Value};
-use std::io::Read;
 use tempfile::TempDir;
 
 const NUMBER: &str = "4242424242424242";
@@ -18,21 +17,6 @@ struct Mcp {
     token: String,
     /// Every answer's body, for the scan.
     seen: std::cell::RefCell<Vec<String>>,
-}
-
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    json: Value,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
 }
 
 impl Mcp {
@@ -51,39 +35,38 @@ impl Mcp {
         }
     }
 
-    fn post(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
+    fn post(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
         let mut req = ureq::post(&format!("http://{}{path}", self.listen))
             .set("Content-Type", "application/json")
             .set("Accept", "application/json, text/event-stream");
         for (name, value) in headers {
             req = req.set(name, value);
         }
-        let resp = match req.send_string(&body.to_string()) {
-            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{e}"),
-        };
-        let status = resp.status();
-        let headers = resp
-            .headers_names()
-            .into_iter()
-            .map(|n| {
-                let v = resp.header(&n).unwrap_or_default().to_string();
-                (n, v)
-            })
-            .collect();
-        let mut text = String::new();
-        resp.into_reader().read_to_string(&mut text).unwrap();
-        self.seen.borrow_mut().push(text.clone());
-        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Answer {
-            status,
-            headers,
-            json,
+        let reply = Reply::of(req.send_string(&body.to_string()));
+        self.seen.borrow_mut().push(reply.text.clone());
+        reply
+    }
+
+    /// `tools/list` in the stateless era with these routing headers and `_meta` revision
+    /// (none: no `_meta`).
+    fn listed_with(&self, version: &str, method: &str, meta: Option<&str>) -> Reply {
+        let auth = format!("Bearer {}", self.token);
+        let mut body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        if let Some(meta) = meta {
+            body["params"] = json!({"_meta": {
+                "io.modelcontextprotocol/protocolVersion": meta,
+                "io.modelcontextprotocol/clientCapabilities": {}}});
         }
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("MCP-Protocol-Version", version),
+            ("Mcp-Method", method),
+        ];
+        self.post("/mcp", &headers, &body)
     }
 
     /// A request of the handshake era (2025-11-25).
-    fn legacy(&self, method: &str, params: Value) -> Answer {
+    fn legacy(&self, method: &str, params: Value) -> Reply {
         let auth = format!("Bearer {}", self.token);
         self.post(
             "/mcp",
@@ -96,7 +79,7 @@ impl Mcp {
     }
 
     /// A stateless request of 2026-07-28 with its `_meta` and routing headers.
-    fn stateless(&self, method: &str, mut params: Value) -> Answer {
+    fn stateless(&self, method: &str, mut params: Value) -> Reply {
         let auth = format!("Bearer {}", self.token);
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -202,46 +185,18 @@ fn both_revisions_and_every_tool_answer_without_a_card_value() {
     assert_eq!(found["supportedVersions"], json!(["2026-07-28"]));
     assert_eq!(found["resultType"], "complete");
     assert!(found["capabilities"]["tools"].is_object());
-    let bare = mcp.post(
-        "/mcp",
-        &[
-            ("Authorization", &auth),
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/list"),
-        ],
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-    );
+    let bare = mcp.listed_with("2026-07-28", "tools/list", None);
     assert_eq!(
         (bare.status, &bare.json["error"]["code"]),
         (400, &json!(-32602))
     );
-    let mismatched = mcp.post(
-        "/mcp",
-        &[
-            ("Authorization", &auth),
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "ping"),
-        ],
-        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {}}}}),
-    );
+    let mismatched = mcp.listed_with("2026-07-28", "ping", Some("2026-07-28"));
     assert_eq!(
         mismatched.json["error"]["code"], -32020,
         "{}",
-        mismatched.json
+        mismatched.text
     );
-    let future = mcp.post(
-        "/mcp",
-        &[
-            ("Authorization", &auth),
-            ("MCP-Protocol-Version", "2099-01-01"),
-            ("Mcp-Method", "tools/list"),
-        ],
-        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2099-01-01",
-            "io.modelcontextprotocol/clientCapabilities": {}}}}),
-    );
+    let future = mcp.listed_with("2099-01-01", "tools/list", Some("2099-01-01"));
     assert_eq!(future.status, 400);
     assert_eq!(future.json["error"]["code"], -32022);
     assert_eq!(
@@ -411,7 +366,7 @@ fn both_revisions_and_every_tool_answer_without_a_card_value() {
 
 /// A target on 127.0.0.1 that answers each request's body back as JSON; its address.
 fn echo_target() -> String {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     std::thread::spawn(move || {

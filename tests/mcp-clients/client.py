@@ -20,14 +20,8 @@ URL = os.environ["PAYCRED_URL"]
 TOKEN = os.environ["PAYCRED_TOKEN"]
 PM = os.environ["PAYCRED_PM"]
 SECRETS = [os.environ["PAYCRED_NUMBER"], f'"{os.environ["PAYCRED_CVC"]}"']
-TOOLS = [
-    "list_payment_methods",
-    "create_purchase_intent",
-    "get_purchase_intent",
-    "cancel_purchase_intent",
-    "pay",
-    "create_browser_session",
-]
+TOOLS = ("list_payment_methods create_purchase_intent get_purchase_intent cancel_purchase_intent "
+         "pay create_browser_session").split()
 
 
 def client(mode, token=TOKEN):

@@ -517,7 +517,7 @@ impl Server {
                 .send_string(&b.to_string()),
             None => req.call(),
         };
-        Reply::from(result)
+        Reply::of(result)
     }
 
     /// Like [`Self::raw`] on a new connection.
@@ -536,7 +536,7 @@ impl Server {
         for (k, v) in headers {
             req = req.set(k, v);
         }
-        Reply::from(req.send_bytes(body))
+        Reply::of(req.send_bytes(body))
     }
 
     /// Sends a raw request with explicit headers and body.
@@ -557,7 +557,7 @@ impl Server {
             Some(b) => req.send_bytes(b),
             None => req.call(),
         };
-        Reply::from(result)
+        Reply::of(result)
     }
 }
 
@@ -581,7 +581,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn from(result: Result<ureq::Response, ureq::Error>) -> Reply {
+    /// The reply of a request sent with ureq (an error status is a reply too).
+    pub fn of(result: Result<ureq::Response, ureq::Error>) -> Reply {
         let resp = match result {
             Ok(r) => r,
             Err(ureq::Error::Status(_, r)) => r,
