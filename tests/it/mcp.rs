@@ -1,7 +1,8 @@
 //! The MCP server on `/mcp` of a `paycred serve --dev`: the 2025-11-25 handshake and the
 //! stateless 2026-07-28 requests, the tool list, every tool called, and every answer scanned
 //! for the stored card's number and CVC and the intents' credentials (the `pan` intent's is
-//! the card itself); refused without a private-role token of the project.
+//! the card itself); refused without a private-role token of the project. `pay` on a TLS
+//! listener, and refused where the project's response guard is off.
 
 use crate::common::{dev_jwt, free_port, serve_dev, DevServer, Reply};
 use serde_json::{json, Value};
@@ -446,5 +447,88 @@ fn refused_without_a_private_token_of_the_project() {
             panic!("{method} /mcp is not 405")
         };
         assert_eq!(r.header("Allow"), Some("POST"));
+    }
+}
+
+/// On a TLS listener `pay` reaches the proxy route over TLS too (loopback, the listener's own
+/// certificate); a project whose response guard is off may not `pay`.
+#[test]
+fn pay_over_a_tls_listener_and_not_without_the_response_guard() {
+    use crate::common::{card_body, ed_token, Options, Server, CVC};
+    let project = |id: &str, guard: &str| {
+        format!(
+            "  - id: {id}\n    jwt:\n      keys: [{{kid: k-ed, public_key_file: KEYS_DIR/ed.pem}}]\n    \
+             pan: enabled\n    proxy:\n      allowed_hosts: [127.0.0.1]\n      allow_http: true\n      \
+             allow_private_networks: true\n{guard}"
+        )
+    };
+    let server = Server::start_with(Options {
+        tls: true,
+        extra_project_yaml: [
+            project("proj_mcp", ""),
+            project("proj_open", "      response_guard: 'off'\n"),
+        ]
+        .concat(),
+        ..Options::default()
+    });
+    let echo = echo_target();
+    let ca = server.ca.clone().unwrap();
+    // The harness's client speaks no TLS: curl does, trusting the test CA.
+    let post = |path: &str, token: &str, body: &Value| -> Value {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", "30", "--cacert"])
+            .arg(&ca)
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &body.to_string(),
+            ])
+            .arg(format!("{}{path}", server.base))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!text.contains(NUMBER), "{text}");
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"))
+    };
+    for (id, refused) in [("proj_mcp", false), ("proj_open", true)] {
+        let token = ed_token(id, "user_1", "private");
+        let pm = post(
+            &format!("/projects/{id}/payment-methods"),
+            &token,
+            &card_body("user_1", NUMBER, CVC),
+        );
+        let pm = pm["id"].as_str().unwrap().to_string();
+        let call = |name: &str, arguments: Value| {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}});
+            post("/mcp", &token, &body)["result"].clone()
+        };
+        let intent = call(
+            "create_purchase_intent",
+            json!({"paymentMethodId": pm, "credentialType": "pan", "mandates": [
+                {"type": "maxAmount", "value": "50.00", "details": {"currency": "840"}}]}),
+        );
+        assert_eq!(intent["structuredContent"]["status"], "active", "{intent}");
+        let number = format!("{{{{ paymentMethod: {pm} | type: 'pan' | json: '$.number' }}}}");
+        let paid = call(
+            "pay",
+            json!({"method": "POST", "url": format!("http://{echo}/charge"),
+                "body": {"card": number}}),
+        );
+        if refused {
+            assert_eq!(paid["isError"], true, "{paid}");
+            assert!(paid["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("forbidden"));
+        } else {
+            assert_eq!(paid["isError"], false, "{paid}");
+            assert_eq!(
+                paid["structuredContent"]["body"]["card"], "424242******4242",
+                "{paid}"
+            );
+        }
     }
 }
