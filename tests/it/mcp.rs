@@ -338,6 +338,13 @@ fn both_revisions_and_every_tool_answer_without_a_card_value() {
     let no_tool = mcp.legacy("tools/call", json!({"name": "steal_card", "arguments": {}}));
     assert_eq!(no_tool.json["error"]["code"], -32602);
 
+    // Nor does the server's log.
+    let log = std::fs::read_to_string(mcp._dir.path().join("dev.log")).unwrap();
+    assert!(!log.contains(&vc_number) && !log.contains(&format!("\"{vc_cvc}\"")));
+    // The dev banner's example card is 4242…: only the lines of this test's requests.
+    for line in log.lines().filter(|l| l.contains("route=")) {
+        assert!(!line.contains(NUMBER), "{line}");
+    }
     // The scan: no answer holds the card's number or CVC, nor the virtual card's.
     let seen = mcp.seen.borrow();
     assert!(seen.len() > 20);
@@ -432,6 +439,15 @@ fn refused_without_a_private_token_of_the_project() {
     let auth = format!("Bearer {}", mcp.token);
     let elsewhere = mcp.post("/projects/other/mcp", &[("Authorization", &auth)], &list);
     assert_eq!(elsewhere.status, 403, "{}", elsewhere.json);
+    let page = mcp.post(
+        "/mcp",
+        &[
+            ("Authorization", &auth),
+            ("Origin", "http://rebound.example"),
+        ],
+        &list,
+    );
+    assert_eq!(page.status, 403, "{}", page.text);
     let path_form = mcp.post("/projects/dev/mcp", &[("Authorization", &auth)], &list);
     assert_eq!(path_form.status, 200);
     assert_eq!(

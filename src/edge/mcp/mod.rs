@@ -16,7 +16,8 @@
 //!   handler its REST route calls; [`pay`]: the `pay` tool's request through the proxy route.
 //!
 //! A refused token is answered before any JSON-RPC: 401 with `WWW-Authenticate: Bearer`, a
-//! public-role token 403. Tool failures are tool results with `isError` carrying the API's
+//! public-role token 403, and so is a request whose `Origin` is not one of the project's
+//! `cors.allowed_origins` (the transport asks servers to check it). Tool failures are tool results with `isError` carrying the API's
 //! error object; protocol failures are JSON-RPC errors.
 
 pub mod pay;
@@ -79,6 +80,19 @@ pub async fn answer(
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     };
+    // The transport's guard against DNS rebinding: a page's request carries its origin,
+    // which must be one of the project's `cors.allowed_origins`.
+    if let Some(origin) = header("origin") {
+        let allowed = app
+            .config
+            .project(&principal.project)
+            .is_some_and(|p| p.cors_allowed_origins.contains(&origin));
+        if !allowed {
+            return Err(ApiError::forbidden(
+                "This Origin is not one of the project's cors.allowed_origins.",
+            ));
+        }
+    }
     let version = header("mcp-protocol-version");
     let method_header = header("mcp-method");
     let name_header = header("mcp-name");
