@@ -6,13 +6,13 @@
 //!
 //! A leaf: imports nothing of paycred.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 /// The error kinds of the envelope's `type` field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum ErrorKind {
     InvalidRequest,

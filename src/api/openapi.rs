@@ -4,7 +4,7 @@
 //! every route is added here once ([`Edge`]): the `/tenants/{projectId}/…` forms (and the
 //! singular `purchase-intent`), path parameters, `Idempotency-Key` on each POST, the error
 //! answers of every authenticated route (the envelope, [`crate::error::Envelope`]), bearer
-//! JWT security, and none on the service routes.
+//! JWT security (`/mcp` too), and none on the service routes.
 //!
 //! Checked by CI: `scripts/schemathesis` runs schemathesis against a live server with this
 //! document (no 5xx, every answer's status, headers and body as documented, nothing accepted
@@ -74,6 +74,7 @@ const ERRORS: [(u16, &str); 10] = [
         tokens::create,
         client_encryption::get_key,
         proxy,
+        mcp,
         health,
         ready,
         metrics,
@@ -141,6 +142,48 @@ pub fn document() -> utoipa::openapi::OpenApi {
     reason = "documents the proxy route, which the gateway serves"
 )]
 fn proxy() {}
+
+/// The MCP server (docs/agents.md): one JSON-RPC 2.0 message per POST, over MCP's
+/// Streamable HTTP transport, answered `application/json`; no session (`Mcp-Session-Id` is
+/// never issued). The 2025-11-25 `initialize` handshake (also 2025-06-18, 2025-03-26,
+/// 2024-11-05), and the stateless requests of 2026-07-28 (`server/discover`; `params._meta`
+/// carrying the revision, with the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
+/// headers). Methods: `initialize`, `server/discover`, `ping`, `tools/list`, `tools/call`.
+/// A private-role token; the public role is 403. Also at `/mcp`, the project being the
+/// token's.
+#[utoipa::path(post, path = "/projects/{projectId}/mcp", operation_id = "mcp",
+    request_body(content = JsonRpcMessage, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The JSON-RPC response: a result, or a JSON-RPC error", body = Object),
+        (status = 202, description = "A notification or a response, accepted: no body"),
+        (status = 400, description = "A JSON-RPC error (not one JSON-RPC message, params not an \
+            object; in the stateless era a missing `_meta`, a routing header that disagrees \
+            with the body, an unsupported revision), or the error envelope (invalidRequest)",
+            body = Object),
+        (status = 404, description = "A method the stateless era does not know (a JSON-RPC \
+            error), or the error envelope (notFound)", body = Object),
+    ))]
+#[allow(
+    dead_code,
+    reason = "documents the MCP route, which the gateway serves"
+)]
+fn mcp() {}
+
+/// One JSON-RPC 2.0 message: a request (`id` and `method`), a notification (`method`), or a
+/// response to the server.
+#[derive(ToSchema)]
+#[allow(dead_code, reason = "documentation only")]
+struct JsonRpcMessage {
+    /// `2.0`.
+    jsonrpc: String,
+    /// A string or a number; none for a notification.
+    #[schema(value_type = Option<Object>)]
+    id: Option<serde_json::Value>,
+    /// e.g. `tools/call`.
+    method: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    params: Option<serde_json::Value>,
+}
 
 /// `{"status": "ok"}` (liveness) or `{"status": "ready"}` (readiness).
 #[derive(ToSchema)]
@@ -218,6 +261,17 @@ impl Modify for Edge {
                 doc.paths.paths.insert(path, item);
                 continue;
             };
+            if rest == "/mcp" {
+                // Also `/mcp`, the project being the token's: authenticated all the same.
+                let mut item = item.clone();
+                for (method, op) in operations(&mut item) {
+                    if let Some(id) = op.operation_id.as_mut() {
+                        id.push_str("TokenProject");
+                    }
+                    edge_rules(rest, method, op);
+                }
+                doc.paths.paths.insert(rest.to_string(), item);
+            }
             let browser = BROWSER_ROUTES
                 .iter()
                 .find(|(tail, _)| *tail == rest)
@@ -377,8 +431,8 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut O
     .filter_map(|(method, op)| op.map(|op| (method, op)))
 }
 
-/// Path parameters, `Idempotency-Key` on a POST (not the proxy's: it goes to the target),
-/// and the common error answers.
+/// Path parameters, `Idempotency-Key` on a POST (not the proxy's: it goes to the target; not
+/// the MCP server's), and the common error answers.
 fn edge_rules(path: &str, method: &str, op: &mut Operation) {
     let mut params = Vec::new();
     for name in ["projectId", "id", "sessionId"] {
@@ -396,8 +450,9 @@ fn edge_rules(path: &str, method: &str, op: &mut Operation) {
             );
         }
     }
-    let proxy = path.ends_with("/proxy");
-    if method == "post" && !proxy {
+    // The proxy's goes to the target; the MCP server has none.
+    let no_key = path.ends_with("/proxy") || path.ends_with("/mcp");
+    if method == "post" && !no_key {
         let schema = ObjectBuilder::new()
             .schema_type(Type::String)
             .min_length(Some(1))

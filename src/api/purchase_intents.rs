@@ -1,5 +1,6 @@
 //! Purchase intents: create (`POST .../purchase-intents`, also `/tenants/:t/purchase-intent`)
-//! and get, on both path forms. Verification is in [`super::verify`]; what the proxy and
+//! and get, on both path forms; [`cancel`], which the MCP tool `cancel_purchase_intent` calls
+//! (no REST route). Verification is in [`super::verify`]; what the proxy and
 //! the sandbox reach of an intent's credential is in `service::intents`.
 //!
 //! - The credential comes from `app.issuer` (the sandbox by default) and is stored sealed by
@@ -22,7 +23,7 @@ use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
 use crate::service::audit_event;
 use crate::service::intents::{open_number, reveal, seal_credential};
-use crate::store::{IntentRecord, IntentStatus, Scope};
+use crate::store::{IntentEnd, IntentRecord, IntentStatus, Scope};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -346,5 +347,43 @@ pub async fn show(
     match app.store.get_intent(sc, id).await? {
         Some(rec) => respond(app, status_code, &rec).await,
         None => Err(ApiError::not_found("Purchase intent")),
+    }
+}
+
+/// Cancels a purchase intent: it ends for good (`canceled`, its credential made impossible to
+/// open, the `purchase_intent.canceled` event), as the delete of its payment method ends it.
+/// Canceling a canceled intent answers it again; one that ended otherwise is 409.
+pub async fn cancel(app: &App, principal: &Principal, id: &str) -> ApiResult<Response> {
+    principal.require_private()?;
+    let sc = Scope {
+        project: &principal.project,
+        entity: &principal.entity,
+    };
+    let now = app.now_micros();
+    let Some(rec) = app.store.get_intent(sc, id).await? else {
+        return Err(ApiError::not_found("Purchase intent"));
+    };
+    match rec.status_at(now) {
+        IntentStatus::Canceled => return respond(app, 200, &rec).await,
+        IntentStatus::Active | IntentStatus::Verify => {}
+        _ => {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                "The purchase intent has already ended.",
+            ))
+        }
+    }
+    match app
+        .store
+        .end_intent(sc, id, IntentEnd::Canceled, now)
+        .await?
+    {
+        Some(ended) => {
+            let event = audit_event(app, principal, "purchaseIntent.cancel", id);
+            app.store.append_audit(event).await?;
+            respond(app, 200, &ended).await
+        }
+        // Ended meanwhile (by its time, its last use or another cancel): as it is now.
+        None => show(app, principal, id, 200).await,
     }
 }

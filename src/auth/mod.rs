@@ -116,11 +116,12 @@ impl Authenticator {
         }
     }
 
-    /// Authenticates `authorization` (the header value) for a request on `path_project`.
+    /// Authenticates `authorization` (the header value) for a request on `path_project`;
+    /// `None` for a path without a project (`/mcp`), where the token's project is meant.
     pub fn authenticate(
         &self,
         authorization: Option<&[u8]>,
-        path_project: &str,
+        path_project: Option<&str>,
         now: u64,
     ) -> Result<Arc<Principal>, ApiError> {
         let header = authorization
@@ -128,7 +129,7 @@ impl Authenticator {
         let token = bearer_token(header)
             .ok_or_else(|| denied("Invalid API key: expected Authorization: Bearer <JWT>."))?;
         let principal = self.verify(token, now)?;
-        if principal.project != path_project {
+        if path_project.is_some_and(|p| p != principal.project) {
             return Err(ApiError::forbidden(
                 "The token was issued for another project.",
             ));

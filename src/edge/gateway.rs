@@ -9,6 +9,8 @@
 //!                              │    no CORS header (before auth; never forwarded)
 //!                              ├─ wrong method ──────────────▶ 405 envelope + Allow
 //!                              ├─ /health, /ready, /metrics, /openapi.json, /demo ─▶ answered here
+//!                              ├─ /mcp ─▶ auth (Authorization; 401 with WWW-Authenticate)
+//!                              │        ─▶ rate limits ─▶ mcp::answer (JSON-RPC, the tools)
 //!                              ├─ REST route ─▶ auth (Authorization) ─▶ rate limits
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope, + cors headers  (Ok(true))
@@ -45,6 +47,7 @@
 use super::cors;
 use super::idempotency;
 use super::live::Live;
+use super::mcp;
 use super::metrics::MetricsPage;
 use super::rest;
 use super::routes::{self, Resource, Route};
@@ -338,10 +341,19 @@ impl Gateway {
                     intent: None,
                 }))
             }
-            (_, Some(project)) => project,
+            (Resource::Mcp, project) => project,
+            (_, Some(project)) => Some(project),
             (_, None) => return Err(ApiError::not_found("Route")),
         };
-        let (principal, drop_authorization) = Self::authenticate(&live, session, &route, project)?;
+        let authenticated = Self::authenticate(&live, session, &route, project);
+        if route.resource == Resource::Mcp {
+            let principal = authenticated.map_err(mcp::refusal)?.0;
+            live.limits.check(&principal.project, &principal.entity)?;
+            return mcp::answer(app, session, &principal)
+                .await
+                .map(Answer::Response);
+        }
+        let (principal, drop_authorization) = authenticated?;
         live.limits.check(&principal.project, &principal.entity)?;
         if route.resource == Resource::Proxy {
             let p = self
@@ -363,7 +375,7 @@ impl Gateway {
         live: &Live,
         session: &Session,
         route: &Route,
-        project: &str,
+        project: Option<&str>,
     ) -> Result<(Arc<Principal>, bool), ApiError> {
         let headers = &session.req_header().headers;
         let (token, drop_authorization) = match headers.get(Proxy::SVC_AUTHORIZATION) {
@@ -377,7 +389,11 @@ impl Gateway {
             .app
             .auth
             .authenticate(token, project, live.app.now_secs())
-            .inspect_err(|e| Self::audit_auth_failure(live, project, route.label(), e))?;
+            .inspect_err(|e| {
+                if let Some(project) = project {
+                    Self::audit_auth_failure(live, project, route.label(), e)
+                }
+            })?;
         Ok((principal, drop_authorization))
     }
 

@@ -3,6 +3,7 @@
 //! - [`gateway`]: `impl ProxyHttp`, the phase table; it routes each request here or to the
 //!   proxy.
 //! - [`routes`]: paths to routes. [`rest`]: a REST request from authentication to answer.
+//! - [`mcp`]: the MCP server on `/mcp` (Streamable HTTP), its tools calling the handlers.
 //! - [`cors`]: which other origins' pages may call the public role's routes.
 //! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
@@ -18,6 +19,7 @@ pub mod gateway;
 pub mod idempotency;
 pub mod idle;
 pub mod live;
+pub mod mcp;
 pub mod metrics;
 pub mod ratelimit;
 pub mod rest;

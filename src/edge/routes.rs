@@ -51,6 +51,9 @@ pub enum Resource {
     EventRedeliver(String),
     /// `GET .../events/:id/deliveries`
     EventDeliveries(String),
+    /// `POST /mcp` (the project is the token's) or `POST /projects/:projectId/mcp`: the MCP
+    /// server (`edge::mcp`).
+    Mcp,
 }
 
 /// A matched path.
@@ -85,7 +88,9 @@ impl Route {
             Resource::PurchaseIntent(_) => &[Method::GET],
             Resource::BrowserSessions(_) => &[Method::GET, Method::POST],
             Resource::BrowserSession(..) => &[Method::GET, Method::DELETE],
-            Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations => &[Method::POST],
+            Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations | Resource::Mcp => {
+                &[Method::POST]
+            }
             Resource::Proxy => &[
                 Method::GET,
                 Method::POST,
@@ -125,7 +130,8 @@ impl Route {
             | Resource::WebhookEndpoint(_)
             | Resource::WebhookEndpointRotate(_)
             | Resource::EventRedeliver(_)
-            | Resource::EventDeliveries(_) => &[],
+            | Resource::EventDeliveries(_)
+            | Resource::Mcp => &[],
         }
     }
 
@@ -165,12 +171,13 @@ impl Route {
             Resource::Passkey(_) => "passkey",
             Resource::EventRedeliver(_) => "event_redeliver",
             Resource::EventDeliveries(_) => "event_deliveries",
+            Resource::Mcp => "mcp",
         }
     }
 
     /// Whether the route needs a JWT.
     pub fn needs_auth(&self) -> bool {
-        self.project.is_some()
+        self.project.is_some() || self.resource == Resource::Mcp
     }
 }
 
@@ -193,6 +200,7 @@ pub fn route(path: &str) -> Option<Route> {
         ["ready"] => service(Resource::Ready),
         ["metrics"] => service(Resource::Metrics),
         ["openapi.json"] => service(Resource::OpenApi),
+        ["mcp"] => service(Resource::Mcp),
         ["projects" | "tenants", project, rest @ ..] if valid_id(project) => {
             let resource = match rest {
                 ["payment-methods"] => Resource::PaymentMethods,
@@ -216,6 +224,7 @@ pub fn route(path: &str) -> Option<Route> {
                 }
                 ["sandbox", "authorizations"] => Resource::SandboxAuthorizations,
                 ["proxy"] => Resource::Proxy,
+                ["mcp"] => Resource::Mcp,
                 ["client-encryption-key"] => Resource::ClientEncryptionKey,
                 ["tokens"] => Resource::Tokens,
                 ["events"] => Resource::Events,
@@ -301,6 +310,8 @@ mod tests {
                 "/tenants/p1/purchase-intent/pi_1/browser-sessions/bs_1",
                 Resource::BrowserSession("pi_1".into(), "bs_1".into()),
             ),
+            ("/mcp", Resource::Mcp),
+            ("/projects/p1/mcp", Resource::Mcp),
         ] {
             assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");
         }
@@ -325,7 +336,7 @@ mod tests {
         let doc: serde_json::Value =
             serde_json::from_str(&crate::api::openapi::DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 20 + 5 + 4);
+        assert_eq!(paths.len(), 2 * 21 + 5 + 5);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

@@ -13,7 +13,7 @@
 //! | `purchase_intent.activated`         | a verification that passed                      |
 //! | `purchase_intent.used`              | every counted use                               |
 //! | `purchase_intent.exhausted`         | the end at the use that reaches the usage limit |
-//! | `purchase_intent.canceled`          | the end by the delete of its payment method     |
+//! | `purchase_intent.canceled`          | the end by the delete of its payment method, or a cancel (MCP) |
 //! | `purchase_intent.expired`           | the end past `expiresAt` (the finalizer)        |
 //! | `browser_session.created`           | a browser session's create                      |
 //! | `browser_session.used`              | a proxied request that carried the real values  |

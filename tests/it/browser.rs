@@ -4,6 +4,7 @@
 //! a bad one, as it checks `browser_checkout` of each project; `paycred serve --dev` makes
 //! a CA on its first run, keeps it, and runs the browser proxy beside the API.
 
+use crate::common::{dev_jwt, serve_dev};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -62,39 +63,6 @@ fn ca_writes_a_private_key_never_over_a_file_and_says_how_to_trust_it() {
     assert!(paycred::browser::ca::Ca::load(&cert, &key).is_ok());
 }
 
-/// A `paycred serve --dev` process, killed when dropped.
-struct DevServer(std::process::Child);
-
-impl Drop for DevServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `paycred serve --dev` in `dir` on `listen` and `proxy`, and waits for its health.
-fn serve_dev(dir: &Path, listen: &str, proxy: &str) -> DevServer {
-    let log = std::fs::File::create(dir.join("dev.log")).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["serve", "--dev", "--dev-dir"])
-        .arg(dir.join("dev"))
-        .args(["--listen", listen, "--browser-proxy-listen", proxy])
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let server = DevServer(child);
-    let up = crate::common::eventually(std::time::Duration::from_secs(30), || {
-        ureq::get(&format!("http://{listen}/health")).call().is_ok()
-    });
-    assert!(
-        up,
-        "{}",
-        std::fs::read_to_string(dir.join("dev.log")).unwrap()
-    );
-    server
-}
-
 #[test]
 fn serve_dev_makes_a_ca_once_and_runs_the_browser_proxy() {
     use serde_json::{json, Value};
@@ -112,16 +80,7 @@ fn serve_dev_makes_a_ca_once_and_runs_the_browser_proxy() {
         let trust = format!("-A -t C,, -n paycred -i {}", ca_pem.display());
         assert!(banner.contains(&trust), "{banner}");
         assert!(!banner.contains("PRIVATE KEY"));
-        let key = dir.path().join("dev/dev-private.pem");
-        let jwt = |role: &str| {
-            let out = Command::new(env!("CARGO_BIN_EXE_paycred"))
-                .args(["jwt", "--key", key.to_str().unwrap(), "--kid", "dev-1"])
-                .args(["--project", "dev", "--sub", "user_1", "--role", role])
-                .output()
-                .unwrap();
-            text(&out.stdout).trim().to_string()
-        };
-        let t = jwt("private");
+        let t = dev_jwt(dir.path(), "user_1", "private");
         let post = |path: &str, body: Value| -> Value {
             ureq::post(&format!("http://{listen}/projects/dev{path}"))
                 .set("Authorization", &format!("Bearer {t}"))

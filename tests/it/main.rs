@@ -35,6 +35,7 @@ mod keys;
 mod layers;
 mod log_hygiene;
 mod master_key;
+mod mcp;
 mod operations;
 mod passkeys;
 mod payment_methods;

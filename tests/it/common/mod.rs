@@ -517,7 +517,7 @@ impl Server {
                 .send_string(&b.to_string()),
             None => req.call(),
         };
-        Reply::from(result)
+        Reply::of(result)
     }
 
     /// Like [`Self::raw`] on a new connection.
@@ -536,7 +536,7 @@ impl Server {
         for (k, v) in headers {
             req = req.set(k, v);
         }
-        Reply::from(req.send_bytes(body))
+        Reply::of(req.send_bytes(body))
     }
 
     /// Sends a raw request with explicit headers and body.
@@ -557,7 +557,7 @@ impl Server {
             Some(b) => req.send_bytes(b),
             None => req.call(),
         };
-        Reply::from(result)
+        Reply::of(result)
     }
 }
 
@@ -581,7 +581,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn from(result: Result<ureq::Response, ureq::Error>) -> Reply {
+    /// The reply of a request sent with ureq (an error status is a reply too).
+    pub fn of(result: Result<ureq::Response, ureq::Error>) -> Reply {
         let resp = match result {
             Ok(r) => r,
             Err(ureq::Error::Status(_, r)) => r,
@@ -886,4 +887,49 @@ pub fn on_database<T>(url: &str, work: impl AsyncFnOnce(&tokio_postgres::Client)
         tokio::spawn(connection);
         work(&c).await
     })
+}
+
+/// A `paycred serve --dev` process, killed when dropped.
+pub struct DevServer(std::process::Child);
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `paycred serve --dev` in `dir` on `listen` and `proxy`, and waits for its health.
+pub fn serve_dev(dir: &Path, listen: &str, proxy: &str) -> DevServer {
+    let log = std::fs::File::create(dir.join("dev.log")).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["serve", "--dev", "--dev-dir"])
+        .arg(dir.join("dev"))
+        .args(["--listen", listen, "--browser-proxy-listen", proxy])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = DevServer(child);
+    let up = eventually(std::time::Duration::from_secs(30), || {
+        ureq::get(&format!("http://{listen}/health")).call().is_ok()
+    });
+    assert!(
+        up,
+        "{}",
+        std::fs::read_to_string(dir.join("dev.log")).unwrap()
+    );
+    server
+}
+
+/// A token of `serve --dev`'s project `dev` for `sub` with `role`, from `paycred jwt` with the
+/// dev key `serve_dev` wrote in `dir`.
+pub fn dev_jwt(dir: &Path, sub: &str, role: &str) -> String {
+    let key = dir.join("dev/dev-private.pem");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["jwt", "--key", key.to_str().unwrap(), "--kid", "dev-1"])
+        .args(["--project", "dev", "--sub", sub, "--role", role])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
