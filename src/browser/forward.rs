@@ -301,11 +301,11 @@ impl Intercepted {
             .get_browser_session(&self.session)
             .await?
             .ok_or_else(ended)?;
-        let session = sessions::settled(app, session).await?;
-        if !session.live_at(app.now_micros()) {
+        let (session, intent) = sessions::settled_with_intent(app, session).await?;
+        let Some(intent) = intent.filter(|_| session.live_at(app.now_micros())) else {
             return Err(ended());
-        }
-        let card = sessions::card_of(app, &session)
+        };
+        let card = sessions::card_of(app, &session, &intent)
             .await?
             .ok_or_else(|| ApiError::new(ErrorKind::Conflict, "The purchase intent has ended."))?;
         Ok((session, card))

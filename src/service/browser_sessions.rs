@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::domain::card::standin::StandIns;
 use crate::domain::issuer::Credential;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{BrowserSessionRecord, IntentStatus, SessionChange};
+use crate::store::{BrowserSessionRecord, IntentRecord, IntentStatus, SessionChange};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -93,17 +93,15 @@ pub fn open_stand_ins(app: &App, session: &BrowserSessionRecord) -> ApiResult<St
     })
 }
 
-/// The session's card: its stand-ins with the intent's real values; `None` when the intent
-/// has no credential to reveal any more (it ended).
-pub async fn card_of(app: &App, session: &BrowserSessionRecord) -> ApiResult<Option<StandIns>> {
-    let Some(intent) = app
-        .store
-        .get_intent(session.scope(), &session.intent_id)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let Some(credential) = intents::reveal(app, &intent).await? else {
+/// The session's card: its stand-ins with the real values of `intent` (the session's, as
+/// [`settled_with_intent`] read it); `None` when the intent has no credential to reveal any
+/// more (it ended).
+pub async fn card_of(
+    app: &App,
+    session: &BrowserSessionRecord,
+    intent: &IntentRecord,
+) -> ApiResult<Option<StandIns>> {
+    let Some(credential) = intents::reveal(app, intent).await? else {
         return Ok(None);
     };
     let stored = open_stand_ins(app, session)?;
@@ -123,19 +121,28 @@ pub async fn card_of(app: &App, session: &BrowserSessionRecord) -> ApiResult<Opt
 /// The session as it is at the app's time: a session past its `expiresAt`, or whose intent
 /// is no longer `active`, is ended now (once, with its event) and answered ended.
 pub async fn settled(app: &App, session: BrowserSessionRecord) -> ApiResult<BrowserSessionRecord> {
+    Ok(settled_with_intent(app, session).await?.0)
+}
+
+/// [`settled`], with the intent it read when the session is live (the proxy reveals its
+/// credential next, without reading it again).
+pub async fn settled_with_intent(
+    app: &App,
+    session: BrowserSessionRecord,
+) -> ApiResult<(BrowserSessionRecord, Option<IntentRecord>)> {
     if session.status != crate::store::BrowserSessionStatus::Active {
-        return Ok(session);
+        return Ok((session, None));
     }
     let now = app.now_micros();
-    let intent_live = app
+    let intent = app
         .store
         .get_intent(session.scope(), &session.intent_id)
         .await?
-        .is_some_and(|i| i.status_at(now) == IntentStatus::Active);
-    if intent_live && session.live_at(now) {
-        return Ok(session);
+        .filter(|i| i.status_at(now) == IntentStatus::Active);
+    if intent.is_some() && session.live_at(now) {
+        return Ok((session, intent));
     }
-    end(app, &session, None).await
+    Ok((end(app, &session, None).await?, None))
 }
 
 /// Ends the session now (with `audit`, if any): the ended record, also when another request
