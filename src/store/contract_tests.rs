@@ -540,7 +540,7 @@ async fn changes_write_their_events(store: Arc<dyn Store>) {
 
 /// Webhook endpoints: stored once per id, replaced only while stored, listed newest first,
 /// per project.
-fn endpoint(id: &str, created: i64) -> WebhookEndpointRecord {
+pub(super) fn endpoint(id: &str, created: i64) -> WebhookEndpointRecord {
     WebhookEndpointRecord {
         id: id.into(),
         project: SCOPE.project.into(),
