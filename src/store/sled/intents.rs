@@ -63,7 +63,7 @@ const DUE_INDEX_BUILT: &[u8] = b"pi_due_built";
 
 /// Marks in `meta` that `pi_ended` lists every ended intent (built once, on the first start
 /// that has the index).
-const ENDED_INDEX_BUILT: &[u8] = b"pi_ended_built";
+pub(super) const ENDED_INDEX_BUILT: &[u8] = b"pi_ended_built";
 
 impl SledStore {
     /// Ids of a payment method's intents, newest first (read outside a transaction; the

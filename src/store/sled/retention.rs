@@ -237,3 +237,73 @@ impl RetentionStore for SledStore {
         Ok(pruned)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::store::{when_unlocked, DeliveryRecord, IntentRecord, IntentStore, Scope};
+
+    /// A store from before the indexes: the first start builds them from the records; an
+    /// intent whose record does not say when it ended counts as ended at that start.
+    #[tokio::test]
+    async fn the_first_start_indexes_what_was_stored_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
+        let store = open();
+        let scope = Scope {
+            project: "p1",
+            entity: "e1",
+        };
+        let rec: IntentRecord = serde_json::from_value(serde_json::json!({
+            "id": "pi_old", "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
+            "credential_type": "virtual-card", "status": "expired", "created_micros": 0,
+            "expires_micros": 5, "mandates": {}, "credential_sealed": null,
+            "uses": 0, "failed_verifications": 0
+        }))
+        .unwrap();
+        assert_eq!(rec.ended_micros, None);
+        let pi_key = keys::pi(scope, "pi_old");
+        store
+            .pi
+            .insert(&pi_key, serde_json::to_vec(&rec).unwrap())
+            .unwrap();
+        let mut done = DeliveryRecord::new("p1", 7, "we_1", 100);
+        done.id = 3;
+        done.status = DeliveryStatus::Delivered;
+        let done_key = super::super::webhooks::key(&done);
+        store
+            .deliveries
+            .all
+            .insert(&done_key, serde_json::to_vec(&done).unwrap())
+            .unwrap();
+        store.meta.remove(DONE_INDEX_BUILT).unwrap();
+        store
+            .meta
+            .remove(super::super::intents::ENDED_INDEX_BUILT)
+            .unwrap();
+        drop(store);
+        let store = open();
+        let started = crate::clock::micros(time::OffsetDateTime::now_utc());
+        let hour = 3_600_000_000;
+        let prune = |kind, before| store.prune(kind, before, 10);
+        assert_eq!(
+            prune(Prunable::EndedIntents, started - hour)
+                .await
+                .unwrap()
+                .removed,
+            0
+        );
+        assert_eq!(
+            prune(Prunable::EndedIntents, started + hour)
+                .await
+                .unwrap()
+                .removed,
+            1
+        );
+        assert!(store.get_intent(scope, "pi_old").await.unwrap().is_none());
+        assert_eq!(prune(Prunable::Deliveries, 100).await.unwrap().removed, 0);
+        assert_eq!(prune(Prunable::Deliveries, 101).await.unwrap().removed, 1);
+        assert!(store.deliveries.all.get(&done_key).unwrap().is_none());
+    }
+}
