@@ -565,7 +565,8 @@ fn require_file(key: &str, path: &Path) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    fn err(yaml: &str) -> String {
+    /// The error `yaml` is refused with (`ok` when it is not).
+    pub(in crate::config) fn err(yaml: &str) -> String {
         match Config::from_yaml(yaml) {
             Ok(_) => String::from("ok"),
             Err(e) => e.to_string(),

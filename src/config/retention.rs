@@ -51,15 +51,9 @@ pub fn check(file: &RetentionFile) -> Result<Retention, ConfigError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::err;
     use super::super::Config;
     use super::*;
-
-    fn err(yaml: &str) -> String {
-        match Config::from_yaml(yaml) {
-            Ok(_) => String::from("ok"),
-            Err(e) => e.to_string(),
-        }
-    }
 
     #[test]
     fn thirty_days_each_unless_set() {

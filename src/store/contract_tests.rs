@@ -428,15 +428,19 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
         .is_empty());
 }
 
-/// The types of the project's events, newest first.
-async fn event_types(store: &Arc<dyn Store>, before: Option<u64>) -> Vec<String> {
-    let query = EventQuery {
+/// The project's events before `before` (all: `None`), 100 at most.
+fn events_before(before: Option<u64>) -> EventQuery<'static> {
+    EventQuery {
         project: SCOPE.project,
         before,
         kind: None,
         limit: 100,
-    };
-    let events = store.list_events(query).await.unwrap();
+    }
+}
+
+/// The types of the project's events, newest first.
+async fn event_types(store: &Arc<dyn Store>, before: Option<u64>) -> Vec<String> {
+    let events = store.list_events(events_before(before)).await.unwrap();
     events.into_iter().map(|e| e.event.kind).collect()
 }
 
@@ -732,13 +736,7 @@ async fn the_webhook_outbox_fans_out_and_leases(store: Arc<dyn Store>) {
         .delete_payment_method(SCOPE, "pm_a", ev("d"))
         .await
         .unwrap();
-    let q = EventQuery {
-        project: "p1",
-        before: None,
-        kind: None,
-        limit: 10,
-    };
-    let listed = store.list_events(q).await.unwrap();
+    let listed = store.list_events(events_before(None)).await.unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");
     let (deleted, created) = (listed[0].seq, listed[1].seq);
     assert_eq!(
@@ -973,13 +971,7 @@ async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
     assert_eq!(ended.ended_micros, Some(100));
     // Not fanned out yet: no event goes.
     assert_eq!(prune_all(Prunable::Events, 5_000).await, 0);
-    let q = EventQuery {
-        project: "p1",
-        before: None,
-        kind: None,
-        limit: 100,
-    };
-    let events = store.list_events(q).await.unwrap();
+    let events = store.list_events(events_before(None)).await.unwrap();
     assert_eq!(events.len(), 8, "{events:?}");
     assert_eq!(store.fan_out_events(20, 100).await.unwrap(), 8);
     // Every delivery pending: still no event goes.
@@ -1013,15 +1005,8 @@ async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
         .unwrap();
     // Events before 5000 go, but the one a delivery waits for and the new one.
     assert_eq!(prune_all(Prunable::Events, 5_000).await, 6);
-    let kept: Vec<String> = store
-        .list_events(q)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.event.kind)
-        .collect();
     assert_eq!(
-        kept,
+        event_types(&store, None).await,
         [events::PM_CREATED, events::PI_CANCELED, events::PM_CREATED],
         "pm_b's, pi_recent's end, pm_a's"
     );

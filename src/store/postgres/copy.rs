@@ -9,6 +9,21 @@ use crate::store::copy::Export;
 use crate::store::{corrupt, IntentRecord, StoreResult};
 use serde_json::Value;
 
+/// Moves the sequence of `table`'s `column` past the rows there, so what is written from now
+/// on numbers after the copied rows.
+async fn number_after_copied(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    column: &str,
+) -> StoreResult<()> {
+    let sql = format!(
+        "SELECT setval(pg_get_serial_sequence('{table}', '{column}'), \
+         GREATEST((SELECT max({column}) FROM {table}), 1))"
+    );
+    timed(tx.execute(sql.as_str(), &[])).await?;
+    Ok(())
+}
+
 impl PgStore {
     /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
     /// how many of the export's rows the tables lack afterwards (0 when all is well).
@@ -112,12 +127,7 @@ impl PgStore {
                 .await?;
             }
             // Events written from now on number after the copied ones (their ids keep growing).
-            timed(tx.execute(
-                "SELECT setval(pg_get_serial_sequence('events', 'seq'), \
-                 GREATEST((SELECT max(seq) FROM events), 1))",
-                &[],
-            ))
-            .await?;
+            number_after_copied(&tx, "events", "seq").await?;
             for d in &export.pending_deliveries {
                 let attempts = i32::try_from(d.attempts).unwrap_or(i32::MAX);
                 timed(tx.execute(
@@ -130,13 +140,7 @@ impl PgStore {
                 ))
                 .await?;
             }
-            // Deliveries made from now on number after the copied ones.
-            timed(tx.execute(
-                "SELECT setval(pg_get_serial_sequence('webhook_deliveries', 'id'), \
-                 GREATEST((SELECT max(id) FROM webhook_deliveries), 1))",
-                &[],
-            ))
-            .await?;
+            number_after_copied(&tx, "webhook_deliveries", "id").await?;
             for seq in &export.fan_out {
                 timed(tx.execute(
                     "INSERT INTO webhook_fanout (seq) VALUES ($1) ON CONFLICT DO NOTHING",

@@ -109,31 +109,23 @@ impl SledStore {
     /// Builds the `pi_due` index from the stored intents, unless it was built before: every
     /// intent stored live, by its `expiresAt`, and at 0 when its usage limit is used up.
     pub(super) fn index_live_intents(&self) -> StoreResult<()> {
-        if self
-            .meta
-            .contains_key(DUE_INDEX_BUILT)
-            .map_err(unavailable)?
-        {
-            return Ok(());
-        }
-        for item in self.pi.iter() {
-            let (key, bytes) = item.map_err(unavailable)?;
-            let rec = Self::decode_pi(&bytes)?;
-            if rec.is_live_stored() {
-                self.pi_due
-                    .insert(keys::pi_due(rec.expires_micros, &key), &[] as &[u8])
-                    .map_err(unavailable)?;
-                if rec.ends_with(IntentEnd::UsedUp, i64::MIN) {
+        self.build_once(DUE_INDEX_BUILT, || {
+            for item in self.pi.iter() {
+                let (key, bytes) = item.map_err(unavailable)?;
+                let rec = Self::decode_pi(&bytes)?;
+                if rec.is_live_stored() {
                     self.pi_due
-                        .insert(keys::pi_due(0, &key), &[] as &[u8])
+                        .insert(keys::pi_due(rec.expires_micros, &key), &[] as &[u8])
                         .map_err(unavailable)?;
+                    if rec.ends_with(IntentEnd::UsedUp, i64::MIN) {
+                        self.pi_due
+                            .insert(keys::pi_due(0, &key), &[] as &[u8])
+                            .map_err(unavailable)?;
+                    }
                 }
             }
-        }
-        self.meta
-            .insert(DUE_INDEX_BUILT, &[] as &[u8])
-            .map_err(unavailable)?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Builds the `pi_ended` index from the stored intents, unless it was built before: every
@@ -141,28 +133,20 @@ impl SledStore {
     /// it ended (stored so before records kept it) counts as ended now, so it is kept a full
     /// retention period from this start.
     pub(super) fn index_ended_intents(&self) -> StoreResult<()> {
-        if self
-            .meta
-            .contains_key(ENDED_INDEX_BUILT)
-            .map_err(unavailable)?
-        {
-            return Ok(());
-        }
         let now = micros(time::OffsetDateTime::now_utc());
-        for item in self.pi.iter() {
-            let (key, bytes) = item.map_err(unavailable)?;
-            let rec = Self::decode_pi(&bytes)?;
-            if !rec.is_live_stored() {
-                let at = rec.ended_at().unwrap_or(now);
-                self.pi_ended
-                    .insert(keys::pi_due(at, &key), &[] as &[u8])
-                    .map_err(unavailable)?;
+        self.build_once(ENDED_INDEX_BUILT, || {
+            for item in self.pi.iter() {
+                let (key, bytes) = item.map_err(unavailable)?;
+                let rec = Self::decode_pi(&bytes)?;
+                if !rec.is_live_stored() {
+                    let at = rec.ended_at().unwrap_or(now);
+                    self.pi_ended
+                        .insert(keys::pi_due(at, &key), &[] as &[u8])
+                        .map_err(unavailable)?;
+                }
             }
-        }
-        self.meta
-            .insert(ENDED_INDEX_BUILT, &[] as &[u8])
-            .map_err(unavailable)?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Ends one intent in a transaction, when `end` ends it at `now_micros`; the ended record
@@ -487,11 +471,22 @@ impl IntentStore for SledStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::super::key_file::{NAME, SLOT};
     use super::*;
     use crate::store::{when_unlocked, IntentStore, Scope};
+
+    /// An intent of `p1`/`e1` as a test writes it straight into `pi`, with `status`.
+    pub(in crate::store::sled) fn record(id: &str, status: &str) -> IntentRecord {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
+            "credential_type": "virtual-card", "status": status, "created_micros": 0,
+            "expires_micros": i64::MAX, "mandates": {}, "credential_sealed": null,
+            "uses": 0, "failed_verifications": 0
+        }))
+        .unwrap()
+    }
 
     /// The key file's taken slots.
     fn taken(dir: &std::path::Path) -> usize {
@@ -512,13 +507,7 @@ mod tests {
         // committed (a crash between the two).
         let live_key = keys::pi(scope, "pi_live");
         let slot = store.key_file.write(&live_key, b"dk1.live-key").unwrap();
-        let mut rec: IntentRecord = serde_json::from_value(serde_json::json!({
-            "id": "pi_live", "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
-            "credential_type": "virtual-card", "status": "active", "created_micros": 0,
-            "expires_micros": i64::MAX, "mandates": {}, "credential_sealed": null,
-            "uses": 0, "failed_verifications": 0
-        }))
-        .unwrap();
+        let mut rec = record("pi_live", "active");
         rec.key_slot = Some(slot);
         store
             .pi

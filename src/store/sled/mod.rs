@@ -172,6 +172,23 @@ impl SledStore {
         Ok(store)
     }
 
+    /// Runs `build` unless `meta` holds `marker`, then records `marker`: an index built from
+    /// the stored records once, on the first start that has it.
+    fn build_once(
+        &self,
+        marker: &[u8],
+        build: impl FnOnce() -> StoreResult<()>,
+    ) -> StoreResult<()> {
+        if self.meta.contains_key(marker).map_err(unavailable)? {
+            return Ok(());
+        }
+        build()?;
+        self.meta
+            .insert(marker, &[] as &[u8])
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     async fn durable(&self) -> StoreResult<()> {
         self.commit.durable().await.map_err(StoreError::Unavailable)
     }

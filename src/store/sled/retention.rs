@@ -27,45 +27,52 @@ const DONE_INDEX_BUILT: &[u8] = b"webhook_done_built";
 impl SledStore {
     /// Builds the `webhook_done` index from the stored deliveries, unless it was built before.
     pub(super) fn index_finished_deliveries(&self) -> StoreResult<()> {
-        if self
-            .meta
-            .contains_key(DONE_INDEX_BUILT)
-            .map_err(unavailable)?
-        {
-            return Ok(());
-        }
-        for item in self.deliveries.all.iter() {
-            let (k, v) = item.map_err(unavailable)?;
-            let d = decode(&v)?;
-            if d.status != DeliveryStatus::Pending {
-                self.deliveries
-                    .done
-                    .insert(due_key(d.next_micros, d.id), k)
-                    .map_err(unavailable)?;
+        self.build_once(DONE_INDEX_BUILT, || {
+            for item in self.deliveries.all.iter() {
+                let (k, v) = item.map_err(unavailable)?;
+                let d = decode(&v)?;
+                if d.status != DeliveryStatus::Pending {
+                    self.deliveries
+                        .done
+                        .insert(due_key(d.next_micros, d.id), k)
+                        .map_err(unavailable)?;
+                }
             }
-        }
-        self.meta
-            .insert(DONE_INDEX_BUILT, &[] as &[u8])
+            Ok(())
+        })
+    }
+
+    /// The first `limit` entries of `index` before `upto`, each handed to `remove` (which
+    /// removes it, and its record when that still qualifies: whether it did).
+    fn prune_indexed(
+        index: &sled::Tree,
+        upto: &[u8],
+        limit: usize,
+        remove: impl Fn(&[u8], &[u8]) -> StoreResult<bool>,
+    ) -> StoreResult<Pruned> {
+        let entries: Vec<(sled::IVec, sled::IVec)> = index
+            .range(..upto)
+            .take(limit)
+            .collect::<Result<_, _>>()
             .map_err(unavailable)?;
-        Ok(())
+        let mut removed = 0;
+        for (entry, value) in &entries {
+            removed += usize::from(remove(entry, value)?);
+        }
+        Ok(Pruned {
+            removed,
+            more: entries.len() >= limit,
+        })
     }
 
     /// Up to `limit` ended intents whose end is before `before`, removed.
     fn prune_ended_intents(&self, before: i64, limit: usize) -> StoreResult<Pruned> {
         let upto = keys::pi_due(before, &[]);
-        let entries: Vec<sled::IVec> = self
-            .pi_ended
-            .range(..upto)
-            .keys()
-            .take(limit)
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)?;
-        let mut removed = 0;
-        for entry in &entries {
+        Self::prune_indexed(&self.pi_ended, &upto, limit, |entry, _| {
             let (at, pi_key) =
                 keys::from_pi_due(entry).ok_or_else(|| corrupt("bad pi_ended key"))?;
             let at = i64::try_from(at).unwrap_or(i64::MAX);
-            let gone = (&self.pi, &self.pi_by_pm, &self.pi_pm_n, &self.pi_ended)
+            (&self.pi, &self.pi_by_pm, &self.pi_pm_n, &self.pi_ended)
                 .transaction(|(t_pi, t_index, t_n, t_ended)| {
                     t_ended.remove(entry)?;
                     let Some(bytes) = t_pi.get(pi_key)? else {
@@ -95,28 +102,15 @@ impl SledStore {
                     }
                     Ok(true)
                 })
-                .map_err(tx_error)?;
-            removed += usize::from(gone);
-        }
-        Ok(Pruned {
-            removed,
-            more: entries.len() >= limit,
+                .map_err(tx_error)
         })
     }
 
     /// Up to `limit` finished deliveries whose last attempt is before `before`, removed.
     fn prune_deliveries(&self, before: i64, limit: usize) -> StoreResult<Pruned> {
         let upto = due_key(before, 0);
-        let entries: Vec<(sled::IVec, sled::IVec)> = self
-            .deliveries
-            .done
-            .range(..upto)
-            .take(limit)
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)?;
-        let mut removed = 0;
-        for (entry, at) in &entries {
-            let gone = (&self.deliveries.all, &self.deliveries.done)
+        Self::prune_indexed(&self.deliveries.done, &upto, limit, |entry, at| {
+            (&self.deliveries.all, &self.deliveries.done)
                 .transaction(|(t_all, t_done)| {
                     t_done.remove(entry)?;
                     let Some(v) = t_all.get(at)? else {
@@ -128,12 +122,7 @@ impl SledStore {
                     t_all.remove(at)?;
                     Ok(true)
                 })
-                .map_err(tx_error)?;
-            removed += usize::from(gone);
-        }
-        Ok(Pruned {
-            removed,
-            more: entries.len() >= limit,
+                .map_err(tx_error)
         })
     }
 
@@ -241,8 +230,14 @@ impl RetentionStore for SledStore {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::super::intents::tests::record;
     use super::*;
-    use crate::store::{when_unlocked, DeliveryRecord, IntentRecord, IntentStore, Scope};
+    use crate::store::{when_unlocked, DeliveryRecord, IntentStore, Scope};
+
+    const SCOPE: Scope<'static> = Scope {
+        project: "p1",
+        entity: "e1",
+    };
 
     /// A store from before the indexes: the first start builds them from the records; an
     /// intent whose record does not say when it ended counts as ended at that start.
@@ -251,19 +246,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let open = || when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
         let store = open();
-        let scope = Scope {
-            project: "p1",
-            entity: "e1",
-        };
-        let rec: IntentRecord = serde_json::from_value(serde_json::json!({
-            "id": "pi_old", "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
-            "credential_type": "virtual-card", "status": "expired", "created_micros": 0,
-            "expires_micros": 5, "mandates": {}, "credential_sealed": null,
-            "uses": 0, "failed_verifications": 0
-        }))
-        .unwrap();
+        let rec = record("pi_old", "expired");
         assert_eq!(rec.ended_micros, None);
-        let pi_key = keys::pi(scope, "pi_old");
+        let pi_key = keys::pi(SCOPE, "pi_old");
         store
             .pi
             .insert(&pi_key, serde_json::to_vec(&rec).unwrap())
@@ -301,7 +286,7 @@ mod tests {
                 .removed,
             1
         );
-        assert!(store.get_intent(scope, "pi_old").await.unwrap().is_none());
+        assert!(store.get_intent(SCOPE, "pi_old").await.unwrap().is_none());
         assert_eq!(prune(Prunable::Deliveries, 100).await.unwrap().removed, 0);
         assert_eq!(prune(Prunable::Deliveries, 101).await.unwrap().removed, 1);
         assert!(store.deliveries.all.get(&done_key).unwrap().is_none());
