@@ -84,6 +84,7 @@ fn build_app_with(
     let clock = Arc::new(crate::clock::SystemClock);
     let app = Arc::new(App::new(config, store, vault, clock));
     crate::service::intents::spawn_finalizer(Arc::downgrade(&app));
+    crate::service::retention::spawn_pruner(Arc::downgrade(&app));
     Ok(app)
 }
 

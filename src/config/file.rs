@@ -65,6 +65,38 @@ pub struct FileConfig {
     /// The browser checkout's forward proxy; absent: none.
     #[serde(default)]
     pub browser_proxy: Option<BrowserProxyFile>,
+    /// How long events, finished webhook deliveries and ended intents are kept.
+    #[serde(default)]
+    pub retention: RetentionFile,
+}
+
+/// `retention:` durations like `30d`, `720h` (`super::retention`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionFile {
+    /// Events, counted from their creation.
+    #[serde(default = "default_retention")]
+    pub events: String,
+    /// Webhook deliveries delivered or failed, counted from their last attempt.
+    #[serde(default = "default_retention")]
+    pub deliveries: String,
+    /// Purchase intents ended (expired, used up, canceled, unavailable), counted from their end.
+    #[serde(default = "default_retention")]
+    pub ended_intents: String,
+}
+
+impl Default for RetentionFile {
+    fn default() -> Self {
+        RetentionFile {
+            events: default_retention(),
+            deliveries: default_retention(),
+            ended_intents: default_retention(),
+        }
+    }
+}
+
+fn default_retention() -> String {
+    "30d".into()
 }
 
 /// `browser_proxy:`

@@ -16,6 +16,7 @@ pub mod master_key;
 pub mod passkeys;
 pub mod private;
 pub mod rate_limits;
+pub mod retention;
 pub mod store;
 
 use crate::audit::chain::HashFunction;
@@ -76,6 +77,8 @@ pub struct Config {
     pub demo: Option<DemoConfig>,
     /// The browser checkout's forward proxy (`browser_proxy`); `None`: none.
     pub browser_proxy: Option<browser::BrowserProxy>,
+    /// How long what ages out is kept (`retention`).
+    pub retention: retention::Retention,
 }
 
 /// The checked `metrics:` section. Neither set: `/metrics` is served nowhere.
@@ -336,9 +339,11 @@ impl Config {
         let metrics = metrics(&file.metrics.unwrap_or_default(), listen)?;
         let taken: Vec<SocketAddr> = std::iter::once(listen).chain(metrics.listen).collect();
         let browser_proxy = browser::proxy(file.browser_proxy.as_ref(), &taken)?;
+        let retention = retention::check(&file.retention)?;
         Ok(Config {
             metrics,
             browser_proxy,
+            retention,
             demo: file.demo,
             listen,
             tls,
@@ -560,7 +565,8 @@ fn require_file(key: &str, path: &Path) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    fn err(yaml: &str) -> String {
+    /// The error `yaml` is refused with (`ok` when it is not).
+    pub(in crate::config) fn err(yaml: &str) -> String {
         match Config::from_yaml(yaml) {
             Ok(_) => String::from("ok"),
             Err(e) => e.to_string(),

@@ -71,6 +71,10 @@ fn keep_restart_only(running: &Config, mut file: Config) -> (Config, Vec<&'stati
     if keep("cvc_retention", running.cvc_retention != file.cvc_retention) {
         file.cvc_retention = running.cvc_retention;
     }
+    // The pruner runs with the configuration the server started with.
+    if keep("retention", running.retention != file.retention) {
+        file.retention = running.retention;
+    }
     if keep("audit_hash", running.audit_hash != file.audit_hash) {
         file.audit_hash = running.audit_hash;
     }

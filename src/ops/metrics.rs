@@ -12,6 +12,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 
+/// What retention removes, as `paycred_pruned_total` labels them.
+pub const PRUNED_KINDS: [&str; 3] = ["events", "deliveries", "ended_intents"];
+
 /// Latency buckets, seconds.
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -34,8 +37,9 @@ struct ClassLabel {
     class: &'static str,
 }
 
-/// What went wrong, by kind: a target not reached (`unreachable`) or too slow (`timeout`); a
-/// TLS handshake on the listener `failed` or not finished in time (`timeout`).
+/// A kind: of what went wrong (a target not reached, `unreachable`, or too slow, `timeout`; a
+/// TLS handshake on the listener `failed` or not finished in time, `timeout`), or of what
+/// retention removed (`events`, `deliveries`, `ended_intents`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
@@ -60,6 +64,7 @@ pub struct Metrics {
     webhook_attempt_latency: Histogram,
     webhook_pending: Gauge,
     tls_handshake_failures: Family<KindLabel, Counter>,
+    pruned: Family<KindLabel, Counter>,
 }
 
 /// A webhook delivery attempt's outcome (`delivered`, `retry`, `failed`).
@@ -110,6 +115,7 @@ impl Default for Metrics {
             webhook_attempt_latency: Histogram::new(WEBHOOK_BUCKETS),
             webhook_pending: Gauge::default(),
             tls_handshake_failures: Family::default(),
+            pruned: Family::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -167,8 +173,16 @@ impl Default for Metrics {
             "TLS listener: handshakes that failed (failed) or were not finished in time (timeout)",
             m.tls_handshake_failures.clone(),
         );
+        registry.register(
+            "paycred_pruned",
+            "Records removed by retention, by kind: events, deliveries (finished webhook deliveries), ended_intents",
+            m.pruned.clone(),
+        );
         for kind in ["failed", "timeout"] {
             let _ = m.tls_handshake_failures.get_or_create(&KindLabel { kind });
+        }
+        for kind in PRUNED_KINDS {
+            let _ = m.pruned.get_or_create(&KindLabel { kind });
         }
         for outcome in ["delivered", "retry", "failed"] {
             let _ = m
@@ -249,6 +263,11 @@ impl Metrics {
             .inc();
     }
 
+    /// Records `n` records of `kind` (one of [`PRUNED_KINDS`]) removed by retention.
+    pub fn record_pruned(&self, kind: &'static str, n: u64) {
+        self.pruned.get_or_create(&KindLabel { kind }).inc_by(n);
+    }
+
     /// Sets how many webhook deliveries are pending.
     pub fn set_webhook_pending(&self, pending: u64) {
         self.webhook_pending
@@ -312,6 +331,22 @@ mod tests {
             "# HELP paycred_store_flushes_total Flushes.",
             "# TYPE paycred_store_flushes_total counter",
             "paycred_store_flushes_total 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn pruned_records_are_counted_by_kind_from_zero() {
+        let m = Metrics::default();
+        m.record_pruned("events", 5);
+        m.record_pruned("events", 2);
+        let text = m.render(&[]);
+        for line in [
+            "# TYPE paycred_pruned_total counter",
+            "paycred_pruned_total{kind=\"events\"} 7",
+            "paycred_pruned_total{kind=\"deliveries\"} 0",
+            "paycred_pruned_total{kind=\"ended_intents\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

@@ -207,32 +207,18 @@ async fn end_browser_sessions(app: &App, scope: Scope<'_>, id: &str, now: i64) -
 
 /// Runs [`end_due_intents`] every [`FINALIZE_EVERY`] on a thread of its own while `app` lives.
 pub fn spawn_finalizer(app: std::sync::Weak<App>) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        tracing::error!("the intent finalizer could not start its runtime");
-        return;
-    };
     let mut last_purge = std::time::Instant::now();
-    let started = std::thread::Builder::new()
-        .name("paycred-intent-ends".into())
-        .spawn(move || loop {
-            std::thread::sleep(FINALIZE_EVERY);
-            let Some(app) = app.upgrade() else { return };
-            match runtime.block_on(end_due_intents(&app)) {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(ended = n, "intents ended by time"),
-                Err(e) => tracing::warn!(error = ?e, "ending due intents"),
+    super::spawn_every("intent-ends", FINALIZE_EVERY, app, move |runtime, app| {
+        match runtime.block_on(end_due_intents(app)) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(ended = n, "intents ended by time"),
+            Err(e) => tracing::warn!(error = ?e, "ending due intents"),
+        }
+        if last_purge.elapsed() >= crate::store::PURGE_EVERY {
+            last_purge = std::time::Instant::now();
+            if let Err(e) = runtime.block_on(app.store.purge_erased_keys()) {
+                tracing::warn!(error = %e, "purging erased intent keys");
             }
-            if last_purge.elapsed() >= crate::store::PURGE_EVERY {
-                last_purge = std::time::Instant::now();
-                if let Err(e) = runtime.block_on(app.store.purge_erased_keys()) {
-                    tracing::warn!(error = %e, "purging erased intent keys");
-                }
-            }
-        });
-    if let Err(e) = started {
-        tracing::error!(error = %e, "the intent finalizer did not start");
-    }
+        }
+    });
 }

@@ -76,6 +76,7 @@ pub(super) fn intent(
         otp_method: None,
         credential_key: None,
         key_slot: None,
+        ended_micros: None,
     }
 }
 
@@ -427,15 +428,19 @@ async fn intents_end_once_and_keep_no_credential(store: Arc<dyn Store>) {
         .is_empty());
 }
 
-/// The types of the project's events, newest first.
-async fn event_types(store: &Arc<dyn Store>, before: Option<u64>) -> Vec<String> {
-    let query = EventQuery {
+/// The project's events before `before` (all: `None`), 100 at most.
+fn events_before(before: Option<u64>) -> EventQuery<'static> {
+    EventQuery {
         project: SCOPE.project,
         before,
         kind: None,
         limit: 100,
-    };
-    let events = store.list_events(query).await.unwrap();
+    }
+}
+
+/// The types of the project's events, newest first.
+async fn event_types(store: &Arc<dyn Store>, before: Option<u64>) -> Vec<String> {
+    let events = store.list_events(events_before(before)).await.unwrap();
     events.into_iter().map(|e| e.event.kind).collect()
 }
 
@@ -539,7 +544,7 @@ async fn changes_write_their_events(store: Arc<dyn Store>) {
 
 /// Webhook endpoints: stored once per id, replaced only while stored, listed newest first,
 /// per project.
-fn endpoint(id: &str, created: i64) -> WebhookEndpointRecord {
+pub(super) fn endpoint(id: &str, created: i64) -> WebhookEndpointRecord {
     WebhookEndpointRecord {
         id: id.into(),
         project: SCOPE.project.into(),
@@ -731,13 +736,7 @@ async fn the_webhook_outbox_fans_out_and_leases(store: Arc<dyn Store>) {
         .delete_payment_method(SCOPE, "pm_a", ev("d"))
         .await
         .unwrap();
-    let q = EventQuery {
-        project: "p1",
-        before: None,
-        kind: None,
-        limit: 10,
-    };
-    let listed = store.list_events(q).await.unwrap();
+    let listed = store.list_events(events_before(None)).await.unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");
     let (deleted, created) = (listed[0].seq, listed[1].seq);
     assert_eq!(
@@ -923,6 +922,119 @@ async fn browser_sessions_keep_stand_ins_apart(store: Arc<dyn Store>) {
     }
 }
 
+/// Retention: old events, finished deliveries and ended intents go, in batches; what is
+/// recent, a pending delivery and its event, an event not fanned out yet and a live intent
+/// stay.
+async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
+    let prune_all = |kind: Prunable, before: i64| {
+        let store = store.clone();
+        async move {
+            let mut removed = 0;
+            loop {
+                let p = store.prune(kind, before, 2).await.unwrap();
+                removed += p.removed;
+                if !p.more {
+                    return removed;
+                }
+            }
+        }
+    };
+    store
+        .put_webhook_endpoint(&endpoint("we_all", 1), false, ev("w"))
+        .await
+        .unwrap();
+    store
+        .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+        .await
+        .unwrap();
+    for (id, status) in [
+        ("pi_old", IntentStatus::Active),
+        ("pi_recent", IntentStatus::Active),
+        ("pi_live", IntentStatus::Active),
+        ("pi_none", IntentStatus::Unavailable),
+    ] {
+        let rec = intent(id, "pm_a", None, status);
+        assert!(store.insert_intent(&rec, ev("i")).await.unwrap());
+    }
+    let canceled = IntentEnd::Canceled;
+    assert!(store
+        .end_intent(SCOPE, "pi_old", canceled, 100)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(store
+        .end_intent(SCOPE, "pi_recent", canceled, 10_000)
+        .await
+        .unwrap()
+        .is_some());
+    let ended = store.get_intent(SCOPE, "pi_old").await.unwrap().unwrap();
+    assert_eq!(ended.ended_micros, Some(100));
+    // Not fanned out yet: no event goes.
+    assert_eq!(prune_all(Prunable::Events, 5_000).await, 0);
+    let events = store.list_events(events_before(None)).await.unwrap();
+    assert_eq!(events.len(), 8, "{events:?}");
+    assert_eq!(store.fan_out_events(20, 100).await.unwrap(), 8);
+    // Every delivery pending: still no event goes.
+    assert_eq!(prune_all(Prunable::Events, 5_000).await, 0);
+    // All delivered or failed at 50 but the first event's, still pending.
+    let first = events.last().unwrap().seq;
+    let claimed = store.claim_deliveries(30, 50, &[], 100).await.unwrap();
+    assert_eq!(claimed.len(), 8);
+    for mut d in claimed.into_iter().filter(|d| d.event_seq != first) {
+        d.attempts = 1;
+        d.status = if d.event_seq % 2 == 0 {
+            DeliveryStatus::Delivered
+        } else {
+            DeliveryStatus::Failed
+        };
+        assert!(store.record_delivery(&d, 50).await.unwrap());
+    }
+    assert_eq!(
+        prune_all(Prunable::Deliveries, 50).await,
+        0,
+        "not before 50"
+    );
+    assert_eq!(prune_all(Prunable::Deliveries, 5_000).await, 7);
+    assert_eq!(prune_all(Prunable::Deliveries, 5_000).await, 0);
+    assert_eq!(store.deliveries_pending().await.unwrap(), 1);
+    assert_eq!(store.list_deliveries("p1", first).await.unwrap().len(), 1);
+    // A new event, not fanned out: kept too, however old.
+    store
+        .insert_payment_method(&pm("pm_b", "fp2", 2), ev("c"), &keep)
+        .await
+        .unwrap();
+    // Events before 5000 go, but the one a delivery waits for and the new one.
+    assert_eq!(prune_all(Prunable::Events, 5_000).await, 6);
+    assert_eq!(
+        event_types(&store, None).await,
+        [events::PM_CREATED, events::PI_CANCELED, events::PM_CREATED],
+        "pm_b's, pi_recent's end, pm_a's"
+    );
+    assert!(store.get_event("p1", first).await.unwrap().is_some());
+    // Ended intents before 5000 go (an unavailable one counts from its creation).
+    assert_eq!(prune_all(Prunable::EndedIntents, 5_000).await, 2);
+    assert_eq!(prune_all(Prunable::EndedIntents, 5_000).await, 0);
+    for (id, there) in [
+        ("pi_old", false),
+        ("pi_none", false),
+        ("pi_recent", true),
+        ("pi_live", true),
+    ] {
+        let got = store.get_intent(SCOPE, id).await.unwrap();
+        assert_eq!(got.is_some(), there, "{id}");
+    }
+    assert_eq!(store.list_intents(SCOPE).await.unwrap().len(), 2);
+    // The payment method's intents still add up: its delete cancels the live one.
+    assert!(store
+        .delete_payment_method(SCOPE, "pm_a", ev("d"))
+        .await
+        .unwrap());
+    let live = store.get_intent(SCOPE, "pi_live").await.unwrap().unwrap();
+    assert_eq!(live.status, IntentStatus::Canceled);
+    assert_eq!(prune_all(Prunable::EndedIntents, i64::MAX).await, 2);
+    assert!(store.list_intents(SCOPE).await.unwrap().is_empty());
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -952,5 +1064,6 @@ on_both!(
     webhook_endpoints_are_kept_per_project,
     passkeys_and_webauthn_states,
     the_webhook_outbox_fans_out_and_leases,
-    browser_sessions_keep_stand_ins_apart
+    browser_sessions_keep_stand_ins_apart,
+    old_records_are_pruned_and_the_rest_kept
 );

@@ -2,12 +2,15 @@
 //! holds into a PostgreSQL database, records still sealed and keys still wrapped (the same
 //! master key opens them there). Safe to run again: rows already there are kept (`ON
 //! CONFLICT DO NOTHING`), and the audit log is copied with its own sequence numbers and
-//! hashes. It ends by checking that every copied row is there and that the database's
+//! hashes. Webhook deliveries still pending are copied, and so are the fan-out markers of
+//! events not fanned out yet, so the database's instances send what the sled store had still
+//! to send (finished deliveries are not: they are history). It ends by checking that every copied row is there and that the database's
 //! audit log starts with the copied one and verifies as one chain.
 
 use crate::audit::AuditEntry;
 use crate::store::{
-    EventRecord, IntentRecord, PasskeyRecord, PaymentMethodRecord, WebhookEndpointRecord,
+    DeliveryRecord, EventRecord, IntentRecord, PasskeyRecord, PaymentMethodRecord,
+    WebhookEndpointRecord,
 };
 
 /// A record of a scoped tree (card tokens, idempotent answers).
@@ -36,11 +39,15 @@ pub struct Export {
     pub events: Vec<EventRecord>,
     /// Passkeys (ceremonies under way are not copied: they expire within minutes).
     pub passkeys: Vec<PasskeyRecord>,
+    /// Webhook deliveries still pending (due, or waiting for a retry).
+    pub pending_deliveries: Vec<DeliveryRecord>,
+    /// The sequence numbers of events not fanned out to deliveries yet.
+    pub fan_out: Vec<u64>,
 }
 
 impl Export {
     /// (what, its PostgreSQL table, how many), for the report and the check.
-    pub fn counts(&self) -> [(&'static str, &'static str, usize); 10] {
+    pub fn counts(&self) -> [(&'static str, &'static str, usize); 12] {
         [
             (
                 "payment methods",
@@ -60,6 +67,12 @@ impl Export {
             ),
             ("events", "events", self.events.len()),
             ("passkeys", "passkeys", self.passkeys.len()),
+            (
+                "pending webhook deliveries",
+                "webhook_deliveries",
+                self.pending_deliveries.len(),
+            ),
+            ("events to fan out", "webhook_fanout", self.fan_out.len()),
         ]
     }
 }
@@ -116,4 +129,73 @@ pub fn run(
         pg.url.describe()
     ));
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::super::contract_tests::{endpoint, ev, keep, pm};
+    use crate::store::{
+        DeliveryStatus, EventQuery, EventStore, PaymentMethodStore, PgStore, SledStore,
+        WebhookStore,
+    };
+
+    /// What the sled store had still to send reaches the database: its pending delivery (not
+    /// its delivered one), and the event it had not fanned out yet.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pending_deliveries_and_events_not_fanned_out_are_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let sled = SledStore::open(dir.path(), Default::default()).unwrap();
+        for id in ["we_a", "we_b"] {
+            sled.put_webhook_endpoint(&endpoint(id, 1), false, ev("w"))
+                .await
+                .unwrap();
+        }
+        sled.insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+            .await
+            .unwrap();
+        assert_eq!(sled.fan_out_events(10, 10).await.unwrap(), 1);
+        let skip = ["we_b".to_string()];
+        let mut sent = sled.claim_deliveries(10, 20, &skip, 10).await.unwrap();
+        sent[0].status = DeliveryStatus::Delivered;
+        sent[0].attempts = 1;
+        assert!(sled.record_delivery(&sent[0], 20).await.unwrap());
+        sled.insert_payment_method(&pm("pm_b", "fp2", 2), ev("c"), &keep)
+            .await
+            .unwrap();
+        let export = sled.export().unwrap();
+        drop(sled);
+        assert_eq!(export.pending_deliveries.len(), 1);
+        let pending = export.pending_deliveries[0].clone();
+        assert_eq!(pending.endpoint_id, "we_b");
+        assert_eq!(export.fan_out.len(), 1);
+
+        let config = crate::store::postgres::test_cluster::fresh_config(4)
+            .unwrap_or_else(|e| panic!("no PostgreSQL for the tests: {e}"));
+        let pg = PgStore::open(&config, Default::default()).unwrap();
+        for run in 0..2 {
+            assert_eq!(pg.import(&export).unwrap(), 0, "run {run}");
+        }
+        assert_eq!(pg.deliveries_pending().await.unwrap(), 1, "copied once");
+        let copied = pg.list_deliveries("p1", pending.event_seq).await.unwrap();
+        assert_eq!(copied.len(), 1);
+        assert_eq!(copied[0], pending);
+        let claimed = pg.claim_deliveries(30, 40, &[], 10).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].id, pending.id);
+        // The event not fanned out is, there, to both endpoints; new deliveries number after
+        // the copied one.
+        assert_eq!(pg.fan_out_events(30, 10).await.unwrap(), 1);
+        let q = EventQuery {
+            project: "p1",
+            before: None,
+            kind: None,
+            limit: 1,
+        };
+        let newest = pg.list_events(q).await.unwrap()[0].seq;
+        let fanned = pg.list_deliveries("p1", newest).await.unwrap();
+        assert_eq!(fanned.len(), 2);
+        assert!(fanned.iter().all(|d| d.id > pending.id), "{fanned:?}");
+        assert_eq!(pg.deliveries_pending().await.unwrap(), 3);
+    }
 }

@@ -9,9 +9,9 @@ use super::{
     CardTokenRecord, CardTokenStore, DeliveryRecord, DueEnd, EventQuery, EventRecord, EventStore,
     IdempotencyStore, IdempotentRecord, Inserted, IntentEnd, IntentRecord, IntentStatus,
     IntentStore, KeyringStore, Page, PasskeyRecord, PasskeyStore, PaymentMethodRecord,
-    PaymentMethodStore, Refresh, Scope, Store, StoreError, StoreHealth, StoreResult, StoreStats,
-    TokenTake, UseOutcome, VerificationAttempt, WebauthnStateRecord, WebhookEndpointRecord,
-    WebhookStore,
+    PaymentMethodStore, Prunable, Pruned, Refresh, RetentionStore, Scope, Store, StoreError,
+    StoreHealth, StoreResult, StoreStats, TokenTake, UseOutcome, VerificationAttempt,
+    WebauthnStateRecord, WebhookEndpointRecord, WebhookStore,
 };
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -482,6 +482,14 @@ impl BrowserSessionStore for FaultyStore {
         self.inner
             .change_browser_session(id, change, now_micros, audit)
             .await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for FaultyStore {
+    async fn prune(&self, kind: Prunable, before_micros: i64, limit: usize) -> StoreResult<Pruned> {
+        self.write()?;
+        self.inner.prune(kind, before_micros, limit).await
     }
 }
 

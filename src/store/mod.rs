@@ -15,6 +15,7 @@
 //! | [`passkeys`]           | [`PasskeyStore`]: passkeys and WebAuthn ceremony states |
 //! | [`browser_sessions`]   | [`BrowserSessionStore`]: browser checkout's sessions, found by id or stand-in |
 //! | [`events`]             | [`EventStore`]: the events changes write; event types and ids |
+//! | [`retention`]          | [`RetentionStore`]: old events, finished deliveries and ended intents removed |
 //! | [`audit`]              | [`AuditStore`]: the audit log the store keeps |
 //! | this file              | [`StoreHealth`] (readiness, counters), [`Store`], [`open`], [`StoreError`] |
 //! | [`records`]            | the records every backend reads and writes |
@@ -50,6 +51,7 @@ pub mod payment_methods;
 pub mod pm_cache;
 pub mod postgres;
 pub mod records;
+pub mod retention;
 pub mod sealed;
 pub mod sled;
 pub mod webhooks;
@@ -74,6 +76,7 @@ pub use passkeys::PasskeyStore;
 pub use payment_methods::{PaymentMethodStore, Refresh};
 pub use postgres::PgStore;
 pub use records::*;
+pub use retention::{Prunable, Pruned, RetentionStore};
 pub use sealed::Sealed;
 pub use sled::SledStore;
 pub use webhooks::WebhookStore;
@@ -196,6 +199,7 @@ sum_of! {
         + PasskeyStore
         + BrowserSessionStore
         + EventStore
+        + RetentionStore
         + AuditStore
         + StoreHealth
 }

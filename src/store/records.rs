@@ -114,6 +114,11 @@ pub struct IntentRecord {
     /// sled: the slot of the key file that holds `credential_key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_slot: Option<u32>,
+    /// When the intent ended ([`IntentRecord::finish`]; an `unavailable` one at its
+    /// creation): the retention of ended intents counts from it (`store::retention`). `None`
+    /// while it is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_micros: Option<i64>,
 }
 
 /// Where a one-time code is sent.
@@ -175,13 +180,24 @@ impl IntentRecord {
         matches!(self.status, IntentStatus::Active | IntentStatus::Verify)
     }
 
-    /// Applies `end`: the final status, and the issued credential dropped from the record.
-    /// The metadata (mandates, times, uses, type) stays.
-    pub fn finish(&mut self, end: IntentEnd) {
+    /// Applies `end` at `at_micros`: the final status and the time of the end, and the issued
+    /// credential dropped from the record. The metadata (mandates, times, uses, type) stays.
+    pub fn finish(&mut self, end: IntentEnd, at_micros: i64) {
         self.status = end.status();
+        self.ended_micros = Some(at_micros);
         self.credential_sealed = None;
         self.credential_key = None;
         self.key_slot = None;
+    }
+
+    /// When this record's retention as an ended intent starts: the time of its end, or its
+    /// creation for one stored `unavailable` (final from the start); `None` while it is live.
+    pub fn ended_at(&self) -> Option<i64> {
+        match self.status {
+            IntentStatus::Active | IntentStatus::Verify => None,
+            IntentStatus::Unavailable => Some(self.ended_micros.unwrap_or(self.created_micros)),
+            IntentStatus::Expired | IntentStatus::Canceled => self.ended_micros,
+        }
     }
 }
 

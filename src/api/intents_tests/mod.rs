@@ -67,12 +67,26 @@ pub(crate) fn env() -> Env {
 
 /// An [`Env`] of the config `make` writes for the temp dir (its `ed.pem` written).
 fn env_from(make: impl FnOnce(&std::path::Path) -> Config) -> Env {
+    env_over(make, None)
+}
+
+/// An [`Env`] of the usual config over a fresh database of the tests' PostgreSQL cluster.
+pub(crate) fn env_on_postgres() -> Env {
+    let pg = crate::store::postgres::test_cluster::fresh_config(4)
+        .unwrap_or_else(|e| panic!("no PostgreSQL for the tests: {e}"));
+    let store = crate::store::PgStore::open(&pg, Default::default()).unwrap();
+    env_over(|dir| config(dir, "enabled"), Some(Arc::new(store)))
+}
+
+/// [`env_from`] over `store`, or a sled store in the temp dir.
+fn env_over(make: impl FnOnce(&std::path::Path) -> Config, store: Option<Arc<dyn Store>>) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let (_, public) = crate::auth::mint::generate_ed25519().unwrap();
     std::fs::write(dir.path().join("ed.pem"), public).unwrap();
     let config = make(dir.path());
-    let store: Arc<dyn Store> =
-        Arc::new(SledStore::open(&dir.path().join("data"), Default::default()).unwrap());
+    let store: Arc<dyn Store> = store.unwrap_or_else(|| {
+        Arc::new(SledStore::open(&dir.path().join("data"), Default::default()).unwrap())
+    });
     let master = MasterKey::from_hex(&"42".repeat(32)).unwrap();
     let vault = Arc::new(Vault::new(
         master,
@@ -180,4 +194,5 @@ fn declined(v: &Value) -> &str {
 mod authorizations;
 mod intents;
 mod passkeys;
+mod retention;
 mod verify;

@@ -3,11 +3,26 @@
 
 use super::audit::CHAIN_LOCK;
 use super::intents::insert_key;
-use super::{client, i64_of, json, timed, PgStore};
+use super::{client, i64_of, json, seq_i64, timed, PgStore};
 use crate::audit::AuditHead;
 use crate::store::copy::Export;
 use crate::store::{corrupt, IntentRecord, StoreResult};
 use serde_json::Value;
+
+/// Moves the sequence of `table`'s `column` past the rows there, so what is written from now
+/// on numbers after the copied rows.
+async fn number_after_copied(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    column: &str,
+) -> StoreResult<()> {
+    let sql = format!(
+        "SELECT setval(pg_get_serial_sequence('{table}', '{column}'), \
+         GREATEST((SELECT max({column}) FROM {table}), 1))"
+    );
+    timed(tx.execute(sql.as_str(), &[])).await?;
+    Ok(())
+}
 
 impl PgStore {
     /// Writes `export` (`paycred store copy`) in one transaction, keeping rows already there;
@@ -25,13 +40,18 @@ impl PgStore {
                 ))
                 .await?;
             }
+            // An intent ended before records kept the time of their end counts as ended now.
+            let now = crate::clock::micros(time::OffsetDateTime::now_utc());
             for pi in &export.intents {
                 let usage_limit = pi.mandates.usage_limit.map(i64_of);
+                let ended = pi.ended_at().or((!pi.is_live_stored()).then_some(now));
                 timed(tx.execute(
-                    "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros,                      expires_micros, usage_limit, uses, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)                      ON CONFLICT DO NOTHING",
+                    "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros, \
+                     expires_micros, usage_limit, uses, record, ended_micros) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
                     &[&pi.project, &pi.entity, &pi.id, &pi.payment_method_id, &pi.status.as_str(),
                       &pi.created_micros, &pi.expires_micros, &usage_limit, &i64_of(pi.uses),
-                      &json(&IntentRecord { key_slot: None, ..pi.clone() })?],
+                      &json(&IntentRecord { key_slot: None, ..pi.clone() })?, &ended],
                 ))
                 .await?;
                 if let Some(key) = pi.credential_key.as_ref().filter(|_| pi.is_live_stored()) {
@@ -107,12 +127,27 @@ impl PgStore {
                 .await?;
             }
             // Events written from now on number after the copied ones (their ids keep growing).
-            timed(tx.execute(
-                "SELECT setval(pg_get_serial_sequence('events', 'seq'), \
-                 GREATEST((SELECT max(seq) FROM events), 1))",
-                &[],
-            ))
-            .await?;
+            number_after_copied(&tx, "events", "seq").await?;
+            for d in &export.pending_deliveries {
+                let attempts = i32::try_from(d.attempts).unwrap_or(i32::MAX);
+                timed(tx.execute(
+                    "INSERT INTO webhook_deliveries (id, project, event_seq, endpoint_id, attempts, \
+                     next_micros, status, last_outcome, created_micros) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                    &[&seq_i64(d.id), &d.project, &seq_i64(d.event_seq), &d.endpoint_id,
+                      &attempts, &d.next_micros,
+                      &d.status.as_str(), &d.last_outcome, &d.created_micros],
+                ))
+                .await?;
+            }
+            number_after_copied(&tx, "webhook_deliveries", "id").await?;
+            for seq in &export.fan_out {
+                timed(tx.execute(
+                    "INSERT INTO webhook_fanout (seq) VALUES ($1) ON CONFLICT DO NOTHING",
+                    &[&seq_i64(*seq)],
+                ))
+                .await?;
+            }
             let mut missing = 0usize;
             for (_, table, n) in export.counts() {
                 let have: i64 = timed(tx.query_one(&format!("SELECT count(*) FROM {table}"), &[]))

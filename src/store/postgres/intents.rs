@@ -1,5 +1,5 @@
 //! [`IntentStore`] on PostgreSQL: the table `intents` (its `status` and `uses` columns
-//! authoritative over the record's copies), and `intent_keys`, the wrapped key of each live
+//! authoritative over the record's copies; `ended_micros`, when it ended, for retention), and `intent_keys`, the wrapped key of each live
 //! intent's credential.
 //!
 //! Every end goes through `end_row`, inside the transaction of the change that ends the
@@ -51,20 +51,22 @@ pub(super) async fn end_row(
     end: IntentEnd,
     at_micros: i64,
 ) -> StoreResult<()> {
-    rec.finish(end);
+    rec.finish(end, at_micros);
     timed(tx.execute(
         "DELETE FROM intent_keys WHERE project = $1 AND entity = $2 AND id = $3",
         &[&scope.project, &scope.entity, &rec.id],
     ))
     .await?;
     timed(tx.execute(
-        "UPDATE intents SET status = $4, record = $5 WHERE project = $1 AND entity = $2 AND id = $3",
+        "UPDATE intents SET status = $4, record = $5, ended_micros = $6 \
+         WHERE project = $1 AND entity = $2 AND id = $3",
         &[
             &scope.project,
             &scope.entity,
             &rec.id,
             &rec.status.as_str(),
             &json(&*rec)?,
+            &at_micros,
         ],
     ))
     .await?;
@@ -134,7 +136,8 @@ impl IntentStore for PgStore {
         let usage_limit = intent.mandates.usage_limit.map(i64_of);
         timed(tx.execute(
             "INSERT INTO intents (project, entity, id, payment_method_id, status, created_micros, \
-             expires_micros, usage_limit, uses, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+             expires_micros, usage_limit, uses, record, ended_micros) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             &[
                 &intent.project,
                 &intent.entity,
@@ -146,6 +149,7 @@ impl IntentStore for PgStore {
                 &usage_limit,
                 &i64_of(intent.uses),
                 &json(intent)?,
+                &intent.ended_at(),
             ],
         ))
         .await?;

@@ -33,7 +33,7 @@
 //!
 //! Each resource's trait is implemented in the file of its name ([`payment_methods`],
 //! [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`], [`webhooks`], [`passkeys`],
-//! [`browser_sessions`], [`events`], [`audit`]); this file opens the store and holds the pool, the runtime and
+//! [`browser_sessions`], [`events`], [`retention`], [`audit`]); this file opens the store and holds the pool, the runtime and
 //! what those files share (a commit that announces its changes, the timeouts, JSON).
 //!
 //! The connections live on the store's own small runtime, so they outlive any caller's
@@ -53,6 +53,7 @@ pub mod listen;
 pub mod migrations;
 pub mod passkeys;
 pub mod payment_methods;
+pub mod retention;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_cluster;
 pub mod webhooks;

@@ -66,7 +66,25 @@ impl SledStore {
             .values()
             .map(|v| serde_json::from_slice(&v.map_err(unavailable)?).map_err(corrupt))
             .collect::<StoreResult<Vec<_>>>()?;
+        let pending_deliveries = self
+            .deliveries
+            .due
+            .iter()
+            .values()
+            .map(|at| {
+                let at = at.map_err(unavailable)?;
+                self.deliveries.all.get(at).map_err(unavailable)
+            })
+            .filter_map(Result::transpose)
+            .map(|v| super::webhooks::decode(&v.map_err(unavailable)?))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let fan_out = events::markers(&self.events, usize::MAX)?
+            .into_iter()
+            .map(|(seq, _)| seq)
+            .collect();
         Ok(Export {
+            pending_deliveries,
+            fan_out,
             passkeys,
             webhook_endpoints,
             events: events::all(&self.events)?,

@@ -39,7 +39,7 @@ pub fn write(
 }
 
 /// First byte of a fan-out marker's key.
-const MARKER: u8 = 0xff;
+pub const MARKER: u8 = 0xff;
 
 /// The fan-out marker's key of event `seq`.
 pub fn marker(seq: u64) -> [u8; 9] {

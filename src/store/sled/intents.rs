@@ -5,7 +5,7 @@
 //!
 //! Every end goes through `end_in`, inside the transaction of the change that ends the
 //! intent: the record's final status, its credential dropped, its `pi_due` entries removed,
-//! its event; the slot of its key is erased once that transaction is durable. The use that
+//! its `pi_ended` entry written, its event; the slot of its key is erased once that transaction is durable. The use that
 //! reaches the usage limit ends its intent so, in the use's transaction (why:
 //! [`crate::store::intents`]).
 
@@ -28,13 +28,14 @@ use sled::Transactional;
 pub(super) struct EndTrees<'a> {
     pub pi: &'a TransactionalTree,
     pub due: &'a TransactionalTree,
+    pub ended: &'a TransactionalTree,
     pub events: &'a TransactionalTree,
     pub at_micros: i64,
 }
 
 /// Ends `rec`, stored at `key` (a `pi` key), with `end` in the transaction of `t`: the ended
 /// record in place of the live one (no credential, no key slot), its `pi_due` entries gone,
-/// and its event (`purchase_intent.expired`, `.exhausted` or `.canceled`). Whatever else is
+/// its `pi_ended` entry (what retention reads), and its event (`purchase_intent.expired`, `.exhausted` or `.canceled`). Whatever else is
 /// written with an end is written here, in the same transaction. The key-file slot of its
 /// credential's key, which the caller erases ([`SledStore::erase_keys`]) once the transaction
 /// is durable.
@@ -45,11 +46,13 @@ pub(super) fn end_in(
     end: IntentEnd,
 ) -> Result<Option<u32>, ConflictableTransactionError<StoreError>> {
     let slot = rec.key_slot;
-    rec.finish(end);
+    rec.finish(end, t.at_micros);
     let value = serde_json::to_vec(rec).map_err(|e| abort(corrupt(e)))?;
     t.pi.insert(key, value)?;
     t.due.remove(keys::pi_due(rec.expires_micros, key))?;
     t.due.remove(keys::pi_due(0, key))?;
+    t.ended
+        .insert(keys::pi_due(t.at_micros, key), &[] as &[u8])?;
     events::write(t.events, &[event::intent_ended(rec, end, t.at_micros)])?;
     Ok(slot)
 }
@@ -57,6 +60,10 @@ pub(super) fn end_in(
 /// Marks in `meta` that `pi_due` lists every live intent (built once, on the first start
 /// that has the index).
 const DUE_INDEX_BUILT: &[u8] = b"pi_due_built";
+
+/// Marks in `meta` that `pi_ended` lists every ended intent (built once, on the first start
+/// that has the index).
+pub(super) const ENDED_INDEX_BUILT: &[u8] = b"pi_ended_built";
 
 impl SledStore {
     /// Ids of a payment method's intents, newest first (read outside a transaction; the
@@ -102,31 +109,44 @@ impl SledStore {
     /// Builds the `pi_due` index from the stored intents, unless it was built before: every
     /// intent stored live, by its `expiresAt`, and at 0 when its usage limit is used up.
     pub(super) fn index_live_intents(&self) -> StoreResult<()> {
-        if self
-            .meta
-            .contains_key(DUE_INDEX_BUILT)
-            .map_err(unavailable)?
-        {
-            return Ok(());
-        }
-        for item in self.pi.iter() {
-            let (key, bytes) = item.map_err(unavailable)?;
-            let rec = Self::decode_pi(&bytes)?;
-            if rec.is_live_stored() {
-                self.pi_due
-                    .insert(keys::pi_due(rec.expires_micros, &key), &[] as &[u8])
-                    .map_err(unavailable)?;
-                if rec.ends_with(IntentEnd::UsedUp, i64::MIN) {
+        self.build_once(DUE_INDEX_BUILT, || {
+            for item in self.pi.iter() {
+                let (key, bytes) = item.map_err(unavailable)?;
+                let rec = Self::decode_pi(&bytes)?;
+                if rec.is_live_stored() {
                     self.pi_due
-                        .insert(keys::pi_due(0, &key), &[] as &[u8])
+                        .insert(keys::pi_due(rec.expires_micros, &key), &[] as &[u8])
+                        .map_err(unavailable)?;
+                    if rec.ends_with(IntentEnd::UsedUp, i64::MIN) {
+                        self.pi_due
+                            .insert(keys::pi_due(0, &key), &[] as &[u8])
+                            .map_err(unavailable)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Builds the `pi_ended` index from the stored intents, unless it was built before: every
+    /// intent stored ended, by [`IntentRecord::ended_at`]; one whose record does not say when
+    /// it ended (stored so before records kept it) counts as ended now, so it is kept a full
+    /// retention period from this start.
+    pub(super) fn index_ended_intents(&self) -> StoreResult<()> {
+        let now = micros(time::OffsetDateTime::now_utc());
+        self.build_once(ENDED_INDEX_BUILT, || {
+            for item in self.pi.iter() {
+                let (key, bytes) = item.map_err(unavailable)?;
+                let rec = Self::decode_pi(&bytes)?;
+                if !rec.is_live_stored() {
+                    let at = rec.ended_at().unwrap_or(now);
+                    self.pi_ended
+                        .insert(keys::pi_due(at, &key), &[] as &[u8])
                         .map_err(unavailable)?;
                 }
             }
-        }
-        self.meta
-            .insert(DUE_INDEX_BUILT, &[] as &[u8])
-            .map_err(unavailable)?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Ends one intent in a transaction, when `end` ends it at `now_micros`; the ended record
@@ -137,8 +157,8 @@ impl SledStore {
         end: IntentEnd,
         now_micros: i64,
     ) -> StoreResult<Option<(IntentRecord, Option<u32>)>> {
-        (&self.pi, &self.pi_due, &self.events)
-            .transaction(|(t_pi, t_due, t_events)| {
+        (&self.pi, &self.pi_due, &self.pi_ended, &self.events)
+            .transaction(|(t_pi, t_due, t_ended, t_events)| {
                 let Some(bytes) = t_pi.get(key)? else {
                     return Ok(None);
                 };
@@ -149,6 +169,7 @@ impl SledStore {
                 let t = EndTrees {
                     pi: t_pi,
                     due: t_due,
+                    ended: t_ended,
                     events: t_events,
                     at_micros: now_micros,
                 };
@@ -251,6 +272,7 @@ impl IntentStore for SledStore {
         let value = serde_json::to_vec(&stored).map_err(corrupt)?;
         let created = event::intent_created(intent);
         let due_key = keys::pi_due(intent.expires_micros, &pi_key);
+        let ended_key = intent.ended_at().map(|at| keys::pi_due(at, &pi_key));
         let inserted = (
             &self.pm,
             &self.pi,
@@ -258,23 +280,29 @@ impl IntentStore for SledStore {
             &self.pi_pm_n,
             &self.outbox,
             &self.pi_due,
+            &self.pi_ended,
             &self.events,
         )
-            .transaction(|(t_pm, t_pi, t_index, t_n, t_outbox, t_due, t_events)| {
-                if t_pm.get(&pm_key)?.is_none() {
-                    return Ok(false);
-                }
-                let n = read_count(t_n.get(&ref_key)?);
-                t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
-                t_pi.insert(pi_key.as_slice(), value.as_slice())?;
-                t_index.insert(index_key.as_slice(), &[] as &[u8])?;
-                if intent.is_live_stored() {
-                    t_due.insert(due_key.as_slice(), &[] as &[u8])?;
-                }
-                to_outbox(t_outbox, &audit)?;
-                events::write(t_events, &created)?;
-                Ok(true)
-            })
+            .transaction(
+                |(t_pm, t_pi, t_index, t_n, t_outbox, t_due, t_ended, t_events)| {
+                    if t_pm.get(&pm_key)?.is_none() {
+                        return Ok(false);
+                    }
+                    let n = read_count(t_n.get(&ref_key)?);
+                    t_n.insert(ref_key.as_slice(), &count_value(n + 1))?;
+                    t_pi.insert(pi_key.as_slice(), value.as_slice())?;
+                    t_index.insert(index_key.as_slice(), &[] as &[u8])?;
+                    if intent.is_live_stored() {
+                        t_due.insert(due_key.as_slice(), &[] as &[u8])?;
+                    }
+                    if let Some(ended_key) = &ended_key {
+                        t_ended.insert(ended_key.as_slice(), &[] as &[u8])?;
+                    }
+                    to_outbox(t_outbox, &audit)?;
+                    events::write(t_events, &created)?;
+                    Ok(true)
+                },
+            )
             .map_err(tx_error);
         if !matches!(inserted, Ok(true)) {
             self.erase_keys(slot);
@@ -362,8 +390,8 @@ impl IntentStore for SledStore {
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
         let key = keys::pi(scope, id);
-        let (outcome, changed, slot) = (&self.pi, &self.pi_due, &self.events)
-            .transaction(|(t_pi, t_due, t_events)| {
+        let (outcome, changed, slot) = (&self.pi, &self.pi_due, &self.pi_ended, &self.events)
+            .transaction(|(t_pi, t_due, t_ended, t_events)| {
                 let Some(bytes) = t_pi.get(&key)? else {
                     return Ok((UseOutcome::NotFound, false, None));
                 };
@@ -382,6 +410,7 @@ impl IntentStore for SledStore {
                     let t = EndTrees {
                         pi: t_pi,
                         due: t_due,
+                        ended: t_ended,
                         events: t_events,
                         at_micros: now,
                     };
@@ -442,11 +471,22 @@ impl IntentStore for SledStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::super::key_file::{NAME, SLOT};
     use super::*;
     use crate::store::{when_unlocked, IntentStore, Scope};
+
+    /// An intent of `p1`/`e1` as a test writes it straight into `pi`, with `status`.
+    pub(in crate::store::sled) fn record(id: &str, status: &str) -> IntentRecord {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
+            "credential_type": "virtual-card", "status": status, "created_micros": 0,
+            "expires_micros": i64::MAX, "mandates": {}, "credential_sealed": null,
+            "uses": 0, "failed_verifications": 0
+        }))
+        .unwrap()
+    }
 
     /// The key file's taken slots.
     fn taken(dir: &std::path::Path) -> usize {
@@ -467,13 +507,7 @@ mod tests {
         // committed (a crash between the two).
         let live_key = keys::pi(scope, "pi_live");
         let slot = store.key_file.write(&live_key, b"dk1.live-key").unwrap();
-        let mut rec: IntentRecord = serde_json::from_value(serde_json::json!({
-            "id": "pi_live", "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
-            "credential_type": "virtual-card", "status": "active", "created_micros": 0,
-            "expires_micros": i64::MAX, "mandates": {}, "credential_sealed": null,
-            "uses": 0, "failed_verifications": 0
-        }))
-        .unwrap();
+        let mut rec = record("pi_live", "active");
         rec.key_slot = Some(slot);
         store
             .pi

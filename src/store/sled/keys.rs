@@ -12,6 +12,7 @@
 //! | `pi_by_pm` | scope, pm id, `\0`, u64::MAX - created_micros (BE), id | empty |
 //! | `pi_pm_n`  | scope, pm id                                | intents ever created for the pm (u64 BE) |
 //! | `pi_due`   | due micros (BE), scope, id                  | empty (an intent stored live, by when it ends: its `expiresAt`, 0 for a used-up limit not ended yet) |
+//! | `pi_ended` | end micros (BE), scope, id                  | empty (an intent stored ended, by when it ended: what retention removes, `super::retention`) |
 //! | `keyrings` | project                                     | wrapped keyring  |
 //! | `audit_outbox` | sled-generated id (BE)                  | audit event of a committed change (JSON), until it is in `audit.log` |
 //! | `meta`     | `audit_file_head`                           | the audit log's recorded head: seq, hash, file length (JSON) |
@@ -100,8 +101,8 @@ pub fn webhook(project: &str, id: &str) -> Vec<u8> {
     k
 }
 
-/// Key in `pi_due`: the intent `pi_key` (a [`pi`] key), due at `due_micros`; the earliest sort
-/// first.
+/// Key in `pi_due` (and `pi_ended`): the intent `pi_key` (a [`pi`] key), due (or ended) at
+/// `due_micros`; the earliest sort first.
 pub fn pi_due(due_micros: i64, pi_key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + pi_key.len());
     k.extend_from_slice(&u64::try_from(due_micros).unwrap_or(0).to_be_bytes());
@@ -109,7 +110,7 @@ pub fn pi_due(due_micros: i64, pi_key: &[u8]) -> Vec<u8> {
     k
 }
 
-/// The due time and the `pi` key of a `pi_due` key.
+/// The due (or end) time and the `pi` key of a `pi_due` (or `pi_ended`) key.
 pub fn from_pi_due(key: &[u8]) -> Option<(u64, &[u8])> {
     let (due, pi_key) = key.split_at_checked(8)?;
     Some((u64::from_be_bytes(due.try_into().ok()?), pi_key))

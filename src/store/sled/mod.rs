@@ -2,8 +2,8 @@
 //! every write that touches more than one key, and group commit ([`group_commit`]) for
 //! durability. Each resource's trait is implemented in the file of its name
 //! ([`payment_methods`], [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`],
-//! [`webhooks`], [`passkeys`], [`browser_sessions`], [`events`], [`audit`]: the audit log's
-//! outbox and file); this
+//! [`webhooks`], [`passkeys`], [`browser_sessions`], [`events`], [`retention`], [`audit`]:
+//! the audit log's outbox and file); this
 //! file opens the store and holds the tree handles and what those files share.
 
 pub mod audit;
@@ -19,6 +19,7 @@ pub mod keyrings;
 pub mod keys;
 pub mod passkeys;
 pub mod payment_methods;
+pub mod retention;
 pub mod webhooks;
 
 use crate::audit::chain::HashFunction;
@@ -53,6 +54,8 @@ pub struct SledStore {
     pi_pm_n: sled::Tree,
     /// Live intents by when they end ([`intents`]).
     pi_due: sled::Tree,
+    /// Ended intents by when they ended ([`retention`]).
+    pi_ended: sled::Tree,
     /// The wrapped keys of live intents' credentials, outside sled's log ([`key_file`]).
     key_file: key_file::KeyFile,
     keyrings: sled::Tree,
@@ -80,6 +83,8 @@ pub struct SledStore {
     deliveries: webhooks::Deliveries,
     /// Browser sessions ([`browser_sessions`]).
     browser: browser_sessions::Trees,
+    /// Where the walk through old events stopped ([`retention`]).
+    prune_cursor: parking_lot::Mutex<Vec<u8>>,
 }
 
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
@@ -139,6 +144,7 @@ impl SledStore {
             pi_by_pm: tree("pi_by_pm")?,
             pi_pm_n: tree("pi_pm_n")?,
             pi_due: tree("pi_due")?,
+            pi_ended: tree("pi_ended")?,
             key_file: key_file::KeyFile::open(dir)?,
             keyrings: tree("keyrings")?,
             outbox,
@@ -157,10 +163,30 @@ impl SledStore {
             commit,
             db,
             pm_cache: RecordCache::default(),
+            prune_cursor: Default::default(),
         };
         store.index_live_intents()?;
+        store.index_ended_intents()?;
+        store.index_finished_deliveries()?;
         store.erase_orphan_keys()?;
         Ok(store)
+    }
+
+    /// Runs `build` unless `meta` holds `marker`, then records `marker`: an index built from
+    /// the stored records once, on the first start that has it.
+    fn build_once(
+        &self,
+        marker: &[u8],
+        build: impl FnOnce() -> StoreResult<()>,
+    ) -> StoreResult<()> {
+        if self.meta.contains_key(marker).map_err(unavailable)? {
+            return Ok(());
+        }
+        build()?;
+        self.meta
+            .insert(marker, &[] as &[u8])
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     async fn durable(&self) -> StoreResult<()> {

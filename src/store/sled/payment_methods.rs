@@ -139,10 +139,22 @@ impl PaymentMethodStore for SledStore {
                 &self.pi_pm_n,
                 &self.pm_verified,
                 &self.pi_due,
+                &self.pi_ended,
                 &self.events,
             )
                 .transaction(
-                    |(t_pm, t_time, t_fp, t_outbox, t_pi, t_n, t_verified, t_due, t_events)| {
+                    |(
+                        t_pm,
+                        t_time,
+                        t_fp,
+                        t_outbox,
+                        t_pi,
+                        t_n,
+                        t_verified,
+                        t_due,
+                        t_ended,
+                        t_events,
+                    )| {
                         let Some(bytes) = t_pm.remove(pm_key.as_slice())? else {
                             return Ok(None);
                         };
@@ -162,6 +174,7 @@ impl PaymentMethodStore for SledStore {
                                 let t = intents::EndTrees {
                                     pi: t_pi,
                                     due: t_due,
+                                    ended: t_ended,
                                     events: t_events,
                                     at_micros: audit.at_micros,
                                 };

@@ -2,9 +2,11 @@
 //! value the record as JSON), and webhook deliveries ([`crate::store::deliveries`]) in two
 //! trees: `webhook_deliveries`, key `project \0`, the event's number and the delivery's
 //! (u64 BE, sled's id generator), so an event's deliveries are one range, value the record
-//! (JSON); and `webhook_due`, key the next attempt's time and the delivery's number (both u64
+//! (JSON); `webhook_due`, key the next attempt's time and the delivery's number (both u64
 //! BE), value the delivery's key, one entry per pending delivery, so the due ones are the
-//! tree's first range.
+//! tree's first range; and `webhook_done`, the same key with the last attempt's time, one
+//! entry per finished delivery (`delivered` or `failed`), which retention reads
+//! (`super::retention`).
 //!
 //! One process owns a sled store, so a claim is kept in memory only (the delivery's number
 //! and the end of its lease): claims never race another instance, and after a restart (or a
@@ -23,17 +25,20 @@ use sled::Transactional;
 /// Names of the trees.
 pub const ALL: &str = "webhook_deliveries";
 pub const DUE: &str = "webhook_due";
+pub const DONE: &str = "webhook_done";
 
-/// The two trees, and the claims held now.
+/// The three trees, and the claims held now.
 #[derive(Debug)]
 pub struct Deliveries {
     pub all: sled::Tree,
     pub due: sled::Tree,
+    pub done: sled::Tree,
     /// Claimed deliveries: number → end of the lease.
     claims: parking_lot::Mutex<std::collections::HashMap<u64, i64>>,
 }
 
-fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
+/// The key in `webhook_due` (or `webhook_done`) of delivery `id` at `next_micros`.
+pub fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&u64::try_from(next_micros.max(0)).unwrap_or(0).to_be_bytes());
     k[8..].copy_from_slice(&id.to_be_bytes());
@@ -41,13 +46,13 @@ fn due_key(next_micros: i64, id: u64) -> [u8; 16] {
 }
 
 /// The key of `d` in `webhook_deliveries`.
-fn key(d: &DeliveryRecord) -> Vec<u8> {
+pub fn key(d: &DeliveryRecord) -> Vec<u8> {
     let mut k = events::key(&d.project, d.event_seq);
     k.extend_from_slice(&d.id.to_be_bytes());
     k
 }
 
-fn decode(v: &[u8]) -> StoreResult<DeliveryRecord> {
+pub fn decode(v: &[u8]) -> StoreResult<DeliveryRecord> {
     serde_json::from_slice(v).map_err(corrupt)
 }
 
@@ -74,6 +79,7 @@ impl Deliveries {
         Ok(Deliveries {
             all: db.open_tree(ALL).map_err(unavailable)?,
             due: db.open_tree(DUE).map_err(unavailable)?,
+            done: db.open_tree(DONE).map_err(unavailable)?,
             claims: Default::default(),
         })
     }
@@ -176,8 +182,8 @@ impl Deliveries {
         }
         claims.remove(&d.id);
         let k = key(d);
-        (&self.all, &self.due)
-            .transaction(|(t_all, t_due)| {
+        (&self.all, &self.due, &self.done)
+            .transaction(|(t_all, t_due, t_done)| {
                 let Some(v) = t_all.get(k.as_slice())? else {
                     return Ok(false);
                 };
@@ -187,6 +193,9 @@ impl Deliveries {
                 }
                 t_due.remove(&due_key(stored.next_micros, stored.id))?;
                 put(t_all, t_due, &mut d.clone())?;
+                if d.status != DeliveryStatus::Pending {
+                    t_done.insert(&due_key(d.next_micros, d.id), k.as_slice())?;
+                }
                 Ok(true)
             })
             .map_err(tx_error)
