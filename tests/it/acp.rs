@@ -4,34 +4,34 @@
 //! each error in ACP's flat shape, and the vault token used through the proxy once.
 
 use crate::common::upstream::Upstream;
-use crate::common::{dev_jwt, free_port, serve_dev, DevServer, Reply};
+use crate::common::{dev_jwt, DevFixture, Reply};
 use serde_json::{json, Value};
-use tempfile::TempDir;
 
 const NUMBER: &str = "4242424242424242";
 const CVC: &str = "223";
 const PATH: &str = "/agentic_commerce/delegate_payment";
 
-struct Acp {
-    _dir: TempDir,
-    _server: DevServer,
-    listen: String,
-    token: String,
+struct Acp(DevFixture);
+
+impl std::ops::Deref for Acp {
+    type Target = DevFixture;
+    fn deref(&self) -> &DevFixture {
+        &self.0
+    }
 }
 
 impl Acp {
     fn start() -> Acp {
-        let dir = tempfile::tempdir().unwrap();
-        let listen = format!("127.0.0.1:{}", free_port());
-        let proxy = format!("127.0.0.1:{}", free_port());
-        let server = serve_dev(dir.path(), &listen, &proxy);
-        let token = dev_jwt(dir.path(), "user_1", "private");
-        Acp {
-            _dir: dir,
-            _server: server,
-            listen,
-            token,
-        }
+        Acp(DevFixture::start())
+    }
+
+    /// The purchase intent `id`, through the REST API.
+    fn intent(&self, id: &str) -> Value {
+        let url = format!("http://{}/projects/dev/purchase-intents/{id}", self.listen);
+        let auth = format!("Bearer {}", self.token);
+        let got = Reply::of(ureq::get(&url).set("Authorization", &auth).call());
+        assert_eq!(got.status, 200, "{}", got.text);
+        got.json
     }
 
     /// A POST with the token, `API-Version` and JSON, and these headers (a header given an
@@ -136,18 +136,10 @@ fn a_card_and_its_allowance_become_a_single_use_vault_token() {
     // The intent behind it: the allowance as mandates.
     let intent = meta["purchase_intent_id"].as_str().unwrap();
     assert_eq!(&intent[3..], &id[3..]);
-    let got = Reply::of(
-        ureq::get(&format!(
-            "http://{}/projects/dev/purchase-intents/{intent}",
-            acp.listen
-        ))
-        .set("Authorization", &format!("Bearer {}", acp.token))
-        .call(),
-    );
-    assert_eq!(got.status, 200, "{}", got.text);
-    assert_eq!(got.json["credentialType"], "virtual-card");
-    assert_eq!(got.json["paymentMethodId"], meta["payment_method_id"]);
-    let m = &got.json["mandates"];
+    let got = acp.intent(intent);
+    assert_eq!(got["credentialType"], "virtual-card");
+    assert_eq!(got["paymentMethodId"], meta["payment_method_id"]);
+    let m = &got["mandates"];
     assert_eq!(
         (&m["maxAmount"], &m["currency"]),
         (&json!("20.00"), &json!("USD")),
@@ -164,16 +156,12 @@ fn a_card_and_its_allowance_become_a_single_use_vault_token() {
     let r = acp.delegate("k-yen", &yen);
     assert_eq!(r.status, 201, "{}", r.text);
     let intent = r.json["metadata"]["purchase_intent_id"].as_str().unwrap();
-    let got = Reply::of(
-        ureq::get(&format!(
-            "http://{}/projects/dev/purchase-intents/{intent}",
-            acp.listen
-        ))
-        .set("Authorization", &format!("Bearer {}", acp.token))
-        .call(),
+    let m = &acp.intent(intent)["mandates"];
+    assert_eq!(
+        (&m["maxAmount"], &m["currency"]),
+        (&json!("2000"), &json!("JPY")),
+        "{m}"
     );
-    assert_eq!(got.json["mandates"]["maxAmount"], "2000", "{}", got.text);
-    assert_eq!(got.json["mandates"]["currency"], "JPY", "{}", got.text);
 }
 
 #[test]
@@ -234,32 +222,20 @@ fn every_error_is_acps_flat_object() {
     assert_eq!(r.json["param"], "$.payment_method.number");
     assert!(!r.text.contains("4242424242424241"), "{}", r.text);
 
-    let mut past = request(NUMBER);
-    past["allowance"]["expires_at"] = json!("2020-01-01T00:00:00Z");
-    let r = acp.delegate("k-past", &past);
-    assert_acp_error(&r, 422, "invalid_request", "invalid");
-    assert_eq!(r.json["param"], "$.allowance.expires_at");
-
-    let mut far = request(NUMBER);
-    far["allowance"]["expires_at"] = json!("2099-01-01T00:00:00Z");
-    let r = acp.delegate("k-far", &far);
-    assert_acp_error(&r, 422, "invalid_request", "invalid");
-    assert_eq!(r.json["param"], "$.allowance.expires_at");
-
-    let mut currency = request(NUMBER);
-    currency["allowance"]["currency"] = json!("zzz");
-    let r = acp.delegate("k-cur", &currency);
-    assert_acp_error(&r, 422, "invalid_request", "invalid");
-    assert_eq!(r.json["param"], "$.allowance.currency");
-
-    let mut missing = request(NUMBER);
-    missing["allowance"]
-        .as_object_mut()
-        .unwrap()
-        .remove("merchant_id");
-    let r = acp.delegate("k-missing", &missing);
-    assert_acp_error(&r, 400, "invalid_request", "missing");
-    assert_eq!(r.json["param"], "$.allowance.merchant_id");
+    #[rustfmt::skip]
+    let refused = [
+        ("k-past", "expires_at", json!("2020-01-01T00:00:00Z"), 422, "invalid"),
+        ("k-far", "expires_at", json!("2099-01-01T00:00:00Z"), 422, "invalid"),
+        ("k-cur", "currency", json!("zzz"), 422, "invalid"),
+        ("k-missing", "merchant_id", Value::Null, 400, "missing"),
+    ];
+    for (key, field, value, status, code) in refused {
+        let mut body = request(NUMBER);
+        body["allowance"][field] = value;
+        let r = acp.delegate(key, &body);
+        assert_acp_error(&r, status, "invalid_request", code);
+        assert_eq!(r.json["param"], format!("$.allowance.{field}"));
+    }
 
     let body = request(NUMBER).to_string();
     let key = ("Idempotency-Key", "k-e");
@@ -271,7 +247,7 @@ fn every_error_is_acps_flat_object() {
     assert!(r.header("WWW-Authenticate").is_some());
     let r = acp.send(&[key, ("Authorization", "Bearer not.a.jwt")], &body);
     assert_acp_error(&r, 401, "invalid_request", "unauthorized");
-    let public = format!("Bearer {}", dev_jwt(acp._dir.path(), "user_1", "public"));
+    let public = format!("Bearer {}", dev_jwt(acp.dir.path(), "user_1", "public"));
     let r = acp.send(&[key, ("Authorization", &public)], &body);
     assert_acp_error(&r, 403, "invalid_request", "forbidden");
 

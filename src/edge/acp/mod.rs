@@ -398,30 +398,35 @@ mod tests {
                 serde_json::from_slice(r.body.as_deref().unwrap_or_default()).unwrap_or_default();
             (r.status, body["type"].clone(), body["code"].clone())
         };
-        assert_eq!(
-            v(ApiError::unauthorized("no token")),
-            (401, json!("invalid_request"), json!("unauthorized"))
-        );
-        assert_eq!(
-            v(ApiError::new(ErrorKind::RateLimited, "slow down")),
+        let cases = [
             (
+                ApiError::unauthorized("no token"),
+                401,
+                "invalid_request",
+                "unauthorized",
+            ),
+            (
+                ApiError::new(ErrorKind::RateLimited, "slow"),
                 429,
-                json!("rate_limit_exceeded"),
-                json!("too_many_requests")
-            )
-        );
-        assert_eq!(
-            v(ApiError::internal()),
-            (500, json!("processing_error"), json!("processing_error"))
-        );
-        assert_eq!(
-            v(ApiError::new(ErrorKind::StoreUnavailable, "down")),
+                "rate_limit_exceeded",
+                "too_many_requests",
+            ),
             (
+                ApiError::internal(),
+                500,
+                "processing_error",
+                "processing_error",
+            ),
+            (
+                ApiError::new(ErrorKind::StoreUnavailable, "down"),
                 503,
-                json!("service_unavailable"),
-                json!("service_unavailable")
-            )
-        );
+                "service_unavailable",
+                "service_unavailable",
+            ),
+        ];
+        for (e, status, kind, code) in cases {
+            assert_eq!(v(e), (status, json!(kind), json!(code)));
+        }
     }
 
     #[test]
