@@ -92,8 +92,11 @@ impl AcpError {
             (false, "is required") => "missing",
             (false, _) => "invalid",
         };
-        let name = param.strip_prefix("$.").unwrap_or(param);
-        let mut e = Self::invalid(status, code, &format!("{name} {message}"));
+        let message = match param.strip_prefix("$.") {
+            Some(name) => format!("{name} {message}"),
+            None => message.to_string(),
+        };
+        let mut e = Self::invalid(status, code, &message);
         e.param = Some(param.to_string());
         e
     }

@@ -406,6 +406,21 @@ mod tests {
     }
 
     #[test]
+    fn a_body_that_is_not_json_is_named_as_the_whole() {
+        let e = parse(b"nope", NOW, Duration::hours(24)).err();
+        let e = e.map(|e| (e.status, e.code, e.message, e.param));
+        assert_eq!(
+            e,
+            Some((
+                400,
+                "invalid",
+                "The body is not valid JSON.".into(),
+                Some("$".into())
+            ))
+        );
+    }
+
+    #[test]
     fn each_problem_names_its_field() {
         #[rustfmt::skip]
         let cases: Vec<(&str, Value, u16, &str, &str)> = vec![
