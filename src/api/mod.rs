@@ -9,6 +9,7 @@
 
 pub mod browser_sessions;
 pub mod client_encryption;
+pub mod delegate_payment;
 pub mod events;
 pub mod openapi;
 pub mod passkeys;

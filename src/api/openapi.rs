@@ -4,15 +4,16 @@
 //! every route is added here once ([`Edge`]): the `/tenants/{projectId}/…` forms (and the
 //! singular `purchase-intent`), path parameters, `Idempotency-Key` on each POST, the error
 //! answers of every authenticated route (the envelope, [`crate::error::Envelope`]), bearer
-//! JWT security (`/mcp` too), and none on the service routes.
+//! JWT security (`/mcp` too), and none on the service routes. ACP's Delegate Payment route
+//! ([`delegate_payment`]) has the token's project, its own headers and ACP's error object.
 //!
 //! Checked by CI: `scripts/schemathesis` runs schemathesis against a live server with this
 //! document (no 5xx, every answer's status, headers and body as documented, nothing accepted
 //! without a token).
 
 use super::{
-    browser_sessions, client_encryption, events, passkeys, payment_methods, purchase_intents,
-    sandbox, tokens, verify, webhook_endpoints,
+    browser_sessions, client_encryption, delegate_payment, events, passkeys, payment_methods,
+    purchase_intents, sandbox, tokens, verify, webhook_endpoints,
 };
 use once_cell::sync::Lazy;
 use utoipa::openapi::header::HeaderBuilder;
@@ -95,6 +96,7 @@ const ERRORS: [(u16, &str); 10] = [
         passkeys::create,
         passkeys::list,
         passkeys::delete,
+        delegate_payment::delegate_payment,
     ),
     security(("bearer" = [])),
     modifiers(&Edge)
@@ -253,10 +255,13 @@ impl Modify for Edge {
         let declared = std::mem::take(&mut doc.paths.paths);
         for (path, item) in declared {
             let Some(rest) = path.strip_prefix("/projects/{projectId}") else {
-                // A service route: no token.
+                // A service route: no token, except ACP's (the project is the token's; its
+                // headers and errors are its own).
                 let mut item = item;
-                for (_, op) in operations(&mut item) {
-                    op.security = Some(Vec::new());
+                if !path.starts_with("/agentic_commerce/") {
+                    for (_, op) in operations(&mut item) {
+                        op.security = Some(Vec::new());
+                    }
                 }
                 doc.paths.paths.insert(path, item);
                 continue;

@@ -198,6 +198,13 @@ fn string_field<'a>(
         (status = 409, description = super::CONFLICT, body = crate::error::Envelope),
     ))]
 pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<Response> {
+    let rec = issue(app, principal, body).await?;
+    respond(app, 201, &rec).await
+}
+
+/// [`create`] without the answer: the intent stored (and audited), its credential not
+/// revealed. The Delegate Payment route (`edge::acp`) answers a vault token instead.
+pub async fn issue(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<IntentRecord> {
     principal.require_private()?;
     let obj = super::json_object(body)?;
     super::check_entity(&obj, principal, false)?;
@@ -320,7 +327,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         // The payment method was deleted meanwhile.
         return Err(ApiError::not_found("Payment method"));
     }
-    respond(app, 201, &rec).await
+    Ok(rec)
 }
 
 /// Get a purchase intent; the credential while active.

@@ -11,6 +11,8 @@
 //!                              ├─ /health, /ready, /metrics, /openapi.json, /demo ─▶ answered here
 //!                              ├─ /mcp ─▶ auth (Authorization; 401 with WWW-Authenticate)
 //!                              │        ─▶ rate limits ─▶ mcp::answer (JSON-RPC, the tools)
+//!                              ├─ /agentic_commerce/delegate_payment ─▶ auth ─▶ rate limits
+//!                              │        ─▶ acp::answer; every error in ACP's shape
 //!                              ├─ REST route ─▶ auth (Authorization) ─▶ rate limits
 //!                              │              ─▶ rest::answer (body, idempotency, handler)
 //!                              │              ─▶ JSON / envelope, + cors headers  (Ok(true))
@@ -44,6 +46,7 @@
 //!              and audit entries), and one access-log line
 //! ```
 
+use super::acp;
 use super::cors;
 use super::idempotency;
 use super::live::Live;
@@ -154,6 +157,7 @@ impl ProxyHttp for Gateway {
                 ctx.status = status;
                 return Ok(true);
             }
+            Err(e) if ctx.route == acp::LABEL => acp::error_response(&e),
             Err(e) => Response::error(&e),
         };
         response.headers.append(&mut ctx.cors);
@@ -342,6 +346,7 @@ impl Gateway {
                 }))
             }
             (Resource::Mcp, project) => project,
+            (Resource::DelegatePayment, _) => None,
             (_, Some(project)) => Some(project),
             (_, None) => return Err(ApiError::not_found("Route")),
         };
@@ -352,6 +357,12 @@ impl Gateway {
             return mcp::answer(app, session, &principal)
                 .await
                 .map(Answer::Response);
+        }
+        if route.resource == Resource::DelegatePayment {
+            let principal = authenticated?.0;
+            live.limits.check(&principal.project, &principal.entity)?;
+            let answer = acp::answer(app, &self.idempotency, session, &principal).await;
+            return Ok(Answer::Response(answer));
         }
         let (principal, drop_authorization) = authenticated?;
         live.limits.check(&principal.project, &principal.entity)?;

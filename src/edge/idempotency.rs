@@ -1,4 +1,5 @@
-//! `Idempotency-Key` on the REST POST routes, with Stripe's semantics:
+//! `Idempotency-Key` on the REST POST routes, with Stripe's semantics (and on the Delegate
+//! Payment route, `super::acp`, which requires the key and answers its 409s in ACP's terms):
 //!
 //! - The key is scoped by (project, entity) of the token: two entities may use the same key.
 //! - The first request with a key runs; a 2xx answer is stored (status and body, the body
@@ -100,11 +101,23 @@ fn micros(app: &App) -> i64 {
     i64::try_from(app.clock.now().unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
 
+/// The 409 messages: the key's first request still runs; the key was used with another
+/// request.
+const IN_PROGRESS: &str = "A request with this Idempotency-Key is still in progress; retry later.";
+const REUSED: &str = "This Idempotency-Key was used with a different request.";
+
 fn in_progress() -> ApiError {
-    ApiError::new(
-        ErrorKind::Conflict,
-        "A request with this Idempotency-Key is still in progress; retry later.",
-    )
+    ApiError::new(ErrorKind::Conflict, IN_PROGRESS)
+}
+
+/// Whether `e` is [`run`]'s 409 for a key whose first request still runs.
+pub fn is_in_progress(e: &ApiError) -> bool {
+    e.kind == ErrorKind::Conflict && e.message == IN_PROGRESS
+}
+
+/// Whether `e` is [`run`]'s 409 for a key used with another request.
+pub fn is_reused(e: &ApiError) -> bool {
+    e.kind == ErrorKind::Conflict && e.message == REUSED
 }
 
 /// Runs `execute` at most once per (project, entity, key) within [`TTL`].
@@ -167,10 +180,7 @@ where
             .as_deref()
             .is_some_and(|role| role != principal.role.as_str());
         if rec.fingerprint != fp || other_role {
-            return Err(ApiError::new(
-                ErrorKind::Conflict,
-                "This Idempotency-Key was used with a different request.",
-            ));
+            return Err(ApiError::new(ErrorKind::Conflict, REUSED));
         }
         let body = match &rec.body_sealed {
             Some(sealed) => Some(app.vault.open(

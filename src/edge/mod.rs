@@ -4,6 +4,9 @@
 //!   proxy.
 //! - [`routes`]: paths to routes. [`rest`]: a REST request from authentication to answer.
 //! - [`mcp`]: the MCP server on `/mcp` (Streamable HTTP), its tools calling the handlers.
+//! - [`acp`]: the Agentic Commerce Protocol's Delegate Payment API
+//!   (`/agentic_commerce/delegate_payment`), calling the payment-method and purchase-intent
+//!   handlers; its errors in ACP's shape.
 //! - [`cors`]: which other origins' pages may call the public role's routes.
 //! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
@@ -14,6 +17,7 @@
 //!
 //! May import: `api`, `proxy`, `service`, `app`, `auth`, `http`, `ops`, `dev`, and below.
 
+pub mod acp;
 pub mod cors;
 pub mod gateway;
 pub mod idempotency;

@@ -54,6 +54,9 @@ pub enum Resource {
     /// `POST /mcp` (the project is the token's) or `POST /projects/:projectId/mcp`: the MCP
     /// server (`edge::mcp`).
     Mcp,
+    /// `POST /agentic_commerce/delegate_payment` (the project is the token's): ACP's Delegate
+    /// Payment API (`edge::acp`).
+    DelegatePayment,
 }
 
 /// A matched path.
@@ -88,9 +91,10 @@ impl Route {
             Resource::PurchaseIntent(_) => &[Method::GET],
             Resource::BrowserSessions(_) => &[Method::GET, Method::POST],
             Resource::BrowserSession(..) => &[Method::GET, Method::DELETE],
-            Resource::PurchaseIntentVerify(_) | Resource::SandboxAuthorizations | Resource::Mcp => {
-                &[Method::POST]
-            }
+            Resource::PurchaseIntentVerify(_)
+            | Resource::SandboxAuthorizations
+            | Resource::Mcp
+            | Resource::DelegatePayment => &[Method::POST],
             Resource::Proxy => &[
                 Method::GET,
                 Method::POST,
@@ -131,7 +135,8 @@ impl Route {
             | Resource::WebhookEndpointRotate(_)
             | Resource::EventRedeliver(_)
             | Resource::EventDeliveries(_)
-            | Resource::Mcp => &[],
+            | Resource::Mcp
+            | Resource::DelegatePayment => &[],
         }
     }
 
@@ -172,12 +177,13 @@ impl Route {
             Resource::EventRedeliver(_) => "event_redeliver",
             Resource::EventDeliveries(_) => "event_deliveries",
             Resource::Mcp => "mcp",
+            Resource::DelegatePayment => super::acp::LABEL,
         }
     }
 
     /// Whether the route needs a JWT.
     pub fn needs_auth(&self) -> bool {
-        self.project.is_some() || self.resource == Resource::Mcp
+        self.project.is_some() || matches!(self.resource, Resource::Mcp | Resource::DelegatePayment)
     }
 }
 
@@ -201,6 +207,7 @@ pub fn route(path: &str) -> Option<Route> {
         ["metrics"] => service(Resource::Metrics),
         ["openapi.json"] => service(Resource::OpenApi),
         ["mcp"] => service(Resource::Mcp),
+        ["agentic_commerce", "delegate_payment"] => service(Resource::DelegatePayment),
         ["projects" | "tenants", project, rest @ ..] if valid_id(project) => {
             let resource = match rest {
                 ["payment-methods"] => Resource::PaymentMethods,
@@ -312,6 +319,10 @@ mod tests {
             ),
             ("/mcp", Resource::Mcp),
             ("/projects/p1/mcp", Resource::Mcp),
+            (
+                "/agentic_commerce/delegate_payment",
+                Resource::DelegatePayment,
+            ),
         ] {
             assert_eq!(route(path).map(|r| r.resource), Some(resource), "{path}");
         }
@@ -336,7 +347,7 @@ mod tests {
         let doc: serde_json::Value =
             serde_json::from_str(&crate::api::openapi::DOCUMENT).unwrap_or_default();
         let paths = doc["paths"].as_object().cloned().unwrap_or_default();
-        assert_eq!(paths.len(), 2 * 21 + 5 + 5);
+        assert_eq!(paths.len(), 2 * 21 + 5 + 6);
         let text = doc.to_string();
         let schemas = &doc["components"]["schemas"];
         for part in text.split("#/components/schemas/").skip(1) {

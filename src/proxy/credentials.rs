@@ -4,7 +4,9 @@
 //! - `pan`: the stored card (number opened by the vault; cvc while retained), only where
 //!   the project enables `pan`.
 //! - `virtualCard` / `networkToken`: the credential of the entity's newest `active` purchase
-//!   intent of that type for the payment method.
+//!   intent of that type for the payment method; or, where the template names a vault token
+//!   (`vt_…`, answered by the Delegate Payment route) instead of a payment method, of that
+//!   token's own intent while it is `active`.
 
 use crate::app::App;
 use crate::auth::Principal;
@@ -170,20 +172,27 @@ pub async fn fetch(
             } else {
                 CredentialType::NetworkToken
             };
-            let found = intents::active_credential(
-                app,
-                &principal.project,
-                &principal.entity,
-                payment_method,
-                ty,
-            )
-            .await?;
+            let (project, entity) = (&principal.project, &principal.entity);
+            let vault_token = intents::intent_of_vault_token(payment_method);
+            let (found, named) = match vault_token {
+                // A vault token names its own intent.
+                Some(intent_id) => (
+                    intents::intent_credential(app, project, entity, &intent_id, ty)
+                        .await?
+                        .map(|c| (intent_id, c)),
+                    "vault token",
+                ),
+                None => (
+                    intents::active_credential(app, project, entity, payment_method, ty).await?,
+                    "payment method",
+                ),
+            };
             Ok(match found {
                 Some((intent_id, c)) => {
                     Ok(CredentialValues::new(c, intent_id.clone(), Some(intent_id)))
                 }
                 None => Err(format!(
-                    "no active {} purchase intent for this payment method",
+                    "no active {} purchase intent for this {named}",
                     ty.as_str()
                 )),
             })

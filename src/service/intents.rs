@@ -113,6 +113,42 @@ pub async fn active_credential(
     Ok(Some((rec.id, credential)))
 }
 
+/// Prefix of a vault token id: the Delegate Payment route (`edge::acp`) answers the purchase
+/// intent it created as `vt_…`, the intent's `pi_…` id with the other prefix.
+pub const VAULT_TOKEN_PREFIX: &str = "vt_";
+const INTENT_PREFIX: &str = "pi_";
+
+/// The vault token id of the purchase intent `intent_id`.
+pub fn vault_token_of(intent_id: &str) -> String {
+    let rest = intent_id.strip_prefix(INTENT_PREFIX).unwrap_or(intent_id);
+    format!("{VAULT_TOKEN_PREFIX}{rest}")
+}
+
+/// The purchase intent id a vault token id names; `None` for any other id.
+pub fn intent_of_vault_token(id: &str) -> Option<String> {
+    id.strip_prefix(VAULT_TOKEN_PREFIX)
+        .filter(|rest| !rest.is_empty())
+        .map(|rest| format!("{INTENT_PREFIX}{rest}"))
+}
+
+/// For the proxy: the credential of the intent `intent_id` while it is an `active` intent of
+/// `kind` (a vault token names one intent, not the newest of a payment method). `Ok(None)`
+/// otherwise. The proxy audits the reveal, as for [`active_credential`].
+pub async fn intent_credential(
+    app: &App,
+    project: &str,
+    entity: &str,
+    intent_id: &str,
+    kind: CredentialType,
+) -> ApiResult<Option<Credential>> {
+    let sc = Scope { project, entity };
+    let rec = app.store.get_intent(sc, intent_id).await?;
+    match rec {
+        Some(rec) if rec.is_active_of(kind, app.now_micros()) => reveal(app, &rec).await,
+        _ => Ok(None),
+    }
+}
+
 /// For the proxy's `pan` templates: the stored card of the payment method (cvc only while it
 /// is retained), when the project has `pan: enabled`. The proxy audits the reveal: its
 /// `proxy.use` entry lists the payment method.

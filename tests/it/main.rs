@@ -14,6 +14,7 @@
 
 mod common;
 
+mod acp;
 mod audit;
 mod audit_head;
 mod auth;

@@ -4,34 +4,29 @@
 //! the card itself); refused without a private-role token of the project. `pay` on a TLS
 //! listener, and refused where the project's response guard is off.
 
-use crate::common::{dev_jwt, free_port, serve_dev, DevServer, Reply};
+use crate::common::{dev_jwt, DevFixture, Reply};
 use serde_json::{json, Value};
-use tempfile::TempDir;
 
 const NUMBER: &str = "4242424242424242";
 const CVC: &str = "987";
 
 struct Mcp {
-    _dir: TempDir,
-    _server: DevServer,
-    listen: String,
-    token: String,
+    dev: DevFixture,
     /// Every answer's body, for the scan.
     seen: std::cell::RefCell<Vec<String>>,
 }
 
+impl std::ops::Deref for Mcp {
+    type Target = DevFixture;
+    fn deref(&self) -> &DevFixture {
+        &self.dev
+    }
+}
+
 impl Mcp {
     fn start() -> Mcp {
-        let dir = tempfile::tempdir().unwrap();
-        let listen = format!("127.0.0.1:{}", free_port());
-        let proxy = format!("127.0.0.1:{}", free_port());
-        let server = serve_dev(dir.path(), &listen, &proxy);
-        let token = dev_jwt(dir.path(), "user_1", "private");
         Mcp {
-            _dir: dir,
-            _server: server,
-            listen,
-            token,
+            dev: DevFixture::start(),
             seen: Default::default(),
         }
     }
@@ -339,7 +334,7 @@ fn both_revisions_and_every_tool_answer_without_a_card_value() {
     assert_eq!(no_tool.json["error"]["code"], -32602);
 
     // Nor does the server's log.
-    let log = std::fs::read_to_string(mcp._dir.path().join("dev.log")).unwrap();
+    let log = std::fs::read_to_string(mcp.dir.path().join("dev.log")).unwrap();
     assert!(!log.contains(&vc_number) && !log.contains(&format!("\"{vc_cvc}\"")));
     // The dev banner's example card is 4242…: only the lines of this test's requests.
     for line in log.lines().filter(|l| l.contains("route=")) {
@@ -433,7 +428,7 @@ fn refused_without_a_private_token_of_the_project() {
     let forged = mcp.post("/mcp", &[("Authorization", "Bearer not.a.jwt")], &list);
     assert_eq!(forged.status, 401);
     assert!(forged.header("WWW-Authenticate").is_some());
-    let public = format!("Bearer {}", dev_jwt(mcp._dir.path(), "user_1", "public"));
+    let public = format!("Bearer {}", dev_jwt(mcp.dir.path(), "user_1", "public"));
     let by_public = mcp.post("/mcp", &[("Authorization", &public)], &list);
     assert_eq!(by_public.status, 403, "{}", by_public.json);
     let auth = format!("Bearer {}", mcp.token);

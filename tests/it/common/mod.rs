@@ -922,6 +922,33 @@ pub fn serve_dev(dir: &Path, listen: &str, proxy: &str) -> DevServer {
     server
 }
 
+/// A `serve --dev` in a folder of its own, and a private-role token of its project `dev` for
+/// `user_1`.
+pub struct DevFixture {
+    /// The dev folder (`dev/`) and the server's log (`dev.log`).
+    pub dir: tempfile::TempDir,
+    /// Stopped when the fixture is dropped.
+    _server: DevServer,
+    pub listen: String,
+    pub token: String,
+}
+
+impl DevFixture {
+    pub fn start() -> DevFixture {
+        let dir = tempfile::tempdir().unwrap();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let proxy = format!("127.0.0.1:{}", free_port());
+        let server = serve_dev(dir.path(), &listen, &proxy);
+        let token = dev_jwt(dir.path(), "user_1", "private");
+        DevFixture {
+            dir,
+            _server: server,
+            listen,
+            token,
+        }
+    }
+}
+
 /// A token of `serve --dev`'s project `dev` for `sub` with `role`, from `paycred jwt` with the
 /// dev key `serve_dev` wrote in `dir`.
 pub fn dev_jwt(dir: &Path, sub: &str, role: &str) -> String {
