@@ -129,7 +129,8 @@ fn spawn_cvc_sweeper(vault: std::sync::Weak<crate::vault::Vault>) {
 }
 
 /// Builds the pingora server with paycred's listener (and the metrics listener, if
-/// configured); SIGHUP reloads `config_path` from then on. Call `run` (or `run_forever`) on it.
+/// configured); SIGHUP reloads `config_path` from then on. Call `run` on it; once it returns,
+/// `close` the store it gives too (background work may still hold it as the process ends).
 ///
 /// With `upgrade`, the listening sockets come from the running server being replaced (pingora's
 /// hand-over: it sends them when it gets SIGQUIT, within 5 s of this start), and the store is
@@ -139,7 +140,7 @@ pub fn build_server(
     config: Config,
     config_path: &Path,
     upgrade: bool,
-) -> Result<Server, StartError> {
+) -> Result<(Server, Arc<dyn crate::store::Store>), StartError> {
     let server_conf = ServerConf {
         threads: config.server.threads,
         grace_period_seconds: Some(config.server.grace_period.as_secs()),
@@ -219,7 +220,7 @@ pub fn build_server(
         metrics.add_tcp(&addr.to_string());
         server.add_service(metrics);
     }
-    Ok(server)
+    Ok((server, page.store.clone()))
 }
 
 /// The browser proxy of `browser_proxy:`, if configured: its CA loaded and checked (an error

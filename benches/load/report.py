@@ -10,7 +10,7 @@ for line in open(path):
     rows[name].append((float(rps), float(p50), float(p99), int(reqs), int(errors), int(ticks), int(background)))
 
 print()
-print("| case | req/s median | spread (min-max) | p50 ms | p99 ms | CPU us/req (of it background) | errors | ratio to pingora, or to sled for a backend row (paired median) |")
+print("| case | req/s median | spread (min-max) | p50 ms | p99 ms | CPU us/req (of it background) | errors | ratio to pingora, to sled for a backend row, to pan for a counted row (paired median) |")
 print("|---|---|---|---|---|---|---|---|")
 failed = 0
 for name, rs in rows.items():
@@ -29,8 +29,8 @@ for name, rs in rows.items():
         cpu += f" ({background * tick_us / reqs:.0f})"
     ratio = "-"
     case, _, who = name.rpartition(" ")
-    base = rows.get(f"{case} pingora") or rows.get(f"{case} sled")
-    if base and who not in ("pingora", "sled") and len(base) == len(rs):
+    base = rows.get(f"{case} pingora") or rows.get(f"{case} sled") or rows.get(f"{case} pan")
+    if base and who not in ("pingora", "sled", "pan") and len(base) == len(rs):
         ratio = f"{statistics.median(a[0] / b[0] for a, b in zip(rs, base) if b[0]):.2f}x"
     spread = f"{min(rps):.0f}-{max(rps):.0f}"
     print(f"| {name} | {statistics.median(rps):.0f} | {spread} | {p50:.2f} | {p99:.2f} | {cpu} | {errors} | {ratio} |")

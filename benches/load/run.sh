@@ -28,9 +28,9 @@ for arg in "$@"; do
     *) echo "usage: $0 [--smoke] [--postgres]"; exit 2 ;;
   esac
 done
-# The full run stays under 9 minutes once built: 162 s of JSON proxy cases, 144 s of form and
-# XML ones, 108 s of the response guard's, 24 s at a low rate, 9 s of REST and memory, at most
-# 10 s waiting for a quiet machine, and the setup.
+# The full run stays under 10 minutes once built: 162 s of JSON proxy cases, 36 s of counted
+# ones, 144 s of form and XML ones, 108 s of the response guard's, 24 s at a low rate, 9 s of
+# REST and memory, at most 10 s waiting for a quiet machine, and the setup.
 if [ $smoke = 1 ]; then reps=1; secs=1; low_secs=1; else reps=6; secs=3; low_secs=2; fi
 
 for tool in wrk nginx taskset curl jq openssl python3; do
@@ -140,6 +140,13 @@ for case in 1k 64k 1m; do
     run "proxy-$case nginx" "$NGX" "$work/body-$case.json" "$NGX_WORKER"
   done
 done
+# Counted credentials: the 1 KiB JSON body with `virtual-card` templates (each request counts
+# a use of the bench intent, which has no usage limit), paired with the same body's `pan` row.
+sed "s/'pan'/'virtual-card'/g" "$work/body-1k.json" >"$work/body-1k-counted.json"
+for rep in $(seq 1 "$reps"); do
+  run "counted-1k virtual-card" "$PC" "$work/body-1k-counted.json" "$PC_PID"
+  run "counted-1k pan" "$PC" "$work/body-1k.json" "$PC_PID"
+done
 # Form-encoded and SOAP bodies (4 templates each), paired with the pingora pass-through.
 for case in form-1k form-64k xml-1k xml-64k; do
   type=application/x-www-form-urlencoded; [ "${case%-*}" = xml ] && type="text/xml; charset=utf-8"
@@ -200,6 +207,11 @@ if [ $postgres = 1 ]; then
     run "backend proxy-1k sled" "$PC" "$work/body-1k.json" "$PC_PID"
     run "backend proxy-1k postgres" "$PG1" "$work/pg/body-1k.json" "$PG1_PID"
     run "backend proxy-1k postgres-cold" "$PGC" "$work/pg/body-1k.json" "$PGC_PID"
+  done
+  sed "s/'pan'/'virtual-card'/g" "$work/pg/body-1k.json" >"$work/pg/body-1k-counted.json"
+  for rep in $(seq 1 "$reps"); do
+    run "counted-1k-postgres virtual-card" "$PG1" "$work/pg/body-1k-counted.json" "$PG1_PID"
+    run "counted-1k-postgres pan" "$PG1" "$work/pg/body-1k.json" "$PG1_PID"
   done
   rest "backend POST payment method sled" create_pm.lua "http://127.0.0.1:$PC"
   rest "backend POST payment method postgres" create_pm.lua "http://127.0.0.1:$PG1" "$PG1_PID"

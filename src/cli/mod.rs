@@ -315,8 +315,10 @@ fn serve(config: Option<PathBuf>, dev: Option<Dev>, upgrade: bool) -> Result<(),
         None => config.ok_or("give -c FILE, or --dev for a local setup")?,
     };
     let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let server = crate::build_server(config, &path, upgrade).map_err(|e| e.to_string())?;
+    let (server, store) = crate::build_server(config, &path, upgrade).map_err(|e| e.to_string())?;
     server.run(pingora::server::RunArgs::default());
+    // Background work may still hold the store as the process ends: close it here.
+    store.close();
     Ok(())
 }
 

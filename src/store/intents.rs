@@ -59,7 +59,9 @@ pub trait IntentStore: Send + Sync + 'static {
     /// Counts one use of an intent, atomically: only an `active`, unexpired intent below its
     /// usage limit is counted ([`use_refused`]). The use that reaches the limit ends the
     /// intent ([`IntentEnd::UsedUp`]) in the same transaction (see the module
-    /// documentation). Durable when it returns.
+    /// documentation). When it returns the use cannot be lost: it is durable, or (sled) it
+    /// took one of the uses reserved ahead in a durable write, which a start after a crash
+    /// counts as used ([`crate::store::sled::ahead`]).
     async fn record_use(
         &self,
         scope: Scope<'_>,

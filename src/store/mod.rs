@@ -174,6 +174,11 @@ pub trait StoreHealth: Send + Sync + 'static {
 
     /// Counters.
     fn stats(&self) -> StoreStats;
+
+    /// At a clean stop, once no request is in flight: gives back what this process alone
+    /// holds (sled: the uses reserved ahead and not taken, so the counts stay exact) and
+    /// makes every write durable. Uses after it still work (they reserve again).
+    fn close(&self) {}
 }
 
 /// `pub trait Name: A + B + … {}` with the blanket impl that makes every type implementing

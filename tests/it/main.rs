@@ -51,6 +51,7 @@ mod slow_bodies;
 mod storage_faults;
 mod template_props;
 mod tls_listener;
+mod uses_ahead;
 mod verify_dialects;
 mod webhooks;
 mod xml_props;

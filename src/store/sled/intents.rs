@@ -9,6 +9,7 @@
 //! reaches the usage limit ends its intent so, in the use's transaction (why:
 //! [`crate::store::intents`]).
 
+use super::ahead::{self, Taken};
 use super::audit::to_outbox;
 use super::{abort, count_value, events, keys, read_count, tx_error, SledStore};
 use crate::audit::AuditEvent;
@@ -22,6 +23,7 @@ use crate::store::{
 use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
+use std::sync::atomic::Ordering;
 
 /// The trees an end writes, inside the transaction of the change that ends the intent, and
 /// the time of the end (its event's).
@@ -147,6 +149,42 @@ impl SledStore {
             }
             Ok(())
         })
+    }
+
+    /// At a start, counts every use still reserved ahead as used ([`ahead`]): after a crash
+    /// nothing tells the uses that went out from the others. Only live intents: an end was
+    /// written after every use before it, so what an ended intent held was never taken.
+    pub(super) fn count_uses_held(&self) -> StoreResult<()> {
+        let held = ahead::held(&self.pi_ahead)?;
+        for (key, held) in &held {
+            (&self.pi, &self.pi_due, &self.pi_ahead)
+                .transaction(|(t_pi, t_due, t_ahead)| {
+                    t_ahead.remove(key)?;
+                    let Some(bytes) = t_pi.get(key)? else {
+                        return Ok(());
+                    };
+                    let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
+                    if !rec.is_live_stored() || *held == 0 {
+                        return Ok(());
+                    }
+                    rec.uses = rec.uses.saturating_add(*held);
+                    if rec.ends_with(IntentEnd::UsedUp, i64::MIN) {
+                        t_due.insert(keys::pi_due(0, key), &[] as &[u8])?;
+                    }
+                    let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
+                    t_pi.insert(key.as_ref(), value)?;
+                    Ok(())
+                })
+                .map_err(tx_error)?;
+        }
+        let folded = held.len();
+        if folded > 0 {
+            tracing::warn!(
+                intents = folded,
+                "uses reserved ahead at the last stop counted as used"
+            );
+        }
+        self.db.flush().map(drop).map_err(unavailable)
     }
 
     /// Ends one intent in a transaction, when `end` ends it at `now_micros`; the ended record
@@ -390,19 +428,31 @@ impl IntentStore for SledStore {
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
         let key = keys::pi(scope, id);
-        let (outcome, changed, slot) = (&self.pi, &self.pi_due, &self.pi_ended, &self.events)
-            .transaction(|(t_pi, t_due, t_ended, t_events)| {
+        // The reservation this use makes, if it makes one (see [`ahead`]).
+        let lease = self.leases.fetch_add(1, Ordering::Relaxed) + 1;
+        let (outcome, wait, reserved, slot) = (
+            &self.pi,
+            &self.pi_due,
+            &self.pi_ended,
+            &self.events,
+            &self.pi_ahead,
+        )
+            .transaction(|(t_pi, t_due, t_ended, t_events, t_ahead)| {
                 let Some(bytes) = t_pi.get(&key)? else {
-                    return Ok((UseOutcome::NotFound, false, None));
+                    return Ok((UseOutcome::NotFound, false, false, None));
                 };
                 let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
                 let limit = rec.mandates.usage_limit;
                 if let Some(refused) =
                     use_refused(rec.status, rec.expires_micros, limit, rec.uses, now)
                 {
-                    return Ok((refused, false, None));
+                    return Ok((refused, false, false, None));
                 }
                 rec.uses = rec.uses.saturating_add(1);
+                let mut held = ahead::read(t_ahead, &key)?;
+                let taken = held.take();
+                let reserved = held.top_up(limit, rec.uses, lease);
+                ahead::write(t_ahead, &key, &held)?;
                 events::write(t_events, &[event::intent_used(&rec, now)])?;
                 let mut slot = None;
                 if rec.ends_with(IntentEnd::UsedUp, now) {
@@ -419,13 +469,17 @@ impl IntentStore for SledStore {
                     let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                     t_pi.insert(key.as_slice(), value)?;
                 }
-                Ok((UseOutcome::Recorded(rec.uses), true, slot))
+                let wait = taken == Taken::Flush || reserved || slot.is_some();
+                Ok((UseOutcome::Recorded(rec.uses), wait, reserved, slot))
             })
             .map_err(tx_error)?;
-        if changed {
+        if wait {
             self.durable().await?;
-            self.erase_keys(slot);
         }
+        if reserved {
+            ahead::confirm(&self.pi_ahead, &key, lease)?;
+        }
+        self.erase_keys(slot);
         Ok(outcome)
     }
 
@@ -538,5 +592,127 @@ pub(super) mod tests {
         assert_eq!(taken(dir.path()), 0);
         let bytes = std::fs::read(dir.path().join(NAME)).unwrap();
         assert!(!bytes.windows(8).any(|w| w == b"live-key"));
+    }
+
+    /// An `active` virtual-card intent `id` of scope p1/e1 with `limit`, stored as a
+    /// create stores it (no credential: uses do not open it).
+    fn live_intent(store: &SledStore, id: &str, limit: Option<u32>) -> Vec<u8> {
+        let mut rec: IntentRecord = serde_json::from_value(serde_json::json!({
+            "id": id, "project": "p1", "entity": "e1", "payment_method_id": "pm_1",
+            "credential_type": "virtual-card", "status": "active", "created_micros": 0,
+            "expires_micros": i64::MAX, "mandates": {}, "credential_sealed": null,
+            "uses": 0, "failed_verifications": 0
+        }))
+        .unwrap();
+        rec.mandates.usage_limit = limit;
+        let key = keys::pi(SCOPE, id);
+        store
+            .pi
+            .insert(&key, serde_json::to_vec(&rec).unwrap())
+            .unwrap();
+        key
+    }
+
+    const SCOPE: Scope<'static> = Scope {
+        project: "p1",
+        entity: "e1",
+    };
+
+    #[tokio::test]
+    async fn uses_taken_from_a_reservation_wait_for_no_flush_and_are_counted_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
+        live_intent(&store, "pi_free", None);
+        let (waits, flushes) = (store.commit.waits(), store.commit.flushes());
+        let now = time::OffsetDateTime::now_utc();
+        for n in 1..=200 {
+            let used = store.record_use(SCOPE, "pi_free", now).await.unwrap();
+            assert_eq!(used, UseOutcome::Recorded(n));
+        }
+        // The first use waits (and makes its reservation durable); one of the uses that
+        // follow tops it up.
+        let waited = store.commit.waits() - waits;
+        assert!(waited <= 2, "{waited} uses of 200 waited for a flush");
+        assert!(store.commit.flushes() - flushes <= 2);
+        let read = store.get_intent(SCOPE, "pi_free").await.unwrap().unwrap();
+        assert_eq!(read.uses, 200);
+        // A clean stop hands the rest back: the count stays exact.
+        drop(store);
+        let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
+        let read = store.get_intent(SCOPE, "pi_free").await.unwrap().unwrap();
+        assert_eq!(read.uses, 200);
+    }
+
+    #[tokio::test]
+    async fn a_limited_intent_is_used_exactly_to_its_limit_and_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
+        live_intent(&store, "pi_100", Some(100));
+        let now = time::OffsetDateTime::now_utc();
+        let mut waited = 0;
+        for n in 1..=100 {
+            let before = store.commit.waits();
+            let used = store.record_use(SCOPE, "pi_100", now).await.unwrap();
+            assert_eq!(used, UseOutcome::Recorded(n));
+            waited += store.commit.waits() - before;
+        }
+        assert!(waited < 40, "{waited} of 100 uses waited");
+        assert_eq!(
+            store.record_use(SCOPE, "pi_100", now).await.unwrap(),
+            UseOutcome::UsageLimitReached
+        );
+        let read = store.get_intent(SCOPE, "pi_100").await.unwrap().unwrap();
+        assert_eq!((read.uses, read.status), (100, IntentStatus::Expired));
+        assert!(ahead::held(&store.pi_ahead).unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_start_counts_the_uses_a_crash_left_reserved_as_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = when_unlocked(|| SledStore::open(dir.path(), Default::default())).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        live_intent(&store, "pi_20", Some(20));
+        live_intent(&store, "pi_free", None);
+        for _ in 0..12 {
+            store.record_use(SCOPE, "pi_20", now).await.unwrap();
+        }
+        store.record_use(SCOPE, "pi_free", now).await.unwrap();
+        let held: u32 = ahead::held(&store.pi_ahead)
+            .unwrap()
+            .iter()
+            .map(|h| h.1)
+            .sum();
+        assert!(held > 0);
+        // What a start after a crash does (a clean stop would hand them back first).
+        store.count_uses_held().unwrap();
+        assert!(ahead::held(&store.pi_ahead).unwrap().is_empty());
+        let limited = store.get_intent(SCOPE, "pi_20").await.unwrap().unwrap();
+        let free = store.get_intent(SCOPE, "pi_free").await.unwrap().unwrap();
+        assert_eq!(limited.uses + free.uses, 13 + held);
+        assert!(limited.uses <= 20);
+        // Used up by the count: the finalizer ends it; the unlimited one goes on.
+        let limited_held = ahead::Ahead {
+            reserved: 20 - limited.uses,
+            ..Default::default()
+        };
+        store
+            .pi_ahead
+            .insert(keys::pi(SCOPE, "pi_20"), &limited_held.encode_for_tests())
+            .unwrap();
+        store.count_uses_held().unwrap();
+        let due = store.intents_due_to_end(0, 10).await.unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!(
+            (due[0].id.as_str(), due[0].end),
+            ("pi_20", IntentEnd::UsedUp)
+        );
+        assert_eq!(
+            store.record_use(SCOPE, "pi_20", now).await.unwrap(),
+            UseOutcome::UsageLimitReached
+        );
+        assert_eq!(
+            store.record_use(SCOPE, "pi_free", now).await.unwrap(),
+            UseOutcome::Recorded(free.uses + 1)
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! the audit log's outbox and file); this
 //! file opens the store and holds the tree handles and what those files share.
 
+pub mod ahead;
 pub mod audit;
 pub mod browser_sessions;
 pub mod card_tokens;
@@ -56,6 +57,10 @@ pub struct SledStore {
     pi_due: sled::Tree,
     /// Ended intents by when they ended ([`retention`]).
     pi_ended: sled::Tree,
+    /// Uses reserved ahead, per intent ([`ahead`]).
+    pi_ahead: sled::Tree,
+    /// The last reservation of uses this process made ([`ahead::Ahead::lease`]).
+    leases: std::sync::atomic::AtomicU64,
     /// The wrapped keys of live intents' credentials, outside sled's log ([`key_file`]).
     key_file: key_file::KeyFile,
     keyrings: sled::Tree,
@@ -145,6 +150,8 @@ impl SledStore {
             pi_pm_n: tree("pi_pm_n")?,
             pi_due: tree("pi_due")?,
             pi_ended: tree("pi_ended")?,
+            pi_ahead: tree(ahead::TREE)?,
+            leases: Default::default(),
             key_file: key_file::KeyFile::open(dir)?,
             keyrings: tree("keyrings")?,
             outbox,
@@ -168,6 +175,7 @@ impl SledStore {
         store.index_live_intents()?;
         store.index_ended_intents()?;
         store.index_finished_deliveries()?;
+        store.count_uses_held()?;
         store.erase_orphan_keys()?;
         Ok(store)
     }
@@ -270,10 +278,16 @@ impl StoreHealth for SledStore {
             changes_heard: 0,
         }
     }
+
+    fn close(&self) {
+        let _ = ahead::hand_back(&self.pi_ahead);
+        let _ = self.db.flush();
+    }
 }
 
 impl Drop for SledStore {
     fn drop(&mut self) {
-        let _ = self.db.flush();
+        // No use is in flight once the store is dropped: what is held was not taken.
+        self.close();
     }
 }
