@@ -5,7 +5,8 @@
 //! - [`routes`]: paths to routes. [`rest`]: a REST request from authentication to answer.
 //! - [`mcp`]: the MCP server on `/mcp` (Streamable HTTP), its tools calling the handlers.
 //! - [`cors`]: which other origins' pages may call the public role's routes.
-//! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
+//! - [`ratelimit`]: per-project and per-entity limits, shared by the instances on PostgreSQL.
+//!   [`idempotency`]: `Idempotency-Key`.
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
 //! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
 //! - [`idle`]: the small wait for each HTTP/1.x request before pingora's proxy takes it.

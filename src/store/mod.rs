@@ -15,6 +15,7 @@
 //! | [`passkeys`]           | [`PasskeyStore`]: passkeys and WebAuthn ceremony states |
 //! | [`browser_sessions`]   | [`BrowserSessionStore`]: browser checkout's sessions, found by id or stand-in |
 //! | [`events`]             | [`EventStore`]: the events changes write; event types and ids |
+//! | [`rate_limits`]        | [`RateLimitStore`]: rate-limit buckets the instances share (PostgreSQL) |
 //! | [`audit`]              | [`AuditStore`]: the audit log the store keeps |
 //! | this file              | [`StoreHealth`] (readiness, counters), [`Store`], [`open`], [`StoreError`] |
 //! | [`records`]            | the records every backend reads and writes |
@@ -49,6 +50,7 @@ pub mod passkeys;
 pub mod payment_methods;
 pub mod pm_cache;
 pub mod postgres;
+pub mod rate_limits;
 pub mod records;
 pub mod sealed;
 pub mod sled;
@@ -73,6 +75,7 @@ pub use keyrings::KeyringStore;
 pub use passkeys::PasskeyStore;
 pub use payment_methods::{PaymentMethodStore, Refresh};
 pub use postgres::PgStore;
+pub use rate_limits::RateLimitStore;
 pub use records::*;
 pub use sealed::Sealed;
 pub use sled::SledStore;
@@ -197,5 +200,6 @@ sum_of! {
         + BrowserSessionStore
         + EventStore
         + AuditStore
+        + RateLimitStore
         + StoreHealth
 }

@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "browser sessions",
         include_str!("migrations/0008_browser_sessions.sql"),
     ),
+    (
+        9,
+        "rate limit buckets",
+        include_str!("migrations/0009_rate_limit_buckets.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).

@@ -3,7 +3,7 @@
 //! durability. Each resource's trait is implemented in the file of its name
 //! ([`payment_methods`], [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`],
 //! [`webhooks`], [`passkeys`], [`browser_sessions`], [`events`], [`audit`]: the audit log's
-//! outbox and file); this
+//! outbox and file; [`rate_limits`]: none shared); this
 //! file opens the store and holds the tree handles and what those files share.
 
 pub mod audit;
@@ -19,6 +19,7 @@ pub mod keyrings;
 pub mod keys;
 pub mod passkeys;
 pub mod payment_methods;
+pub mod rate_limits;
 pub mod webhooks;
 
 use crate::audit::chain::HashFunction;
