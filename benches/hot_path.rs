@@ -107,6 +107,7 @@ fn limited_project() -> BTreeMap<String, Arc<ProjectConfig>> {
         rate_limits: RateLimits {
             project: Some(wide),
             entity: Some(wide),
+            ..RateLimits::default()
         },
         cors_allowed_origins: Vec::new(),
         passkeys: None,

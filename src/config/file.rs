@@ -505,6 +505,10 @@ pub struct RateLimitsFile {
     /// Limit of each entity (JWT `sub`) of the project.
     #[serde(default)]
     pub entity: Option<LimitFile>,
+    /// What a request is answered while the store that shares the limits between instances
+    /// (PostgreSQL) does not answer: `allow` (the default) or `deny`.
+    #[serde(default)]
+    pub on_store_error: Option<String>,
 }
 
 /// One limit as written.

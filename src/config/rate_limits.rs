@@ -9,11 +9,23 @@ pub struct Limit {
     pub burst: f64,
 }
 
+/// What a request is answered while the store that shares the limits between instances
+/// (PostgreSQL) does not answer (`on_store_error`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// Each instance's own buckets decide alone (a limit of N/s allows N/s on each instance).
+    #[default]
+    Allow,
+    /// 503 `storeUnavailable` with `Retry-After: 1`.
+    Deny,
+}
+
 /// A project's checked limits.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RateLimits {
     pub project: Option<Limit>,
     pub entity: Option<Limit>,
+    pub on_store_error: OnStoreError,
 }
 
 /// Checks `rate_limits:` of the project at config key `key`; the message names the key.
@@ -44,8 +56,19 @@ pub fn validate(key: &str, file: Option<&RateLimitsFile>) -> Result<RateLimits, 
             burst,
         }))
     };
+    let on_store_error = match file.on_store_error.as_deref() {
+        None | Some("allow") => OnStoreError::Allow,
+        Some("deny") => OnStoreError::Deny,
+        Some(_) => {
+            return Err((
+                format!("{key}.rate_limits.on_store_error"),
+                "must be allow or deny".into(),
+            ))
+        }
+    };
     Ok(RateLimits {
         project: check("project", &file.project)?,
         entity: check("entity", &file.entity)?,
+        on_store_error,
     })
 }

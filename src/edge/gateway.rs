@@ -353,7 +353,9 @@ impl Gateway {
         let authenticated = Self::authenticate(&live, session, &route, project);
         if route.resource == Resource::Mcp {
             let principal = authenticated.map_err(mcp::refusal)?.0;
-            live.limits.check(&principal.project, &principal.entity)?;
+            live.limits
+                .admit(&principal.project, &principal.entity)
+                .await?;
             return mcp::answer(app, session, &principal)
                 .await
                 .map(Answer::Response);
@@ -365,7 +367,9 @@ impl Gateway {
             return Ok(Answer::Response(answer));
         }
         let (principal, drop_authorization) = authenticated?;
-        live.limits.check(&principal.project, &principal.entity)?;
+        live.limits
+            .admit(&principal.project, &principal.entity)
+            .await?;
         if route.resource == Resource::Proxy {
             let p = self
                 .proxy

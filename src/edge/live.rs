@@ -11,6 +11,7 @@
 //! (listeners, TLS, the store, the master key, worker threads) keeps its
 //! running value, and the log names each such key that differs in the file.
 
+use super::ratelimit::sync::SharedLimits;
 use super::ratelimit::Limiter;
 use crate::app::App;
 use crate::config::Config;
@@ -28,11 +29,18 @@ pub struct Live {
 }
 
 impl Live {
-    /// The state of `app`'s configuration, with fresh rate-limit buckets.
+    /// The state of `app`'s configuration, with fresh rate-limit buckets (shared with the
+    /// other instances when the store shares them).
     pub fn new(app: Arc<App>) -> Result<Live, String> {
         let ca_roots = crate::proxy::load_ca_roots(&app.config.projects)?;
+        let shared = match app.store.shares_rate_limits() {
+            true => Some(
+                SharedLimits::start(&app.store).map_err(|e| format!("shared rate limits: {e}"))?,
+            ),
+            false => None,
+        };
         Ok(Live {
-            limits: Limiter::new(&app.config.projects),
+            limits: Limiter::with_shared(&app.config.projects, shared),
             ca_roots,
             app,
         })

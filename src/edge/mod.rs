@@ -8,7 +8,8 @@
 //!   (`/agentic_commerce/delegate_payment`), calling the payment-method and purchase-intent
 //!   handlers; its errors in ACP's shape.
 //! - [`cors`]: which other origins' pages may call the public role's routes.
-//! - [`ratelimit`]: per-project and per-entity limits. [`idempotency`]: `Idempotency-Key`.
+//! - [`ratelimit`]: per-project and per-entity limits, shared by the instances on PostgreSQL.
+//!   [`idempotency`]: `Idempotency-Key`.
 //! - [`live`]: the configuration a request runs under, and its reload on SIGHUP.
 //! - [`metrics`]: `/metrics`, on its own listener or behind a bearer token.
 //! - [`idle`]: the small wait for each HTTP/1.x request before pingora's proxy takes it.

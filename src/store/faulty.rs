@@ -13,6 +13,7 @@ use super::{
     StoreHealth, StoreResult, StoreStats, TokenTake, UseOutcome, VerificationAttempt,
     WebauthnStateRecord, WebhookEndpointRecord, WebhookStore,
 };
+use crate::store::rate_limits::{RateLimitStore, Taken};
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -549,5 +550,17 @@ impl StoreHealth for FaultyStore {
 
     fn stats(&self) -> StoreStats {
         self.inner.stats()
+    }
+}
+
+#[async_trait]
+impl RateLimitStore for FaultyStore {
+    fn shares_rate_limits(&self) -> bool {
+        self.inner.shares_rate_limits()
+    }
+
+    async fn take_shared(&self, taken: &[Taken]) -> StoreResult<Vec<f64>> {
+        self.write()?;
+        self.inner.take_shared(taken).await
     }
 }

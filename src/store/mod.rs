@@ -15,6 +15,7 @@
 //! | [`passkeys`]           | [`PasskeyStore`]: passkeys and WebAuthn ceremony states |
 //! | [`browser_sessions`]   | [`BrowserSessionStore`]: browser checkout's sessions, found by id or stand-in |
 //! | [`events`]             | [`EventStore`]: the events changes write; event types and ids |
+//! | [`rate_limits`]        | [`RateLimitStore`]: rate-limit buckets the instances share (PostgreSQL) |
 //! | [`retention`]          | [`RetentionStore`]: old events, finished deliveries and ended intents removed |
 //! | [`audit`]              | [`AuditStore`]: the audit log the store keeps |
 //! | this file              | [`StoreHealth`] (readiness, counters), [`Store`], [`open`], [`StoreError`] |
@@ -50,6 +51,7 @@ pub mod passkeys;
 pub mod payment_methods;
 pub mod pm_cache;
 pub mod postgres;
+pub mod rate_limits;
 pub mod records;
 pub mod retention;
 pub mod sealed;
@@ -75,6 +77,7 @@ pub use keyrings::KeyringStore;
 pub use passkeys::PasskeyStore;
 pub use payment_methods::{PaymentMethodStore, Refresh};
 pub use postgres::PgStore;
+pub use rate_limits::RateLimitStore;
 pub use records::*;
 pub use retention::{Prunable, Pruned, RetentionStore};
 pub use sealed::Sealed;
@@ -206,5 +209,6 @@ sum_of! {
         + EventStore
         + RetentionStore
         + AuditStore
+        + RateLimitStore
         + StoreHealth
 }

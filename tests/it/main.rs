@@ -47,6 +47,7 @@ mod proxy_guard;
 mod purchase_intents;
 mod ratelimit;
 mod restart;
+mod shared_limits;
 mod slow_bodies;
 mod storage_faults;
 mod template_props;

@@ -134,12 +134,17 @@ fn three_instances() -> Vec<Server> {
 
 /// Three servers on the database of `backend` with one master key.
 pub(crate) fn three_instances_on(backend: Backend) -> Vec<Server> {
-    let a = Server::start_with(Options::on(backend));
+    three_instances_with(Options::on(backend))
+}
+
+/// Three servers with `options`, on the database of its backend, with one master key.
+pub(crate) fn three_instances_with(options: Options) -> Vec<Server> {
+    let a = Server::start_with(options.clone());
     let url = a.database_url.clone().unwrap();
     let shared = || Options {
         backend: Backend::Database(url.clone()),
         master_key: Some(a.master_key.clone()),
-        ..Options::default()
+        ..options.clone()
     };
     let (b, c) = (Server::start_with(shared()), Server::start_with(shared()));
     vec![a, b, c]

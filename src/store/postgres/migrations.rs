@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "retention",
         include_str!("migrations/0009_retention.sql"),
     ),
+    (
+        10,
+        "rate limit buckets",
+        include_str!("migrations/0010_rate_limit_buckets.sql"),
+    ),
 ];
 
 /// The advisory lock that serializes migrations (any fixed number, "paycred" in ASCII).

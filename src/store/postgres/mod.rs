@@ -33,8 +33,9 @@
 //!
 //! Each resource's trait is implemented in the file of its name ([`payment_methods`],
 //! [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`], [`webhooks`], [`passkeys`],
-//! [`browser_sessions`], [`events`], [`retention`], [`audit`]); this file opens the store and holds the pool, the runtime and
-//! what those files share (a commit that announces its changes, the timeouts, JSON).
+//! [`browser_sessions`], [`events`], [`retention`], [`audit`], [`rate_limits`]: the shared
+//! rate-limit buckets); this file opens the store and holds the pool, the runtime and what
+//! those files share (a commit that announces its changes, the timeouts, JSON).
 //!
 //! The connections live on the store's own small runtime, so they outlive any caller's
 //! runtime; every operation is bounded by [`OP_TIMEOUT`] and fails as
@@ -53,6 +54,7 @@ pub mod listen;
 pub mod migrations;
 pub mod passkeys;
 pub mod payment_methods;
+pub mod rate_limits;
 pub mod retention;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_cluster;
@@ -220,6 +222,9 @@ impl PgStore {
             store.pool.clone(),
             store.caches.clone(),
         ));
+        store
+            .handle
+            .spawn(rate_limits::purge_full_buckets(store.pool.clone()));
         let sink = audit::PgSink::new(
             store.pool.clone(),
             store.handle.clone(),

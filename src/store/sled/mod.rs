@@ -3,7 +3,7 @@
 //! durability. Each resource's trait is implemented in the file of its name
 //! ([`payment_methods`], [`intents`], [`idempotency`], [`keyrings`], [`card_tokens`],
 //! [`webhooks`], [`passkeys`], [`browser_sessions`], [`events`], [`retention`], [`audit`]:
-//! the audit log's outbox and file); this
+//! the audit log's outbox and file; [`rate_limits`]: none shared); this
 //! file opens the store and holds the tree handles and what those files share.
 
 pub mod ahead;
@@ -20,6 +20,7 @@ pub mod keyrings;
 pub mod keys;
 pub mod passkeys;
 pub mod payment_methods;
+pub mod rate_limits;
 pub mod retention;
 pub mod webhooks;
 

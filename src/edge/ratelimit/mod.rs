@@ -3,13 +3,21 @@
 //! route. Over the limit: 429 `rateLimited` with `Retry-After` (whole seconds until a token
 //! is back).
 //!
-//! A refused request costs one map lookup and no store access, and every entity has its
-//! own bucket, so a noisy entity is turned away early without slowing other entities. The
-//! entity buckets are sharded (one lock per shard) and bounded: past [`MAX_ENTITIES_PER_SHARD`]
-//! full (idle) buckets are dropped, which is exact since a full bucket equals a new one.
+//! Every instance keeps buckets of its own, here. A refused request costs one map lookup and
+//! no store access, and every entity has its own bucket, so a noisy entity is turned away
+//! early without slowing other entities. The entity buckets are sharded (one lock per shard)
+//! and bounded: past [`MAX_ENTITIES_PER_SHARD`] full (idle) buckets are dropped, which is
+//! exact since a full bucket equals a new one.
+//!
+//! On PostgreSQL the instances also share every bucket through the database ([`sync`], its
+//! counting in [`shared`]), so a limit holds for all of them together; a request must pass
+//! both. While the database does not answer, the project's `on_store_error` decides.
 //!
 //! governor (GCRA) checks in 117 ns to this 260 ns (`cargo bench --bench hot_path`) but cannot
 //! give a token back, so of two limits one would count the requests the other refused.
+
+pub mod shared;
+pub mod sync;
 
 use crate::config::rate_limits::{Limit, RateLimits};
 use crate::config::ProjectConfig;
@@ -20,6 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use sync::SharedLimits;
 
 const SHARDS: usize = 32;
 /// Entity buckets kept per shard before idle ones are dropped.
@@ -77,6 +86,8 @@ pub struct Limiter {
     limits: HashMap<Arc<str>, RateLimits>,
     projects: HashMap<Arc<str>, Mutex<Bucket>>,
     entities: Vec<Shard>,
+    /// The buckets shared with the other instances (PostgreSQL).
+    shared: Option<Arc<SharedLimits>>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -86,7 +97,7 @@ impl std::fmt::Debug for Limiter {
 }
 
 /// 429 with `Retry-After`.
-fn limited(wait: Duration, what: &str) -> ApiError {
+pub(crate) fn limited(wait: Duration, what: &str) -> ApiError {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     let mut e = ApiError::new(
         ErrorKind::RateLimited,
@@ -97,8 +108,16 @@ fn limited(wait: Duration, what: &str) -> ApiError {
 }
 
 impl Limiter {
-    /// Buckets for the projects that configure limits.
+    /// Buckets for the projects that configure limits, this instance's own.
     pub fn new(projects: &BTreeMap<String, Arc<ProjectConfig>>) -> Self {
+        Self::with_shared(projects, None)
+    }
+
+    /// [`Self::new`], the buckets also shared with other instances through `shared`.
+    pub fn with_shared(
+        projects: &BTreeMap<String, Arc<ProjectConfig>>,
+        shared: Option<Arc<SharedLimits>>,
+    ) -> Self {
         let now = Instant::now();
         let mut limits = HashMap::new();
         let mut buckets = HashMap::new();
@@ -117,13 +136,14 @@ impl Limiter {
             limits,
             projects: buckets,
             entities: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shared,
         }
     }
 
     /// The limiter of a reloaded configuration: a project whose limits did not change keeps
     /// its buckets (a reload is not a way around a limit); the others start full.
     pub fn reconfigured(&self, projects: &BTreeMap<String, Arc<ProjectConfig>>) -> Self {
-        let next = Self::new(projects);
+        let next = Self::with_shared(projects, self.shared.clone());
         let kept = |id: &str| {
             self.limits
                 .get(id)
@@ -153,13 +173,13 @@ impl Limiter {
         &self.entities[i]
     }
 
-    /// Counts one request of `entity` in `project`; 429 when a limit is reached.
+    /// Counts one request of `entity` in `project` in this instance's buckets; 429 when a
+    /// limit is reached.
     pub fn check(&self, project: &str, entity: &str) -> Result<(), ApiError> {
         let Some((pid, limits)) = self.limits.get_key_value(project) else {
             return Ok(());
         };
         let now = Instant::now();
-        let mut took_entity = false;
         if let Some(el) = limits.entity {
             let mut shard = self.shard(project, entity).lock();
             if shard.len() >= MAX_ENTITIES_PER_SHARD {
@@ -169,23 +189,47 @@ impl Limiter {
                 .entry((pid.clone(), entity.to_string()))
                 .or_insert_with(|| Bucket::new(el, now));
             bucket.take(el, now).map_err(|w| limited(w, "entity"))?;
-            took_entity = true;
         }
         if let (Some(pl), Some(bucket)) = (limits.project, self.projects.get(project)) {
             if let Err(wait) = bucket.lock().take(pl, now) {
-                if let (true, Some(el)) = (took_entity, limits.entity) {
-                    if let Some(b) = self
-                        .shard(project, entity)
-                        .lock()
-                        .get_mut(&(pid.clone(), entity.to_string()))
-                    {
-                        b.give_back(el);
-                    }
-                }
+                self.give_back(pid, entity, limits, false);
                 return Err(limited(wait, "project"));
             }
         }
         Ok(())
+    }
+
+    /// Gives back the tokens [`Self::check`] took for a request another limit refused: the
+    /// entity's, and the project's when `project`.
+    fn give_back(&self, pid: &Arc<str>, entity: &str, limits: &RateLimits, project: bool) {
+        if let Some(el) = limits.entity {
+            if let Some(b) = self
+                .shard(pid, entity)
+                .lock()
+                .get_mut(&(pid.clone(), entity.to_string()))
+            {
+                b.give_back(el);
+            }
+        }
+        if let (true, Some(pl), Some(bucket)) = (project, limits.project, self.projects.get(pid)) {
+            bucket.lock().give_back(pl);
+        }
+    }
+
+    /// Counts one request of `entity` in `project` in this instance's buckets and, on
+    /// PostgreSQL, in the buckets all instances share; 429 when a limit is reached. A request
+    /// may wait for a sync of the shared buckets (at most [`sync::WAIT_AT_MOST`]).
+    pub async fn admit(&self, project: &str, entity: &str) -> Result<(), ApiError> {
+        self.check(project, entity)?;
+        let (Some(shared), Some((pid, limits))) =
+            (&self.shared, self.limits.get_key_value(project))
+        else {
+            return Ok(());
+        };
+        shared
+            .admit(pid, entity, limits)
+            .await
+            .inspect_err(|_| self.give_back(pid, entity, limits, true))
     }
 }
 
@@ -252,6 +296,7 @@ mod tests {
         let f = |per_second: f64, burst: Option<u32>| RateLimitsFile {
             project: None,
             entity: Some(LimitFile { per_second, burst }),
+            on_store_error: None,
         };
         assert!(validate("projects[0]", Some(&f(5.0, None))).is_ok());
         let e = validate("projects[0]", Some(&f(0.0, None))).err();
