@@ -313,6 +313,7 @@ pub async fn create(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<
         otp_method: None,
         credential_key,
         key_slot: None,
+        ahead: Default::default(),
     };
     let event = audit_event(app, principal, "purchaseIntent.create", &id);
     if !app.store.insert_intent(&rec, event).await? {

@@ -76,6 +76,7 @@ pub(super) fn intent(
         otp_method: None,
         credential_key: None,
         key_slot: None,
+        ahead: Default::default(),
     }
 }
 

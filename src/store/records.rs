@@ -114,6 +114,13 @@ pub struct IntentRecord {
     /// sled: the slot of the key file that holds `credential_key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_slot: Option<u32>,
+    /// sled: uses reserved ahead and not taken yet ([`crate::store::sled::ahead`]); always
+    /// empty on PostgreSQL.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::store::sled::ahead::Ahead::is_empty"
+    )]
+    pub ahead: crate::store::sled::ahead::Ahead,
 }
 
 /// Where a one-time code is sent.
@@ -176,12 +183,13 @@ impl IntentRecord {
     }
 
     /// Applies `end`: the final status, and the issued credential dropped from the record.
-    /// The metadata (mandates, times, uses, type) stays.
+    /// The metadata (mandates, times, uses, type) stays; uses reserved ahead are dropped.
     pub fn finish(&mut self, end: IntentEnd) {
         self.status = end.status();
         self.credential_sealed = None;
         self.credential_key = None;
         self.key_slot = None;
+        self.ahead = Default::default();
     }
 }
 
