@@ -321,6 +321,7 @@ pub async fn issue(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<I
         credential_key,
         key_slot: None,
         ended_micros: None,
+        ahead: Default::default(),
     };
     let event = audit_event(app, principal, "purchaseIntent.create", &id);
     if !app.store.insert_intent(&rec, event).await? {

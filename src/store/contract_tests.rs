@@ -77,6 +77,7 @@ pub(super) fn intent(
         credential_key: None,
         key_slot: None,
         ended_micros: None,
+        ahead: Default::default(),
     }
 }
 

@@ -119,6 +119,13 @@ pub struct IntentRecord {
     /// while it is live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_micros: Option<i64>,
+    /// sled: uses reserved ahead and not taken yet ([`crate::store::sled::ahead`]); always
+    /// empty on PostgreSQL.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::store::sled::ahead::Ahead::is_empty"
+    )]
+    pub ahead: crate::store::sled::ahead::Ahead,
 }
 
 /// Where a one-time code is sent.
@@ -181,13 +188,15 @@ impl IntentRecord {
     }
 
     /// Applies `end` at `at_micros`: the final status and the time of the end, and the issued
-    /// credential dropped from the record. The metadata (mandates, times, uses, type) stays.
+    /// credential dropped from the record. The metadata (mandates, times, uses, type) stays;
+    /// uses reserved ahead are dropped.
     pub fn finish(&mut self, end: IntentEnd, at_micros: i64) {
         self.status = end.status();
         self.ended_micros = Some(at_micros);
         self.credential_sealed = None;
         self.credential_key = None;
         self.key_slot = None;
+        self.ahead = Default::default();
     }
 
     /// When this record's retention as an ended intent starts: the time of its end, or its

@@ -149,6 +149,7 @@ async fn a_credential_sealed_under_the_data_key_itself_opens_until_its_intent_en
         credential_sealed: Some(env.app.vault.seal(PAN_PROJECT, &at, &plain).unwrap()),
         credential_key: None,
         key_slot: None,
+        ahead: Default::default(),
         ..issued
     };
     let event = crate::audit::event(PAN_PROJECT, "user_1", "test", "pi_legacy".into());

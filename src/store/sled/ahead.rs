@@ -1,32 +1,36 @@
-//! Uses reserved ahead, so that a use of an intent rarely waits for a flush: the tree
-//! `pi_ahead` holds, per intent (its `pi` key), uses already counted against its limit in a
-//! durable write but not yet taken.
+//! Uses reserved ahead, so that a use of an intent rarely waits for a flush, nor writes
+//! through a transaction: the record of an intent holds ([`Ahead`]) uses already counted
+//! against its limit in a durable write but not yet taken; the tree `pi_ahead` lists the
+//! intents that hold some (for a start to find them).
 //!
-//! A use always updates the intent's record (its `uses`, its `purchase_intent.used` event)
-//! in a transaction. It waits for a flush only when the use is not covered by a reservation
-//! known to be durable: then that same flush makes a reservation of the next uses durable
-//! too. The uses that follow take reserved ones and do not wait: their transaction moves
-//! one use from `reserved` to the record's `uses`, so `uses + reserved + pending` is what
-//! the last flush wrote, whichever of those transactions a crash loses.
+//! A use that takes a reserved one is one compare-and-swap of the intent's record (its
+//! `uses` up, its reservation down) and then its `purchase_intent.used` event: no flush, and
+//! no sled transaction (each one seals the log's buffer, a disk write of its own). A use
+//! that finds nothing reserved, or the use that makes the next reservation due or reaches
+//! the limit, is a transaction that waits for a flush; that same flush makes the next
+//! reservation durable. `uses + reserved + pending` is what the last flush wrote, whichever
+//! of the compare-and-swaps since then a crash loses.
 //!
 //! - **The limit is never exceeded**: a reservation never takes `uses + reserved +
 //!   pending` past the usage limit, and a start counts every use still reserved as used
-//!   ([`fold_into_uses`]): after a crash it cannot tell the uses that went out from those
-//!   that did not, and a use that went out is never counted twice nor forgotten. A clean
-//!   stop hands the unused ones back ([`hand_back`]).
-//! - **What a crash can cost**: at most the uses reserved and not taken, and a reservation
-//!   is an eighth of the uses left (at most [`MOST_AHEAD`]); with fewer than eight left,
-//!   none is reserved and every use waits for its own flush, as does a one-time intent's.
+//!   ([`SledStore::count_uses_held`](super::SledStore::count_uses_held)): after a crash it
+//!   cannot tell the uses that went out from those that did not, and a use that went out is
+//!   never counted twice nor forgotten. A clean stop hands the unused ones back.
+//! - **What a crash can cost**: at most the uses reserved and not taken: a reservation is
+//!   an eighth of the uses left (at most [`MOST_AHEAD`]), and the next one is made while
+//!   half of it is still held, so at most a quarter of what was left; with fewer than eight
+//!   left none is made and every use waits for its own flush, as a one-time intent's does.
+//!   The events of the uses a crash cuts short may be lost with them; their count is not.
 //! - A reservation is made `pending` (a use that takes one waits for a flush, which covers
-//!   the reservation as it was written before) and becomes `reserved` once the flush that
-//!   followed it is over ([`confirm`]), unless a newer one replaced it.
+//!   the reservation written before it) and becomes `reserved` once the flush that followed
+//!   it is over ([`Ahead::confirm`]), unless a newer one replaced it.
 //!
 //! Everything else about a use (refusals, the end at the limit) is the record's, as on
 //! PostgreSQL ([`crate::store::intents`]).
 
-use super::{abort, unavailable, StoreError};
-use crate::store::{corrupt, StoreResult};
-use sled::transaction::{ConflictableTransactionError, TransactionalTree};
+use super::unavailable;
+use crate::store::StoreResult;
+use serde::{Deserialize, Serialize};
 
 /// The tree's name.
 pub const TREE: &str = "pi_ahead";
@@ -34,8 +38,8 @@ pub const TREE: &str = "pi_ahead";
 /// Most uses one reservation takes ahead.
 pub const MOST_AHEAD: u32 = 1024;
 
-/// What is reserved ahead for one intent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What is reserved ahead for one intent (kept in its record; always empty on PostgreSQL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ahead {
     /// Uses reserved by a durable write: taking one needs no flush.
     pub reserved: u32,
@@ -55,30 +59,9 @@ pub enum Taken {
 }
 
 impl Ahead {
-    fn decode(bytes: &[u8]) -> StoreResult<Self> {
-        let field = |at: usize, len: usize| bytes.get(at..at + len).ok_or(());
-        let parse = || -> Result<Self, ()> {
-            Ok(Self {
-                reserved: u32::from_be_bytes(field(0, 4)?.try_into().map_err(drop)?),
-                pending: u32::from_be_bytes(field(4, 4)?.try_into().map_err(drop)?),
-                lease: u64::from_be_bytes(field(8, 8)?.try_into().map_err(drop)?),
-            })
-        };
-        parse().map_err(|()| corrupt("a reservation of uses is not 16 bytes"))
-    }
-
-    fn encode(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        out[..4].copy_from_slice(&self.reserved.to_be_bytes());
-        out[4..8].copy_from_slice(&self.pending.to_be_bytes());
-        out[8..].copy_from_slice(&self.lease.to_be_bytes());
-        out
-    }
-
-    /// The stored form, for tests that write a reservation as a crash leaves it.
-    #[cfg(test)]
-    pub fn encode_for_tests(&self) -> [u8; 16] {
-        self.encode()
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.held() == 0
     }
 
     /// Uses counted against the limit and not taken yet.
@@ -121,62 +104,35 @@ pub fn ahead(limit: Option<u32>, counted: u32) -> u32 {
     }
 }
 
-/// The reservation held for `key` in a transaction.
-pub fn read(
-    t: &TransactionalTree,
-    key: &[u8],
-) -> Result<Ahead, ConflictableTransactionError<StoreError>> {
-    match t.get(key)? {
-        Some(bytes) => Ahead::decode(&bytes).map_err(abort),
-        None => Ok(Ahead::default()),
+impl Ahead {
+    /// Whether a use can take one of these without a transaction: a durable one is left
+    /// after it, no reservation falls due with it, and it does not reach `limit` (`uses`
+    /// counted before it).
+    pub fn takes_alone(&self, limit: Option<u32>, uses: u32) -> bool {
+        let mut after = *self;
+        after.take() == Taken::Reserved
+            && !after.top_up(limit, uses.saturating_add(1), 0)
+            && limit != Some(uses.saturating_add(1))
     }
-}
 
-/// Writes `ahead` for `key` in a transaction (removes the entry when nothing is held).
-pub fn write(
-    t: &TransactionalTree,
-    key: &[u8],
-    ahead: &Ahead,
-) -> Result<(), ConflictableTransactionError<StoreError>> {
-    if ahead.held() == 0 {
-        t.remove(key)?;
-    } else {
-        t.insert(key, &ahead.encode())?;
-    }
-    Ok(())
-}
-
-/// Makes the reservation `lease` of `key` usable without a flush, once the flush that
-/// followed it is over (unless a newer reservation replaced it). Not itself durable: a
-/// crash counts `pending` and `reserved` alike.
-pub fn confirm(tree: &sled::Tree, key: &[u8], lease: u64) -> StoreResult<()> {
-    tree.fetch_and_update(key, |old| {
-        let mut ahead = old.and_then(|bytes| Ahead::decode(bytes).ok())?;
-        if ahead.lease == lease && ahead.pending > 0 {
-            ahead.reserved = ahead.reserved.saturating_add(ahead.pending);
-            ahead.pending = 0;
+    /// Makes the reservation `lease` usable without a flush, once the flush that followed
+    /// it is over (unless a newer reservation replaced it). Whether it changed anything.
+    pub fn confirm(&mut self, lease: u64) -> bool {
+        if self.lease != lease || self.pending == 0 {
+            return false;
         }
-        Some(ahead.encode().to_vec())
-    })
-    .map(drop)
-    .map_err(unavailable)
-}
-
-/// What is held per intent (its `pi` key, the uses not taken): at a start, the uses a
-/// crash left reserved ([`SledStore::count_uses_held`](super::SledStore::count_uses_held)
-/// counts them as used and removes each entry in the same transaction).
-pub fn held(tree: &sled::Tree) -> StoreResult<Vec<(sled::IVec, u32)>> {
-    let mut out = Vec::new();
-    for item in tree.iter() {
-        let (key, bytes) = item.map_err(unavailable)?;
-        out.push((key, Ahead::decode(&bytes)?.held()));
+        self.reserved = self.reserved.saturating_add(self.pending);
+        self.pending = 0;
+        true
     }
-    Ok(out)
 }
 
-/// At a clean stop, with no use in flight: the uses held and not taken are handed back.
-pub fn hand_back(tree: &sled::Tree) -> StoreResult<()> {
-    tree.clear().map_err(unavailable)
+/// The intents listed as holding uses (their `pi` keys).
+pub fn listed(tree: &sled::Tree) -> StoreResult<Vec<sled::IVec>> {
+    tree.iter()
+        .keys()
+        .collect::<Result<_, _>>()
+        .map_err(unavailable)
 }
 
 #[cfg(test)]
@@ -222,13 +178,30 @@ mod tests {
     }
 
     #[test]
-    fn the_encoding_round_trips_and_refuses_a_short_value() {
+    fn a_use_takes_a_reserved_one_alone_until_the_next_reservation_or_the_limit_is_due() {
         let a = Ahead {
-            reserved: 3,
-            pending: 1024,
-            lease: u64::MAX - 1,
+            reserved: 10,
+            pending: 0,
+            lease: 1,
         };
-        assert_eq!(Ahead::decode(&a.encode()).ok(), Some(a));
-        assert!(Ahead::decode(&[0u8; 15]).is_err());
+        assert!(a.takes_alone(Some(100), 5));
+        // An unlimited intent reserves 1,024: with 10 held the next reservation is due.
+        assert!(!a.takes_alone(None, 5));
+        assert!(Ahead { reserved: 600, ..a }.takes_alone(None, 5));
+        // Near the limit, no reservation is made: the use that reaches it ends the intent.
+        assert!(!a.takes_alone(Some(6), 5));
+        // Fewer than half the next reservation held: that use makes it.
+        let low = Ahead { reserved: 2, ..a };
+        assert!(!low.takes_alone(Some(1000), 10));
+        assert!(!Ahead::default().takes_alone(None, 0));
+        let mut pending = Ahead {
+            reserved: 0,
+            pending: 12,
+            lease: 7,
+        };
+        assert!(!pending.takes_alone(None, 0));
+        assert!(!pending.confirm(6));
+        assert!(pending.confirm(7));
+        assert_eq!((pending.reserved, pending.pending), (12, 0));
     }
 }

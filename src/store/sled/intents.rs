@@ -155,29 +155,33 @@ impl SledStore {
     /// nothing tells the uses that went out from the others. Only live intents: an end was
     /// written after every use before it, so what an ended intent held was never taken.
     pub(super) fn count_uses_held(&self) -> StoreResult<()> {
-        let held = ahead::held(&self.pi_ahead)?;
-        for (key, held) in &held {
-            (&self.pi, &self.pi_due, &self.pi_ahead)
+        let listed = ahead::listed(&self.pi_ahead)?;
+        let mut folded = 0usize;
+        for key in &listed {
+            let counted = (&self.pi, &self.pi_due, &self.pi_ahead)
                 .transaction(|(t_pi, t_due, t_ahead)| {
                     t_ahead.remove(key)?;
                     let Some(bytes) = t_pi.get(key)? else {
-                        return Ok(());
+                        return Ok(false);
                     };
                     let mut rec = Self::decode_pi(&bytes).map_err(abort)?;
-                    if !rec.is_live_stored() || *held == 0 {
-                        return Ok(());
+                    if rec.ahead.is_empty() {
+                        return Ok(false);
                     }
-                    rec.uses = rec.uses.saturating_add(*held);
+                    if rec.is_live_stored() {
+                        rec.uses = rec.uses.saturating_add(rec.ahead.held());
+                    }
+                    rec.ahead = ahead::Ahead::default();
                     if rec.ends_with(IntentEnd::UsedUp, i64::MIN) {
                         t_due.insert(keys::pi_due(0, key), &[] as &[u8])?;
                     }
                     let value = serde_json::to_vec(&rec).map_err(|e| abort(corrupt(e)))?;
                     t_pi.insert(key.as_ref(), value)?;
-                    Ok(())
+                    Ok(true)
                 })
                 .map_err(tx_error)?;
+            folded += usize::from(counted);
         }
-        let folded = held.len();
         if folded > 0 {
             tracing::warn!(
                 intents = folded,
@@ -185,6 +189,70 @@ impl SledStore {
             );
         }
         self.db.flush().map(drop).map_err(unavailable)
+    }
+
+    /// At a clean stop, with no use in flight: the uses reserved and not taken are handed
+    /// back (the records' counts stay exact), and the list emptied.
+    pub(super) fn hand_back_uses(&self) -> StoreResult<()> {
+        for key in ahead::listed(&self.pi_ahead)? {
+            self.swap_record(&key, |rec| {
+                (!rec.ahead.is_empty()).then(|| rec.ahead = ahead::Ahead::default())
+            })?;
+        }
+        self.pi_ahead.clear().map_err(unavailable)
+    }
+
+    /// Changes the record at `key` with one compare-and-swap (retried while another write
+    /// races it), without a transaction: `change` edits the record and answers what to
+    /// return, or `None` to leave it unchanged. `None` when there is no record or nothing
+    /// changed.
+    fn swap_record<T>(
+        &self,
+        key: &[u8],
+        mut change: impl FnMut(&mut IntentRecord) -> Option<T>,
+    ) -> StoreResult<Option<(T, IntentRecord)>> {
+        loop {
+            let Some(old) = self.pi.get(key).map_err(unavailable)? else {
+                return Ok(None);
+            };
+            let mut rec = Self::decode_pi(&old)?;
+            let Some(answer) = change(&mut rec) else {
+                return Ok(None);
+            };
+            let new = serde_json::to_vec(&rec).map_err(corrupt)?;
+            match self.pi.compare_and_swap(key, Some(&old), Some(new)) {
+                Ok(Ok(())) => return Ok(Some((answer, rec))),
+                Ok(Err(_raced)) => continue,
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+    }
+
+    /// A use taken from the uses reserved ahead, alone ([`ahead`]): one compare-and-swap of
+    /// the record, then its event. `None` when the use needs the transaction (nothing
+    /// reserved that it may take alone, a refusal, no record).
+    fn take_reserved_use(&self, key: &[u8], now: i64) -> StoreResult<Option<UseOutcome>> {
+        let taken = self.swap_record(key, |rec| {
+            let limit = rec.mandates.usage_limit;
+            let refused = use_refused(rec.status, rec.expires_micros, limit, rec.uses, now);
+            if refused.is_some() || !rec.ahead.takes_alone(limit, rec.uses) {
+                return None;
+            }
+            rec.ahead.take();
+            rec.uses = rec.uses.saturating_add(1);
+            Some(())
+        })?;
+        let Some(((), rec)) = taken else {
+            return Ok(None);
+        };
+        // The count bounds the credential; the event is its account. One that fails is
+        // logged, and the use stands.
+        if let Err(e) =
+            events::write_alone(&self.db, &self.events, &[event::intent_used(&rec, now)])
+        {
+            tracing::error!(error = %e, "a use's event was not written");
+        }
+        Ok(Some(UseOutcome::Recorded(rec.uses)))
     }
 
     /// Ends one intent in a transaction, when `end` ends it at `now_micros`; the ended record
@@ -428,6 +496,9 @@ impl IntentStore for SledStore {
     ) -> StoreResult<UseOutcome> {
         let now = micros(now);
         let key = keys::pi(scope, id);
+        if let Some(taken) = self.take_reserved_use(&key, now)? {
+            return Ok(taken);
+        }
         // The reservation this use makes, if it makes one (see [`ahead`]).
         let lease = self.leases.fetch_add(1, Ordering::Relaxed) + 1;
         let (outcome, wait, reserved, slot) = (
@@ -449,10 +520,11 @@ impl IntentStore for SledStore {
                     return Ok((refused, false, false, None));
                 }
                 rec.uses = rec.uses.saturating_add(1);
-                let mut held = ahead::read(t_ahead, &key)?;
-                let taken = held.take();
-                let reserved = held.top_up(limit, rec.uses, lease);
-                ahead::write(t_ahead, &key, &held)?;
+                let taken = rec.ahead.take();
+                let reserved = rec.ahead.top_up(limit, rec.uses, lease);
+                if reserved {
+                    t_ahead.insert(key.as_slice(), &[] as &[u8])?;
+                }
                 events::write(t_events, &[event::intent_used(&rec, now)])?;
                 let mut slot = None;
                 if rec.ends_with(IntentEnd::UsedUp, now) {
@@ -477,7 +549,7 @@ impl IntentStore for SledStore {
             self.durable().await?;
         }
         if reserved {
-            ahead::confirm(&self.pi_ahead, &key, lease)?;
+            self.swap_record(&key, |rec| rec.ahead.confirm(lease).then_some(()))?;
         }
         self.erase_keys(slot);
         Ok(outcome)
@@ -663,7 +735,7 @@ pub(super) mod tests {
         );
         let read = store.get_intent(SCOPE, "pi_100").await.unwrap().unwrap();
         assert_eq!((read.uses, read.status), (100, IntentStatus::Expired));
-        assert!(ahead::held(&store.pi_ahead).unwrap().is_empty());
+        assert!(read.ahead.is_empty());
     }
 
     #[tokio::test]
@@ -677,28 +749,30 @@ pub(super) mod tests {
             store.record_use(SCOPE, "pi_20", now).await.unwrap();
         }
         store.record_use(SCOPE, "pi_free", now).await.unwrap();
-        let held: u32 = ahead::held(&store.pi_ahead)
-            .unwrap()
-            .iter()
-            .map(|h| h.1)
-            .sum();
+        let held_of = |id: &str| {
+            let bytes = store.pi.get(keys::pi(SCOPE, id)).unwrap().unwrap();
+            SledStore::decode_pi(&bytes).unwrap().ahead.held()
+        };
+        let held = held_of("pi_20") + held_of("pi_free");
         assert!(held > 0);
+        assert_eq!(ahead::listed(&store.pi_ahead).unwrap().len(), 2);
         // What a start after a crash does (a clean stop would hand them back first).
         store.count_uses_held().unwrap();
-        assert!(ahead::held(&store.pi_ahead).unwrap().is_empty());
+        assert!(ahead::listed(&store.pi_ahead).unwrap().is_empty());
+        assert_eq!(held_of("pi_20") + held_of("pi_free"), 0);
         let limited = store.get_intent(SCOPE, "pi_20").await.unwrap().unwrap();
         let free = store.get_intent(SCOPE, "pi_free").await.unwrap().unwrap();
         assert_eq!(limited.uses + free.uses, 13 + held);
         assert!(limited.uses <= 20);
         // Used up by the count: the finalizer ends it; the unlimited one goes on.
-        let limited_held = ahead::Ahead {
-            reserved: 20 - limited.uses,
-            ..Default::default()
-        };
+        let key = keys::pi(SCOPE, "pi_20");
         store
-            .pi_ahead
-            .insert(keys::pi(SCOPE, "pi_20"), &limited_held.encode_for_tests())
+            .swap_record(&key, |rec| {
+                rec.ahead.reserved = 20 - limited.uses;
+                Some(())
+            })
             .unwrap();
+        store.pi_ahead.insert(&key, &[] as &[u8]).unwrap();
         store.count_uses_held().unwrap();
         let due = store.intents_due_to_end(0, 10).await.unwrap();
         assert_eq!(due.len(), 1);

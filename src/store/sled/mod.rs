@@ -58,7 +58,7 @@ pub struct SledStore {
     pi_due: sled::Tree,
     /// Ended intents by when they ended ([`retention`]).
     pi_ended: sled::Tree,
-    /// Uses reserved ahead, per intent ([`ahead`]).
+    /// The intents whose records hold uses reserved ahead ([`ahead`]).
     pi_ahead: sled::Tree,
     /// The last reservation of uses this process made ([`ahead::Ahead::lease`]).
     leases: std::sync::atomic::AtomicU64,
@@ -281,7 +281,9 @@ impl StoreHealth for SledStore {
     }
 
     fn close(&self) {
-        let _ = ahead::hand_back(&self.pi_ahead);
+        if let Err(e) = self.hand_back_uses() {
+            tracing::warn!(error = %e, "uses reserved ahead not handed back: the next start counts them used");
+        }
         let _ = self.db.flush();
     }
 }
