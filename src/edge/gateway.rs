@@ -362,7 +362,9 @@ impl Gateway {
         }
         if route.resource == Resource::DelegatePayment {
             let principal = authenticated?.0;
-            live.limits.check(&principal.project, &principal.entity)?;
+            live.limits
+                .admit(&principal.project, &principal.entity)
+                .await?;
             let answer = acp::answer(app, &self.idempotency, session, &principal).await;
             return Ok(Answer::Response(answer));
         }

@@ -100,8 +100,11 @@ impl SharedLimits {
                 return Ok(());
             }
             self.wanted.notify_one();
-            if tokio::time::timeout_at(deadline, synced).await.is_err() {
-                self.answering.store(false, Ordering::Relaxed);
+            if tokio::time::timeout_at(deadline, synced).await.is_err() && self.answering() {
+                // The store answers (a sync that fails or hangs marks it down within
+                // SYNC_TIMEOUT), and the syncs gave this request no token: the instances
+                // took the shared buckets. This request is refused; the others decide alone.
+                return Err(limited(Duration::from_secs(1), "project"));
             }
         }
     }

@@ -86,8 +86,12 @@ pub(crate) async fn purge_full_buckets(pool: Pool) {
         let purged = async {
             let c = client(&pool).await?;
             timed(c.execute(
-                "DELETE FROM rate_limit_buckets \
-                 WHERE tokens + GREATEST(0, EXTRACT(EPOCH FROM now() - at)::float8) * per_second >= burst",
+                // Rows a sync holds are skipped, never waited for: the purge takes no lock
+                // a sync could be waiting on in its own order (no deadlock between them).
+                "DELETE FROM rate_limit_buckets WHERE (project, entity) IN ( \
+                 SELECT project, entity FROM rate_limit_buckets \
+                 WHERE tokens + GREATEST(0, EXTRACT(EPOCH FROM now() - at)::float8) * per_second >= burst \
+                 FOR UPDATE SKIP LOCKED)",
                 &[],
             ))
             .await

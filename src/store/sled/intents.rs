@@ -191,15 +191,18 @@ impl SledStore {
         self.db.flush().map(drop).map_err(unavailable)
     }
 
-    /// At a clean stop, with no use in flight: the uses reserved and not taken are handed
-    /// back (the records' counts stay exact), and the list emptied.
+    /// At a clean stop: the uses reserved and not taken are handed back (the records' counts
+    /// stay exact). Each entry of the list goes before its record's reservation, so a use
+    /// still in flight that reserves again lists its record anew; the reservation it made is
+    /// handed back with the rest or stays listed, never held unlisted.
     pub(super) fn hand_back_uses(&self) -> StoreResult<()> {
         for key in ahead::listed(&self.pi_ahead)? {
+            self.pi_ahead.remove(&key).map_err(unavailable)?;
             self.swap_record(&key, |rec| {
                 (!rec.ahead.is_empty()).then(|| rec.ahead = ahead::Ahead::default())
             })?;
         }
-        self.pi_ahead.clear().map_err(unavailable)
+        Ok(())
     }
 
     /// Changes the record at `key` with one compare-and-swap (retried while another write
