@@ -718,6 +718,40 @@ async fn passkeys_and_webauthn_states(store: Arc<dyn Store>) {
     );
 }
 
+/// A fan-out takes up to its limit of events at once and queues each event's delivery once,
+/// across batches.
+async fn many_events_fan_out_in_batches_once_each(store: Arc<dyn Store>) {
+    store
+        .put_webhook_endpoint(&endpoint("we_all", 1), false, ev("w"))
+        .await
+        .unwrap();
+    for i in 0..150 {
+        let card = pm(&format!("pm_{i}"), &format!("fp{i}"), i);
+        store
+            .insert_payment_method(&card, ev("c"), &keep)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.fan_out_events(10, 100).await.unwrap(), 100);
+    assert_eq!(store.fan_out_events(10, 100).await.unwrap(), 50);
+    assert_eq!(store.fan_out_events(10, 100).await.unwrap(), 0);
+    assert_eq!(store.deliveries_pending().await.unwrap(), 150);
+    let mut seqs = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store.list_events(events_before(before)).await.unwrap();
+        let Some(last) = page.last() else { break };
+        before = Some(last.seq);
+        seqs.extend(page.iter().map(|e| e.seq));
+    }
+    assert_eq!(seqs.len(), 150);
+    for seq in seqs {
+        let ds = store.list_deliveries(SCOPE.project, seq).await.unwrap();
+        assert_eq!(ds.len(), 1, "event {seq}: {ds:?}");
+        assert_eq!(ds[0].endpoint_id, "we_all");
+    }
+}
+
 /// The webhook outbox: every event fans out once, to the enabled endpoints that take its
 /// type; a claim leases a due delivery to one claimant, and only that claim records it.
 async fn the_webhook_outbox_fans_out_and_leases(store: Arc<dyn Store>) {
@@ -1065,6 +1099,7 @@ on_both!(
     webhook_endpoints_are_kept_per_project,
     passkeys_and_webauthn_states,
     the_webhook_outbox_fans_out_and_leases,
+    many_events_fan_out_in_batches_once_each,
     browser_sessions_keep_stand_ins_apart,
     old_records_are_pruned_and_the_rest_kept
 );

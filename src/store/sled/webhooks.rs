@@ -21,6 +21,7 @@ use crate::store::{
 use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
+use std::collections::HashMap;
 
 /// Names of the trees.
 pub const ALL: &str = "webhook_deliveries";
@@ -85,40 +86,56 @@ impl Deliveries {
     }
 
     /// Fans out up to `limit` markers of `events` to the endpoints `endpoints` lists for a
-    /// project; how many.
+    /// project, in one transaction (each sled transaction is a log write of its own, so one
+    /// per marker would cost a disk write per event): how many markers, and how many
+    /// deliveries that queued.
     pub fn fan_out(
         &self,
         events_tree: &sled::Tree,
         endpoints: impl Fn(&str) -> StoreResult<Vec<WebhookEndpointRecord>>,
         now_micros: i64,
         limit: usize,
-    ) -> StoreResult<usize> {
+    ) -> StoreResult<(usize, usize)> {
         let markers = events::markers(events_tree, limit)?;
+        if markers.is_empty() {
+            return Ok((0, 0));
+        }
+        let mut of_project: HashMap<&str, Vec<WebhookEndpointRecord>> = HashMap::new();
+        let mut planned = Vec::with_capacity(markers.len());
         for (seq, project) in &markers {
-            let kind = events::get(events_tree, project, *seq)?.map(|e| e.event.kind);
-            let targets: Vec<String> = match &kind {
-                Some(kind) => endpoints(project)?
-                    .into_iter()
-                    .filter(|e| sends(e, kind))
-                    .map(|e| e.id)
-                    .collect(),
+            let targets: Vec<String> = match events::get(events_tree, project, *seq)? {
+                Some(found) => {
+                    if !of_project.contains_key(project.as_str()) {
+                        of_project.insert(project, endpoints(project)?);
+                    }
+                    let kind = found.event.kind;
+                    of_project[project.as_str()]
+                        .iter()
+                        .filter(|e| sends(e, &kind))
+                        .map(|e| e.id.clone())
+                        .collect()
+                }
                 None => Vec::new(),
             };
-            let marker = events::marker(*seq);
-            (events_tree, &self.all, &self.due)
-                .transaction(|(t_events, t_all, t_due)| {
-                    if t_events.remove(&marker)?.is_none() {
-                        return Ok(());
+            planned.push((*seq, project.as_str(), targets));
+        }
+        let queued = (events_tree, &self.all, &self.due)
+            .transaction(|(t_events, t_all, t_due)| {
+                let mut queued = 0;
+                for (seq, project, targets) in &planned {
+                    if t_events.remove(&events::marker(*seq))?.is_none() {
+                        continue;
                     }
-                    for endpoint in &targets {
+                    for endpoint in targets {
                         let mut d = DeliveryRecord::new(project, *seq, endpoint, now_micros);
                         put(t_all, t_due, &mut d)?;
+                        queued += 1;
                     }
-                    Ok(())
-                })
-                .map_err(tx_error)?;
-        }
-        Ok(markers.len())
+                }
+                Ok(queued)
+            })
+            .map_err(tx_error)?;
+        Ok((markers.len(), queued))
     }
 
     /// New pending deliveries of event `seq` to `endpoints`.
@@ -262,13 +279,15 @@ impl WebhookStore for SledStore {
 
     async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize> {
         let webhooks = &self.webhooks;
-        let n = self.deliveries.fan_out(
+        let (n, queued) = self.deliveries.fan_out(
             &self.events,
             |project| endpoints_of(webhooks, project),
             now_micros,
             limit,
         )?;
-        if n > 0 {
+        // Only deliveries need to outlive a crash: markers a crash brings back are fanned out
+        // again (a delivery is at least once).
+        if queued > 0 {
             self.durable().await?;
         }
         Ok(n)
