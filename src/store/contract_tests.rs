@@ -1036,6 +1036,60 @@ async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
     assert!(store.list_intents(SCOPE).await.unwrap().is_empty());
 }
 
+/// A redelivery of an event retention removed queues nothing; one queued first keeps the
+/// event.
+async fn a_redelivery_and_the_removal_of_its_event_exclude_each_other(store: Arc<dyn Store>) {
+    store
+        .put_webhook_endpoint(&endpoint("we_all", 1), false, ev("w"))
+        .await
+        .unwrap();
+    for (id, fp) in [("pm_a", "fp1"), ("pm_b", "fp2")] {
+        store
+            .insert_payment_method(&pm(id, fp, 1), ev("c"), &keep)
+            .await
+            .unwrap();
+    }
+    let events = store.list_events(events_before(None)).await.unwrap();
+    let (kept, pruned) = (events[0].seq, events[1].seq);
+    assert_eq!(store.fan_out_events(10, 10).await.unwrap(), 2);
+    for mut d in store.claim_deliveries(10, 20, &[], 10).await.unwrap() {
+        d.attempts = 1;
+        d.status = DeliveryStatus::Delivered;
+        assert!(store.record_delivery(&d, 20).await.unwrap());
+    }
+    let again = ["we_all".to_string()];
+    // Queued before the prune: the event stays.
+    assert!(store
+        .queue_deliveries("p1", kept, &again, 30)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.prune(Prunable::Events, i64::MAX, 10).await.unwrap(),
+        Pruned {
+            removed: 1,
+            more: false
+        }
+    );
+    assert!(store.get_event("p1", kept).await.unwrap().is_some());
+    // After it: nothing queued, nothing pending for the missing event.
+    assert!(store.get_event("p1", pruned).await.unwrap().is_none());
+    assert!(!store
+        .queue_deliveries("p1", pruned, &again, 30)
+        .await
+        .unwrap());
+    let left = store.list_deliveries("p1", pruned).await.unwrap();
+    assert!(
+        left.iter().all(|d| d.status != DeliveryStatus::Pending),
+        "{left:?}"
+    );
+    assert_eq!(store.deliveries_pending().await.unwrap(), 1);
+    // Another project's event of that number is not this one.
+    assert!(!store
+        .queue_deliveries("p2", kept, &again, 30)
+        .await
+        .unwrap());
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -1066,5 +1120,6 @@ on_both!(
     passkeys_and_webauthn_states,
     the_webhook_outbox_fans_out_and_leases,
     browser_sessions_keep_stand_ins_apart,
-    old_records_are_pruned_and_the_rest_kept
+    old_records_are_pruned_and_the_rest_kept,
+    a_redelivery_and_the_removal_of_its_event_exclude_each_other
 );
