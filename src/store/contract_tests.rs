@@ -1036,27 +1036,34 @@ async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
     assert!(store.list_intents(SCOPE).await.unwrap().is_empty());
 }
 
-/// A redelivery of an event retention removed queues nothing; one queued first keeps the
-/// event.
-async fn a_redelivery_and_the_removal_of_its_event_exclude_each_other(store: Arc<dyn Store>) {
+/// `n` events (of payment methods `pm_0`…) fanned out to the endpoint `we_all` and
+/// delivered, so retention may remove them: their numbers, newest first.
+pub(super) async fn delivered_events(store: &dyn Store, n: usize) -> Vec<u64> {
     store
         .put_webhook_endpoint(&endpoint("we_all", 1), false, ev("w"))
         .await
         .unwrap();
-    for (id, fp) in [("pm_a", "fp1"), ("pm_b", "fp2")] {
+    for i in 0..n {
+        let card = pm(&format!("pm_{i}"), &format!("fp{i}"), 1);
         store
-            .insert_payment_method(&pm(id, fp, 1), ev("c"), &keep)
+            .insert_payment_method(&card, ev("c"), &keep)
             .await
             .unwrap();
     }
-    let events = store.list_events(events_before(None)).await.unwrap();
-    let (kept, pruned) = (events[0].seq, events[1].seq);
-    assert_eq!(store.fan_out_events(10, 10).await.unwrap(), 2);
-    for mut d in store.claim_deliveries(10, 20, &[], 10).await.unwrap() {
-        d.attempts = 1;
+    assert_eq!(store.fan_out_events(10, 100).await.unwrap(), n);
+    for mut d in store.claim_deliveries(10, 20, &[], 100).await.unwrap() {
         d.status = DeliveryStatus::Delivered;
         assert!(store.record_delivery(&d, 20).await.unwrap());
     }
+    let listed = store.list_events(events_before(None)).await.unwrap();
+    listed.iter().map(|e| e.seq).collect()
+}
+
+/// A redelivery of an event retention removed queues nothing; one queued first keeps the
+/// event.
+async fn a_redelivery_and_the_removal_of_its_event_exclude_each_other(store: Arc<dyn Store>) {
+    let seqs = delivered_events(&*store, 2).await;
+    let (kept, pruned) = (seqs[0], seqs[1]);
     let again = ["we_all".to_string()];
     // Queued before the prune: the event stays.
     assert!(store

@@ -91,9 +91,8 @@ mod tests {
     use super::super::test_cluster;
     use super::*;
     use crate::audit::chain::HashFunction;
-    use crate::store::contract_tests::{endpoint, ev, keep, pm};
-    use crate::store::deliveries::DeliveryStatus;
-    use crate::store::{EventQuery, EventStore, PaymentMethodStore, WebhookStore};
+    use crate::store::contract_tests::delivered_events;
+    use crate::store::{EventStore, WebhookStore};
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -102,26 +101,7 @@ mod tests {
     async fn a_delivered_event() -> (Arc<PgStore>, u64) {
         let config = test_cluster::fresh_config(4).unwrap();
         let store = Arc::new(PgStore::open(&config, HashFunction::Sha256).unwrap());
-        store
-            .put_webhook_endpoint(&endpoint("we_all", 1), false, ev("w"))
-            .await
-            .unwrap();
-        store
-            .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
-            .await
-            .unwrap();
-        let q = EventQuery {
-            project: "p1",
-            before: None,
-            kind: None,
-            limit: 10,
-        };
-        let seq = store.list_events(q).await.unwrap()[0].seq;
-        assert_eq!(store.fan_out_events(10, 10).await.unwrap(), 1);
-        for mut d in store.claim_deliveries(10, 20, &[], 10).await.unwrap() {
-            d.status = DeliveryStatus::Delivered;
-            assert!(store.record_delivery(&d, 20).await.unwrap());
-        }
+        let seq = delivered_events(&*store, 1).await[0];
         (store, seq)
     }
 
