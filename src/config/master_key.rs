@@ -244,10 +244,7 @@ fn provider(
             wrapped_key_file,
         } => {
             let region = non_empty("region", region)?;
-            if !region
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            {
+            if !is_region(&region) {
                 return Err(invalid(field("region"), "is not a region like eu-west-1"));
             }
             let endpoint = match endpoint {
@@ -276,6 +273,14 @@ fn env_name(key: &str, name: String) -> Result<String, ConfigError> {
             "must name an environment variable (A-Z, 0-9, _)",
         ))
     }
+}
+
+/// Whether `name` looks like an AWS region (`eu-west-1`): lowercase letters, digits, `-`.
+pub fn is_region(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// An AWS endpoint (KMS's, or STS's for web identity): `https://host[:port]` (a trailing `/`

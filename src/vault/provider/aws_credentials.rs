@@ -6,7 +6,8 @@
 //!    `AWS_WEB_IDENTITY_TOKEN_FILE` (read afresh each time) exchanged for the role
 //!    `AWS_ROLE_ARN`'s credentials by STS's `AssumeRoleWithWebIdentity`, a call that is not
 //!    signed; session `AWS_ROLE_SESSION_NAME`, else `paycred-<unix seconds>`; STS at
-//!    `AWS_ENDPOINT_URL_STS`, else `AWS_ENDPOINT_URL`, else the KMS key's region's;
+//!    `AWS_ENDPOINT_URL_STS`, else `AWS_ENDPOINT_URL`, else the regional endpoint of
+//!    `AWS_REGION`, else of the KMS key's region;
 //! 3. the shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
 //!    `~/.aws/credentials`), profile `AWS_PROFILE` (else `default`), when it has keys;
 //! 4. the container credentials endpoint (ECS tasks, EKS Pod Identity):
@@ -62,7 +63,7 @@ impl AwsCredentials {
 const METADATA_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The first credentials of the chain, or why there are none; `region` is the KMS key's
-/// (web identity's STS endpoint is that region's unless the environment names another).
+/// (web identity's STS is that region's unless the environment names another).
 pub fn chain(region: &str) -> Result<AwsCredentials, String> {
     if let Some(found) = environment()? {
         tracing::debug!("AWS credentials from the environment");
@@ -210,7 +211,15 @@ fn web_identity(region: &str) -> Result<Option<AwsCredentials>, String> {
     let endpoint = match var("AWS_ENDPOINT_URL_STS").or_else(|| var("AWS_ENDPOINT_URL")) {
         Some(url) => crate::config::master_key::aws_endpoint(&url)
             .map_err(|e| format!("{source}: the STS endpoint {}: {e}", *url))?,
-        None => format!("https://sts.{region}.amazonaws.com"),
+        // The region paycred runs in (EKS sets AWS_REGION), whose STS a private cluster
+        // reaches through its VPC endpoint; else the KMS key's.
+        None => match var("AWS_REGION") {
+            Some(own) if crate::config::master_key::is_region(&own) => {
+                format!("https://sts.{}.amazonaws.com", *own)
+            }
+            Some(own) => return Err(format!("AWS_REGION {}: is not a region", *own)),
+            None => format!("https://sts.{region}.amazonaws.com"),
+        },
     };
     // Room for the token escaped, so that the body holding it is not reallocated (a copy
     // left behind unzeroized).
