@@ -226,9 +226,14 @@ pub async fn redeliver(
             .map(|e| e.id)
             .collect(),
     };
-    app.store
+    // The event may have been pruned since it was read: then nothing is queued.
+    if !app
+        .store
         .queue_deliveries(project, event.seq, &endpoints, app.now_micros())
-        .await?;
+        .await?
+    {
+        return Err(ApiError::not_found("Event"));
+    }
     let audit = crate::service::audit_event(app, principal, "event.redeliver", id);
     app.store.append_audit(audit).await?;
     Response::json(

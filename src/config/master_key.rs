@@ -244,15 +244,12 @@ fn provider(
             wrapped_key_file,
         } => {
             let region = non_empty("region", region)?;
-            if !region
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            {
+            if !is_region(&region) {
                 return Err(invalid(field("region"), "is not a region like eu-west-1"));
             }
             let endpoint = match endpoint {
                 None => format!("https://kms.{region}.amazonaws.com"),
-                Some(url) => kms_endpoint(&url).map_err(|m| invalid(field("endpoint"), m))?,
+                Some(url) => aws_endpoint(&url).map_err(|m| invalid(field("endpoint"), m))?,
             };
             KeyProvider::AwsKms(AwsKmsProvider {
                 key_id: non_empty("key_id", key_id)?,
@@ -278,9 +275,18 @@ fn env_name(key: &str, name: String) -> Result<String, ConfigError> {
     }
 }
 
-/// `https://host[:port]` (a trailing `/` dropped); `http://` only to a loopback address,
-/// since KMS's answer to `Decrypt` carries the root key.
-fn kms_endpoint(url: &str) -> Result<String, String> {
+/// Whether `name` looks like an AWS region (`eu-west-1`): lowercase letters, digits, `-`.
+pub fn is_region(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// An AWS endpoint (KMS's, or STS's for web identity): `https://host[:port]` (a trailing `/`
+/// dropped); `http://` only to a loopback address, since KMS's answer to `Decrypt` carries the
+/// root key and STS's carries credentials.
+pub fn aws_endpoint(url: &str) -> Result<String, String> {
     let url = url.trim_end_matches('/');
     let (scheme, rest) = url
         .split_once("://")
@@ -300,7 +306,7 @@ fn kms_endpoint(url: &str) -> Result<String, String> {
         "https" => Ok(url.to_string()),
         "http" if is_loopback(host) => Ok(url.to_string()),
         "http" => Err(
-            "must be https:// (KMS's answers carry the root key); http:// only to a loopback \
+            "must be https:// (KMS's and STS's answers carry keys); http:// only to a loopback \
              address"
                 .into(),
         ),
@@ -412,19 +418,19 @@ mod tests {
     #[test]
     fn kms_endpoints_are_https_or_loopback() {
         assert_eq!(
-            kms_endpoint("https://vpce-1.kms.eu-west-1.vpce.amazonaws.com/").unwrap(),
+            aws_endpoint("https://vpce-1.kms.eu-west-1.vpce.amazonaws.com/").unwrap(),
             "https://vpce-1.kms.eu-west-1.vpce.amazonaws.com"
         );
         assert_eq!(
-            kms_endpoint("http://127.0.0.1:5000").unwrap(),
+            aws_endpoint("http://127.0.0.1:5000").unwrap(),
             "http://127.0.0.1:5000"
         );
-        assert!(kms_endpoint("http://[::1]:5000").is_ok());
-        assert!(kms_endpoint("http://localhost").is_ok());
-        assert!(kms_endpoint("http://kms.internal:80").is_err());
-        assert!(kms_endpoint("https://host/path").is_err());
-        assert!(kms_endpoint("https://host:port").is_err());
-        assert!(kms_endpoint("kms.eu-west-1.amazonaws.com").is_err());
-        assert!(kms_endpoint("ftp://host").is_err());
+        assert!(aws_endpoint("http://[::1]:5000").is_ok());
+        assert!(aws_endpoint("http://localhost").is_ok());
+        assert!(aws_endpoint("http://kms.internal:80").is_err());
+        assert!(aws_endpoint("https://host/path").is_err());
+        assert!(aws_endpoint("https://host:port").is_err());
+        assert!(aws_endpoint("kms.eu-west-1.amazonaws.com").is_err());
+        assert!(aws_endpoint("ftp://host").is_err());
     }
 }

@@ -1070,6 +1070,67 @@ async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
     assert!(store.list_intents(SCOPE).await.unwrap().is_empty());
 }
 
+/// `n` events (of payment methods `pm_0`…) fanned out to the endpoint `we_all` and
+/// delivered, so retention may remove them: their numbers, newest first.
+pub(super) async fn delivered_events(store: &dyn Store, n: usize) -> Vec<u64> {
+    store
+        .put_webhook_endpoint(&endpoint("we_all", 1), false, ev("w"))
+        .await
+        .unwrap();
+    for i in 0..n {
+        let card = pm(&format!("pm_{i}"), &format!("fp{i}"), 1);
+        store
+            .insert_payment_method(&card, ev("c"), &keep)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.fan_out_events(10, 100).await.unwrap(), n);
+    for mut d in store.claim_deliveries(10, 20, &[], 100).await.unwrap() {
+        d.status = DeliveryStatus::Delivered;
+        assert!(store.record_delivery(&d, 20).await.unwrap());
+    }
+    let listed = store.list_events(events_before(None)).await.unwrap();
+    listed.iter().map(|e| e.seq).collect()
+}
+
+/// A redelivery of an event retention removed queues nothing; one queued first keeps the
+/// event.
+async fn a_redelivery_and_the_removal_of_its_event_exclude_each_other(store: Arc<dyn Store>) {
+    let seqs = delivered_events(&*store, 2).await;
+    let (kept, pruned) = (seqs[0], seqs[1]);
+    let again = ["we_all".to_string()];
+    // Queued before the prune: the event stays.
+    assert!(store
+        .queue_deliveries("p1", kept, &again, 30)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.prune(Prunable::Events, i64::MAX, 10).await.unwrap(),
+        Pruned {
+            removed: 1,
+            more: false
+        }
+    );
+    assert!(store.get_event("p1", kept).await.unwrap().is_some());
+    // After it: nothing queued, nothing pending for the missing event.
+    assert!(store.get_event("p1", pruned).await.unwrap().is_none());
+    assert!(!store
+        .queue_deliveries("p1", pruned, &again, 30)
+        .await
+        .unwrap());
+    let left = store.list_deliveries("p1", pruned).await.unwrap();
+    assert!(
+        left.iter().all(|d| d.status != DeliveryStatus::Pending),
+        "{left:?}"
+    );
+    assert_eq!(store.deliveries_pending().await.unwrap(), 1);
+    // Another project's event of that number is not this one.
+    assert!(!store
+        .queue_deliveries("p2", kept, &again, 30)
+        .await
+        .unwrap());
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -1101,5 +1162,6 @@ on_both!(
     the_webhook_outbox_fans_out_and_leases,
     many_events_fan_out_in_batches_once_each,
     browser_sessions_keep_stand_ins_apart,
-    old_records_are_pruned_and_the_rest_kept
+    old_records_are_pruned_and_the_rest_kept,
+    a_redelivery_and_the_removal_of_its_event_exclude_each_other
 );

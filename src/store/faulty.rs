@@ -347,7 +347,7 @@ impl WebhookStore for FaultyStore {
         seq: u64,
         endpoints: &[String],
         now_micros: i64,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         self.write()?;
         self.inner
             .queue_deliveries(project, seq, endpoints, now_micros)

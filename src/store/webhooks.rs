@@ -47,14 +47,17 @@ pub trait WebhookStore: Send + Sync + 'static {
     async fn fan_out_events(&self, now_micros: i64, limit: usize) -> StoreResult<usize>;
 
     /// Queues a fresh pending delivery of event `seq` to each of `endpoints`, due at
-    /// `now_micros` (a redelivery). Durable when it returns.
+    /// `now_micros` (a redelivery); `false`, queueing nothing, when the project has no such
+    /// event. Exclusive with retention's removal of the event ([`super::retention`]): either
+    /// the deliveries are queued and keep the event, or the event is gone and nothing is
+    /// queued. Durable when it returns.
     async fn queue_deliveries(
         &self,
         project: &str,
         seq: u64,
         endpoints: &[String],
         now_micros: i64,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<bool>;
 
     /// Claims up to `limit` pending deliveries due at `now_micros`, none to an endpoint of
     /// `skip`: each one's next attempt moves to `lease_until_micros`, which the returned

@@ -8,7 +8,8 @@
 //!   `moto[server]`, in the venv `scripts/moto-venv` makes under target/) stands in for it:
 //!   started on 127.0.0.1 on a free port by each test and stopped after. Its IAM
 //!   authentication is switched on once the test has set it up, so every request paycred
-//!   sends is checked against the signature botocore (AWS's Python SDK) computes.
+//!   sends is checked against the signature botocore (AWS's Python SDK) computes. moto's STS
+//!   stands in for AWS STS for web identity credentials.
 //!
 //! A missing tool fails the test saying what to install; nothing is skipped.
 
@@ -552,10 +553,46 @@ print(json.dumps({"id": key["AccessKeyId"], "secret": key["SecretAccessKey"],
 
     /// Switches moto's IAM authentication on or off.
     fn authentication(&self, on: bool) {
-        let after = if on { "0" } else { "1000000" };
+        self.authentication_after(if on { 0 } else { 1_000_000 });
+    }
+
+    /// Lets the next `free` requests through unchecked, then checks every request's
+    /// signature and permissions.
+    fn authentication_after(&self, free: u32) {
         ureq::post(&format!("{}/moto-api/reset-auth", self.endpoint))
-            .send_string(after)
+            .send_string(&free.to_string())
             .unwrap();
+    }
+
+    /// A role that web identity assumes, allowed every KMS action: its ARN. Leaves moto's
+    /// authentication off.
+    fn web_identity_role(&self) -> String {
+        self.authentication(false);
+        let script = r#"
+import boto3, json, sys
+kw = dict(endpoint_url=sys.argv[1], region_name="eu-west-1",
+          aws_access_key_id="setup", aws_secret_access_key="setup")
+iam = boto3.client("iam", **kw)
+trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+         "Principal": {"Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.eks"},
+         "Action": "sts:AssumeRoleWithWebIdentity"}]}
+arn = iam.create_role(RoleName="paycred-irsa",
+                      AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+iam.put_role_policy(RoleName="paycred-irsa", PolicyName="kms", PolicyDocument=json.dumps(
+    {"Version": "2012-10-17",
+     "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}))
+print(arn)
+"#;
+        let out = Command::new(&self.python)
+            .args(["-c", script, &self.endpoint])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "boto3: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// `master_key:` on the KMS key `key_id` of this server, the ciphertext in `dir`.
@@ -711,6 +748,98 @@ fn kms_credentials_come_from_the_shared_file_or_the_instance_metadata_service() 
     ];
     let (ok, said) = paycred_with(&["check"], &config, &imds_env);
     assert!(ok, "{said}");
+}
+
+/// A JWT-looking service account token, as EKS projects it into a pod.
+const WEB_IDENTITY_TOKEN: &str = "eyJhbGciOiJSUzI1NiIsImtpZCI6InBheWNyZWQifQ.\
+    eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6cGF5OnBheWNyZWQifQ.c2lnbmF0dXJlLW5vdC1jaGVja2Vk";
+
+/// The environment of a paycred whose only AWS credentials are web identity's (EKS IRSA):
+/// the token file `token`, the role `role`, STS at `sts`; no keys in the environment, no
+/// shared credentials file (`HOME` is `home`, empty), no instance metadata service.
+fn web_identity_env(
+    token: &Path,
+    role: &str,
+    sts: &str,
+    home: &Path,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token.display().to_string()),
+        ("AWS_ROLE_ARN", role.to_string()),
+        ("AWS_ENDPOINT_URL_STS", sts.to_string()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ("HOME", home.display().to_string()),
+    ]
+}
+
+/// Web identity: moto's server is the offline stand-in for AWS STS (it answers
+/// `AssumeRoleWithWebIdentity` without checking the token) as for KMS. The start's one STS
+/// call goes unsigned, as AWS takes it; from there moto checks every request: the start's
+/// `Decrypt` passes only signed with the role's credentials (and session token) that STS
+/// gave, under the role's policy.
+#[test]
+fn kms_credentials_come_from_a_web_identity_token() {
+    let moto = Moto::start();
+    moto.setup();
+    let role = moto.web_identity_role();
+    let keys = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let token = keys.path().join("token");
+    std::fs::write(&token, WEB_IDENTITY_TOKEN).unwrap();
+    let env = web_identity_env(&token, &role, &moto.endpoint, home.path());
+    let master_key = moto.yaml("alias/paycred", keys.path());
+    create_with(&key_config(keys.path(), &master_key), &env);
+
+    moto.authentication_after(1);
+    let mut server = Server::start_with(Options {
+        master_key_yaml: Some(master_key.clone()),
+        env: env.clone(),
+        ..Options::default()
+    });
+    let t = server.token("user_1", "private");
+    let pm = server.add_card(&t, "user_1", VISA);
+    assert_eq!(card_number(&server, &pm), VISA);
+    let log = server.log();
+    assert!(!log.contains("eyJ"), "the token was logged");
+    drop(server);
+
+    // Without its token, or with half of web identity's settings, the start is refused,
+    // naming what is missing and never quoting the token.
+    moto.authentication(false);
+    let config = key_config(keys.path(), &master_key);
+    let mut missing = env.clone();
+    missing[0].1 = keys.path().join("no-token").display().to_string();
+    let said = refused_start_with(&config, &missing);
+    assert!(
+        said.contains("master_key: web identity (AWS_WEB_IDENTITY_TOKEN_FILE ")
+            && said.contains("no-token, role arn:aws:iam::")
+            && said.contains("reading the token file failed"),
+        "{said}"
+    );
+    let said = refused_start_with(&config, &env[1..]);
+    assert!(
+        said.contains("AWS_ROLE_ARN is set without AWS_WEB_IDENTITY_TOKEN_FILE"),
+        "{said}"
+    );
+    let mut no_role = env.clone();
+    no_role.remove(1);
+    let said = refused_start_with(&config, &no_role);
+    assert!(
+        said.contains("AWS_WEB_IDENTITY_TOKEN_FILE is set without AWS_ROLE_ARN"),
+        "{said}"
+    );
+    // STS refusing: with its authentication on, moto refuses the unsigned call (with an
+    // answer that is not STS's error XML; the unit tests read STS's error codes).
+    moto.authentication(true);
+    let said = refused_start_with(&config, &env);
+    assert!(
+        said.contains(&format!(
+            "STS AssumeRoleWithWebIdentity at {} was refused: 500",
+            moto.endpoint
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("eyJ"), "{said}");
 }
 
 #[test]

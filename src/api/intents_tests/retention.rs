@@ -1,6 +1,7 @@
 //! Retention through the app on each backend, the clock moved: a pass removes old events,
 //! finished deliveries and ended intents (their GET is then 404) and counts them in the
-//! metrics; recent events, a pending delivery (and its event) and live intents stay.
+//! metrics; recent events, a pending delivery (and its event) and live intents stay; a
+//! redelivery of a removed event is 404.
 
 use super::*;
 use crate::service::retention::prune_old;
@@ -87,6 +88,13 @@ async fn a_pass_removes_what_outlived_its_retention(env: Env) {
         event_types(&env).await,
         [events::PI_EXPIRED, events::PI_CREATED, events::PM_CREATED]
     );
+    let q = EventQuery {
+        project: PAN_PROJECT,
+        before: None,
+        kind: Some(events::PI_EXPIRED),
+        limit: 1,
+    };
+    let expired = store.list_events(q).await.unwrap()[0].clone();
     // Within 30 days nothing goes.
     env.clock.advance(Duration::days(29));
     let report = prune_old(&env.app).await.unwrap();
@@ -108,6 +116,17 @@ async fn a_pass_removes_what_outlived_its_retention(env: Env) {
     assert_eq!(
         event_types(&env).await,
         [events::PI_CREATED, events::PM_CREATED]
+    );
+    // A redelivery of a removed event is 404 and queues nothing.
+    let (status, v) = reply(crate::api::events::redeliver(&env.app, &p, &expired.id(), b"").await);
+    assert_eq!(status, 404, "{v}");
+    let left = store
+        .list_deliveries(PAN_PROJECT, expired.seq)
+        .await
+        .unwrap();
+    assert!(
+        left.iter().all(|d| d.status != DeliveryStatus::Pending),
+        "{left:?}"
     );
     let pending = store
         .list_deliveries(PAN_PROJECT, card_event)

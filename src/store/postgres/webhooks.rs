@@ -89,18 +89,29 @@ async fn fan_out(pool: &Pool, now_micros: i64, limit: usize) -> StoreResult<usiz
     Ok(markers.len())
 }
 
-/// [`WebhookStore::queue_deliveries`].
+/// [`WebhookStore::queue_deliveries`]: the event's row share-locked until the deliveries are
+/// committed, so retention, which locks an event `FOR UPDATE SKIP LOCKED` before removing
+/// it, skips it meanwhile, and a queue that waited for a removal finds no event.
 async fn queue(
     pool: &Pool,
     project: &str,
     seq: u64,
     endpoints: &[String],
     now_micros: i64,
-) -> StoreResult<()> {
+) -> StoreResult<bool> {
     let mut c = client(pool).await?;
     let tx = timed(c.transaction()).await?;
+    let event = timed(tx.query_opt(
+        "SELECT 1 FROM events WHERE project = $1 AND seq = $2 FOR KEY SHARE",
+        &[&project, &seq_i64(seq)],
+    ))
+    .await?;
+    if event.is_none() {
+        return Ok(false);
+    }
     insert(&tx, project, seq, endpoints, now_micros).await?;
-    timed(tx.commit()).await
+    timed(tx.commit()).await?;
+    Ok(true)
 }
 
 /// [`WebhookStore::claim_deliveries`].
@@ -248,7 +259,7 @@ impl WebhookStore for PgStore {
         seq: u64,
         endpoints: &[String],
         now_micros: i64,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         queue(&self.pool, project, seq, endpoints, now_micros).await
     }
 

@@ -9,7 +9,9 @@
 //!   start of its range and jumps to the next project at the first recent one. Where the walk
 //!   stopped is kept in memory ([`SledStore`]'s `prune_cursor`), so a batch goes on from
 //!   there and events kept (a delivery pending, a fan-out marker) are not read again and
-//!   again in one pass.
+//!   again in one pass. A redelivery takes turns with the check and removal of each event
+//!   (`Deliveries::event_removal`), so it either queues first and keeps the event, or finds
+//!   the event gone and queues nothing.
 
 use super::webhooks::{decode, due_key};
 use super::{count_value, events, keys, read_count, tx_error, SledStore};
@@ -188,6 +190,8 @@ impl SledStore {
             }
             *cursor = k.to_vec();
             cursor.push(0);
+            // No redelivery queues between the check and the removal.
+            let _turn = self.deliveries.event_removal.lock();
             if self.event_awaited(project, seq)? {
                 continue;
             }
@@ -290,5 +294,34 @@ mod tests {
         assert_eq!(prune(Prunable::Deliveries, 100).await.unwrap().removed, 0);
         assert_eq!(prune(Prunable::Deliveries, 101).await.unwrap().removed, 1);
         assert!(store.deliveries.all.get(&done_key).unwrap().is_none());
+    }
+
+    /// A redelivery that comes while retention checks and removes its event waits for it,
+    /// then finds the event gone and queues nothing.
+    #[tokio::test]
+    async fn a_redelivery_during_the_removal_of_its_event_waits_and_queues_nothing() {
+        use crate::store::contract_tests::delivered_events;
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(SledStore::open(dir.path(), Default::default()).unwrap());
+        let seq = delivered_events(&*store, 1).await[0];
+        // Retention's turn: the check done, the removal to come.
+        let turn = store.deliveries.event_removal.lock();
+        let redelivery = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                store
+                    .deliveries
+                    .queue(&store.events, "p1", seq, &["we_all".to_string()], 30)
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!redelivery.is_finished(), "the redelivery did not wait");
+        store.events.remove(events::key("p1", seq)).unwrap();
+        drop(turn);
+        assert!(
+            !redelivery.join().unwrap().unwrap(),
+            "queued for a gone event"
+        );
+        assert!(store.deliveries.due.is_empty());
     }
 }

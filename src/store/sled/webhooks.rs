@@ -36,6 +36,10 @@ pub struct Deliveries {
     pub done: sled::Tree,
     /// Claimed deliveries: number → end of the lease.
     claims: parking_lot::Mutex<std::collections::HashMap<u64, i64>>,
+    /// Held while a redelivery checks its event and queues, and while retention checks that
+    /// nothing waits for an event and removes it (`super::retention`): the check, a scan of
+    /// `webhook_deliveries`, cannot be part of a sled transaction, so the two take turns.
+    pub event_removal: parking_lot::Mutex<()>,
 }
 
 /// The key in `webhook_due` (or `webhook_done`) of delivery `id` at `next_micros`.
@@ -82,6 +86,7 @@ impl Deliveries {
             due: db.open_tree(DUE).map_err(unavailable)?,
             done: db.open_tree(DONE).map_err(unavailable)?,
             claims: Default::default(),
+            event_removal: Default::default(),
         })
     }
 
@@ -138,21 +143,28 @@ impl Deliveries {
         Ok((markers.len(), queued))
     }
 
-    /// New pending deliveries of event `seq` to `endpoints`.
+    /// New pending deliveries of event `seq` of `events_tree` to `endpoints`; `false`, none,
+    /// when the event is not there.
     pub fn queue(
         &self,
+        events_tree: &sled::Tree,
         project: &str,
         seq: u64,
         endpoints: &[String],
         now_micros: i64,
-    ) -> StoreResult<()> {
-        (&self.all, &self.due)
-            .transaction(|(t_all, t_due)| {
+    ) -> StoreResult<bool> {
+        let _turn = self.event_removal.lock();
+        let event = events::key(project, seq);
+        (events_tree, &self.all, &self.due)
+            .transaction(|(t_events, t_all, t_due)| {
+                if t_events.get(&event)?.is_none() {
+                    return Ok(false);
+                }
                 for endpoint in endpoints {
                     let mut d = DeliveryRecord::new(project, seq, endpoint, now_micros);
                     put(t_all, t_due, &mut d)?;
                 }
-                Ok(())
+                Ok(true)
             })
             .map_err(tx_error)
     }
@@ -299,9 +311,15 @@ impl WebhookStore for SledStore {
         seq: u64,
         endpoints: &[String],
         now_micros: i64,
-    ) -> StoreResult<()> {
-        self.deliveries.queue(project, seq, endpoints, now_micros)?;
-        self.durable().await
+    ) -> StoreResult<bool> {
+        if !self
+            .deliveries
+            .queue(&self.events, project, seq, endpoints, now_micros)?
+        {
+            return Ok(false);
+        }
+        self.durable().await?;
+        Ok(true)
     }
 
     async fn claim_deliveries(

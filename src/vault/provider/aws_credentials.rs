@@ -1,20 +1,30 @@
-//! AWS credentials for the `aws_kms` provider, from the usual sources of AWS's standard chain,
-//! first found wins:
+//! AWS credentials for the `aws_kms` provider, from the sources of AWS's standard chain that a
+//! server uses, in the chain's order, first found wins:
 //!
 //! 1. the environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`;
-//! 2. the shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
+//! 2. web identity (EKS IAM roles for service accounts): the token in
+//!    `AWS_WEB_IDENTITY_TOKEN_FILE` (read afresh each time) exchanged for the role
+//!    `AWS_ROLE_ARN`'s credentials by STS's `AssumeRoleWithWebIdentity`, a call that is not
+//!    signed; session `AWS_ROLE_SESSION_NAME`, else `paycred-<unix seconds>`; STS at
+//!    `AWS_ENDPOINT_URL_STS`, else `AWS_ENDPOINT_URL`, else the regional endpoint of
+//!    `AWS_REGION`, else of the KMS key's region;
+//! 3. the shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else
 //!    `~/.aws/credentials`), profile `AWS_PROFILE` (else `default`), when it has keys;
-//! 3. the container credentials endpoint (ECS tasks, EKS Pod Identity):
+//! 4. the container credentials endpoint (ECS tasks, EKS Pod Identity):
 //!    `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or `AWS_CONTAINER_CREDENTIALS_FULL_URI`, with
 //!    `AWS_CONTAINER_AUTHORIZATION_TOKEN(_FILE)`;
-//! 4. the EC2 instance metadata service, IMDSv2 (`AWS_EC2_METADATA_SERVICE_ENDPOINT`, else
+//! 5. the EC2 instance metadata service, IMDSv2 (`AWS_EC2_METADATA_SERVICE_ENDPOINT`, else
 //!    `http://169.254.169.254`; `AWS_EC2_METADATA_DISABLED=true` skips it).
 //!
-//! Not read: web identity tokens (EKS IRSA), SSO, `credential_process`, and profiles that
-//! assume a role: give such a deployment its keys through one of the sources above.
+//! Not read: SSO (IAM Identity Center), `credential_process`, and profiles that assume a role.
+//! A server takes its role through one of the sources above (its platform hands it the
+//! role's credentials or a web identity token); SSO is a person's login, which expires and
+//! needs a browser, and a program or a role chain run at each start is a second place for
+//! the secrets to live. Give such a deployment the role through one of the sources above.
 //!
-//! The secret key and session token are never logged, printed or put in a message, and are
-//! zeroized on drop. Which source gave the credentials is logged (not what they are).
+//! The web identity token, secret key and session token are never logged, printed or put in
+//! a message, and are zeroized on drop. Which source gave the credentials is logged (not what
+//! they are).
 
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -52,10 +62,14 @@ impl AwsCredentials {
 /// How long the metadata services get (they answer at once where they exist).
 const METADATA_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The first credentials of the chain, or why there are none.
-pub fn chain() -> Result<AwsCredentials, String> {
+/// The first credentials of the chain, or why there are none; `region` is the KMS key's
+/// (web identity's STS is that region's unless the environment names another).
+pub fn chain(region: &str) -> Result<AwsCredentials, String> {
     if let Some(found) = environment()? {
         tracing::debug!("AWS credentials from the environment");
+        return Ok(found);
+    }
+    if let Some(found) = web_identity(region)? {
         return Ok(found);
     }
     if let Some(found) = shared_file()? {
@@ -69,9 +83,10 @@ pub fn chain() -> Result<AwsCredentials, String> {
         return Ok(found);
     }
     Err(
-        "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, give a profile in \
-         the shared credentials file, or run where the container or instance metadata \
-         endpoint gives a role's credentials"
+        "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+         AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, give a profile in the shared \
+         credentials file, or run where the container or instance metadata endpoint gives a \
+         role's credentials"
             .into(),
     )
 }
@@ -154,6 +169,169 @@ fn shared_file() -> Result<Option<AwsCredentials>, String> {
                 path.display()
             ))
         }
+    }
+}
+
+/// The role's credentials for the web identity token of `AWS_WEB_IDENTITY_TOKEN_FILE`, from
+/// STS's `AssumeRoleWithWebIdentity`; `None` where neither it nor `AWS_ROLE_ARN` is set.
+fn web_identity(region: &str) -> Result<Option<AwsCredentials>, String> {
+    const FILE: &str = "AWS_WEB_IDENTITY_TOKEN_FILE";
+    let (file, role) = match (var(FILE), var("AWS_ROLE_ARN")) {
+        (Some(file), Some(role)) => (file, role),
+        (None, None) => return Ok(None),
+        (Some(_), None) => {
+            return Err(format!(
+                "{FILE} is set without AWS_ROLE_ARN: web identity needs both"
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(format!(
+                "AWS_ROLE_ARN is set without {FILE}: web identity needs both"
+            ))
+        }
+    };
+    let source = format!("web identity ({FILE} {}, role {})", *file, *role);
+    let token = Zeroizing::new(
+        std::fs::read_to_string(file.as_str())
+            .map_err(|e| format!("{source}: reading the token file failed: {e}"))?,
+    );
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(format!("{source}: the token file is empty"));
+    }
+    let session = var("AWS_ROLE_SESSION_NAME").map_or_else(
+        || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            format!("paycred-{now}")
+        },
+        |name| name.to_string(),
+    );
+    let endpoint = match var("AWS_ENDPOINT_URL_STS").or_else(|| var("AWS_ENDPOINT_URL")) {
+        Some(url) => crate::config::master_key::aws_endpoint(&url)
+            .map_err(|e| format!("{source}: the STS endpoint {}: {e}", *url))?,
+        // The region paycred runs in (EKS sets AWS_REGION), whose STS a private cluster
+        // reaches through its VPC endpoint; else the KMS key's.
+        None => match var("AWS_REGION") {
+            Some(own) if crate::config::master_key::is_region(&own) => {
+                format!("https://sts.{}.amazonaws.com", *own)
+            }
+            Some(own) => return Err(format!("AWS_REGION {}: is not a region", *own)),
+            None => format!("https://sts.{region}.amazonaws.com"),
+        },
+    };
+    // Room for the token escaped, so that the body holding it is not reallocated (a copy
+    // left behind unzeroized).
+    let capacity = 3 * (token.len() + role.len() + session.len()) + 128;
+    let body = Zeroizing::new(
+        form_urlencoded::Serializer::new(String::with_capacity(capacity))
+            .append_pair("Action", "AssumeRoleWithWebIdentity")
+            .append_pair("Version", "2011-06-15")
+            .append_pair("RoleArn", &role)
+            .append_pair("RoleSessionName", &session)
+            .append_pair("WebIdentityToken", token)
+            .finish(),
+    );
+    let sts = format!("STS AssumeRoleWithWebIdentity at {endpoint}");
+    let request = super::aws_kms::agent()?
+        .post(&format!("{endpoint}/"))
+        .set("content-type", "application/x-www-form-urlencoded");
+    let text = match request.send_string(&body) {
+        Ok(response) => Zeroizing::new(
+            response
+                .into_string()
+                .map_err(|e| format!("{source}: {sts}: reading the answer failed: {e}"))?,
+        ),
+        Err(ureq::Error::Status(status, response)) => {
+            let text = Zeroizing::new(response.into_string().unwrap_or_default());
+            return Err(format!(
+                "{source}: {sts} was refused: {status} {}",
+                sts_error(&text, token)
+            ));
+        }
+        Err(e) => return Err(format!("{source}: cannot reach {sts}: {e}")),
+    };
+    let (found, expiration) =
+        sts_credentials(&text).map_err(|e| format!("{source}: {sts}: {e}"))?;
+    tracing::debug!("AWS credentials from {source}, session {session}, until {expiration}");
+    Ok(Some(found))
+}
+
+/// What STS answers `AssumeRoleWithWebIdentity` (the fields paycred reads).
+#[derive(Deserialize)]
+struct StsAnswer {
+    #[serde(rename = "AssumeRoleWithWebIdentityResult")]
+    result: StsResult,
+}
+
+#[derive(Deserialize)]
+struct StsResult {
+    #[serde(rename = "Credentials")]
+    credentials: StsCredentials,
+}
+
+/// Zeroized on drop.
+#[derive(Deserialize, Zeroize, ZeroizeOnDrop)]
+struct StsCredentials {
+    #[serde(rename = "AccessKeyId")]
+    access_key_id: String,
+    #[serde(rename = "SecretAccessKey")]
+    secret_access_key: String,
+    #[serde(rename = "SessionToken")]
+    session_token: String,
+    #[serde(rename = "Expiration", default)]
+    expiration: String,
+}
+
+/// The credentials of STS's XML answer, and until when they hold.
+fn sts_credentials(text: &str) -> Result<(AwsCredentials, String), String> {
+    let answer: StsAnswer =
+        quick_xml::de::from_str(text).map_err(|_| "the answer holds no credentials".to_string())?;
+    let c = &answer.result.credentials;
+    if c.access_key_id.is_empty() || c.secret_access_key.is_empty() {
+        return Err("the answer holds no credentials".into());
+    }
+    Ok((
+        AwsCredentials {
+            access_key_id: c.access_key_id.clone(),
+            secret_access_key: c.secret_access_key.clone(),
+            session_token: Some(c.session_token.clone()).filter(|t| !t.is_empty()),
+        },
+        c.expiration.clone(),
+    ))
+}
+
+/// STS's error answer: `<ErrorResponse><Error><Code>..</Code><Message>..</Message>..`.
+#[derive(Deserialize)]
+struct StsErrorAnswer {
+    #[serde(rename = "Error")]
+    error: StsError,
+}
+
+#[derive(Deserialize)]
+struct StsError {
+    #[serde(rename = "Code", default)]
+    code: String,
+    #[serde(rename = "Message", default)]
+    message: String,
+}
+
+/// `Code: Message` of STS's error answer; the message left out should it quote `token`.
+fn sts_error(text: &str, token: &str) -> String {
+    let Ok(answer) = quick_xml::de::from_str::<StsErrorAnswer>(text) else {
+        return "(the answer is not STS's error XML)".into();
+    };
+    let StsError { code, message } = answer.error;
+    let code = if code.is_empty() {
+        "no error code".into()
+    } else {
+        code
+    };
+    if message.is_empty() || message.contains(token) {
+        code
+    } else {
+        format!("{code}: {}", message.chars().take(300).collect::<String>())
     }
 }
 
@@ -257,4 +435,83 @@ fn fetch(request: ureq::Request) -> Result<Zeroizing<String>, String> {
         .into_string()
         .map(Zeroizing::new)
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn sts_credentials_are_read_from_its_xml_answer() {
+        let answer = r#"<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleWithWebIdentityResult>
+    <SubjectFromWebIdentityToken>system:serviceaccount:pay:paycred</SubjectFromWebIdentityToken>
+    <Credentials>
+      <AccessKeyId>ASIAEXAMPLE</AccessKeyId>
+      <SecretAccessKey>wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY</SecretAccessKey>
+      <SessionToken>FQoGZXIvYXdzEBY=</SessionToken>
+      <Expiration>2026-11-29T16:00:00Z</Expiration>
+    </Credentials>
+    <AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/paycred/s</Arn></AssumedRoleUser>
+  </AssumeRoleWithWebIdentityResult>
+  <ResponseMetadata><RequestId>1</RequestId></ResponseMetadata>
+</AssumeRoleWithWebIdentityResponse>"#;
+        let (found, until) = sts_credentials(answer).unwrap();
+        assert_eq!(found.access_key_id, "ASIAEXAMPLE");
+        assert_eq!(
+            found.secret_access_key,
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+        );
+        assert_eq!(found.session_token.as_deref(), Some("FQoGZXIvYXdzEBY="));
+        assert_eq!(until, "2026-11-29T16:00:00Z");
+        // The secret key is not in what Debug shows.
+        assert_eq!(format!("{found:?}"), "AwsCredentials(ASIAEXAMPLE, ..)");
+
+        for no in [
+            "",
+            "not xml",
+            "<AssumeRoleWithWebIdentityResponse/>",
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>\
+             <AccessKeyId></AccessKeyId><SecretAccessKey></SecretAccessKey><SessionToken/>\
+             </Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>",
+        ] {
+            assert_eq!(
+                sts_credentials(no).err().as_deref(),
+                Some("the answer holds no credentials"),
+                "{no}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_sts_error_answer_gives_its_code_and_message_never_the_token() {
+        let error = |code: &str, message: &str| {
+            format!(
+                "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><Error>\
+                 <Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error>\
+                 <RequestId>1</RequestId></ErrorResponse>"
+            )
+        };
+        let token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJwYXljcmVkIn0.c2ln";
+        assert_eq!(
+            sts_error(
+                &error("InvalidIdentityToken", "No OpenIDConnect provider found"),
+                token
+            ),
+            "InvalidIdentityToken: No OpenIDConnect provider found"
+        );
+        assert_eq!(
+            sts_error(
+                &error("ExpiredTokenException", &format!("token {token} expired")),
+                token
+            ),
+            "ExpiredTokenException"
+        );
+        assert_eq!(sts_error(&error("", ""), token), "no error code");
+        assert_eq!(
+            sts_error("<html>502</html>", token),
+            "(the answer is not STS's error XML)"
+        );
+    }
 }

@@ -87,7 +87,7 @@ pub fn decrypt(config: &AwsKmsProvider, blob: &[u8]) -> Result<KeyMaterial, Stri
 
 /// KMS's `action` with `body`: its answer, or what failed.
 fn call(config: &AwsKmsProvider, action: &str, body: &Value) -> Result<Answer, String> {
-    let credentials = aws_credentials::chain()?;
+    let credentials = aws_credentials::chain(&config.region)?;
     let body = body.to_string().into_bytes();
     let url = format!("{}/", config.endpoint);
     let headers = [
