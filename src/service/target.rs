@@ -12,6 +12,9 @@
 //!    when embedded in IPv4-mapped, 6to4 or NAT64 IPv6 addresses.
 //! 4. The connection goes to the address that was checked: there is no second lookup, so a
 //!    DNS answer that changes in between (rebinding) cannot redirect it.
+//!
+//! A credential bound to a merchant goes further only to that merchant's hosts
+//! ([`merchant_refusal`]: the proxy's targets, a browser session's hosts).
 
 use crate::config::{ProjectConfig, ProxyConfig};
 use crate::error::ApiError;

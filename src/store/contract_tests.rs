@@ -1036,6 +1036,33 @@ async fn old_records_are_pruned_and_the_rest_kept(store: Arc<dyn Store>) {
     assert!(store.list_intents(SCOPE).await.unwrap().is_empty());
 }
 
+async fn a_merchant_mandate_is_kept(store: Arc<dyn Store>) {
+    store
+        .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+        .await
+        .unwrap();
+    let mut bound = intent("pi_bound", "pm_a", Some(2), IntentStatus::Active);
+    bound.mandates.merchant = crate::domain::mandate::MerchantId::parse("acme");
+    let unbound = intent("pi_free", "pm_a", None, IntentStatus::Active);
+    for rec in [&bound, &unbound] {
+        assert!(store.insert_intent(rec, ev("i")).await.unwrap());
+    }
+    let read = |id: &'static str| {
+        let store = store.clone();
+        async move { store.get_intent(SCOPE, id).await.unwrap().unwrap() }
+    };
+    assert_eq!(read("pi_bound").await.mandates, bound.mandates);
+    assert_eq!(read("pi_free").await.mandates.merchant, None);
+    // A use rewrites the record: the mandate stays.
+    let now = time::OffsetDateTime::from_unix_timestamp(0).unwrap();
+    assert!(matches!(
+        store.record_use(SCOPE, "pi_bound", now).await.unwrap(),
+        UseOutcome::Recorded(_)
+    ));
+    let after = read("pi_bound").await;
+    assert_eq!((after.uses, after.mandates), (1, bound.mandates));
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -1066,5 +1093,6 @@ on_both!(
     passkeys_and_webauthn_states,
     the_webhook_outbox_fans_out_and_leases,
     browser_sessions_keep_stand_ins_apart,
-    old_records_are_pruned_and_the_rest_kept
+    old_records_are_pruned_and_the_rest_kept,
+    a_merchant_mandate_is_kept
 );

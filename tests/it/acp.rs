@@ -100,6 +100,11 @@ fn assert_acp_error(r: &Reply, status: u16, kind: &str, code: &str) {
             r.text
         );
     }
+    assert_no_card(r);
+}
+
+/// Neither the card's number nor its CVC in the answer.
+pub(crate) fn assert_no_card(r: &Reply) {
     assert!(
         !r.text.contains(NUMBER) && !r.text.contains(CVC),
         "{}",

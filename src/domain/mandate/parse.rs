@@ -822,6 +822,7 @@ mod tests {
             "merchantMcc",
             "expirationDate",
             "usageLimit",
+            "merchant",
             "other",
         ]);
         let detail_key = prop::sample::select(vec!["currency", "date", "expirationTime", "count"]);
