@@ -112,6 +112,7 @@ fn limited_project() -> BTreeMap<String, Arc<ProjectConfig>> {
         cors_allowed_origins: Vec::new(),
         passkeys: None,
         browser_checkout: None,
+        merchants: Vec::new(),
     };
     BTreeMap::from([("p".to_string(), Arc::new(project))])
 }

@@ -6,7 +6,9 @@
 //!   `network-token` intent is refused (400 naming `credentialType`): a token and its
 //!   cryptogram cannot be typed into a card form.
 //! - `allowedHosts`: host names (or `*.` patterns) each allowed by the project's
-//!   `browser_checkout.allowed_hosts`; a host outside it is refused, named in the error.
+//!   `browser_checkout.allowed_hosts`; a host outside it is refused, named in the error. For
+//!   an intent bound to a merchant (a `merchant` mandate), each must also be a host of that
+//!   merchant in the project's `merchants` (400 naming the host and the merchant).
 //!   `ttl`: seconds, at most the project's `browser_checkout.max_ttl` (its default); the
 //!   session ends at its intent's `expiresAt` if that comes first.
 //! - The answer's `card` holds stand-ins ([`crate::domain::card::standin`]), safe to show a
@@ -25,6 +27,7 @@ use crate::domain::issuer::CredentialType;
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::http::Response;
 use crate::service::browser_sessions::{self as sessions, StoredStandIns};
+use crate::service::target::merchant_refusal;
 use crate::service::{audit_event, intents, passkeys::new_id};
 use crate::store::{BrowserSessionRecord, BrowserSessionStatus, IntentStatus, Scope};
 use serde::Serialize;
@@ -186,11 +189,7 @@ fn parse_body(
                     errors.insert(field, "must be a string".into());
                     continue;
                 };
-                let allowed = match host.strip_prefix("*.") {
-                    Some(_) => checkout.allowed_hosts.contains(&host),
-                    None => crate::config::browser::is_host_name(&host) && checkout.allows(&host),
-                };
-                if allowed {
+                if crate::config::browser::covers(&checkout.allowed_hosts, &host) {
                     if !hosts.contains(&host) {
                         hosts.push(host);
                     }
@@ -271,6 +270,19 @@ pub async fn create(
             "a network-token intent cannot be used in a browser: its token and cryptogram \
              cannot be typed into a card form (use virtual-card or pan)",
         ));
+    }
+    if let Some(merchant) = &intent.mandates.merchant {
+        let project = app
+            .config
+            .project(&principal.project)
+            .ok_or_else(ApiError::internal)?;
+        let refused: Vec<String> = allowed_hosts
+            .iter()
+            .filter_map(|host| merchant_refusal(project, merchant.as_str(), host))
+            .collect();
+        if !refused.is_empty() {
+            return Err(ApiError::invalid_field("allowedHosts", &refused.join(" ")));
+        }
     }
     let now = app.now_micros();
     if intent.status_at(now) != IntentStatus::Active {

@@ -97,6 +97,8 @@ pub struct AcpAllowance {
     #[schema(pattern = "^[a-z]{3}$")]
     currency: String,
     checkout_session_id: String,
+    /// The `merchant` mandate: the card is bound to this merchant, sent by the proxy only to
+    /// the hosts the project's `merchants` gives it. Printable ASCII, no whitespace.
     #[schema(max_length = 256)]
     merchant_id: String,
     /// RFC 3339; in the future, at most 24 hours ahead.

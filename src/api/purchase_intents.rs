@@ -75,7 +75,8 @@ pub struct CredentialObject {
 }
 
 /// One mandate: the reference form (`maxAmount`, `merchantMcc`, `expirationDate`,
-/// `usageLimit`, with `details`) or the guide form (`maxAmount`, `currency`, `mcc`).
+/// `usageLimit`, with `details`) or the guide form (`maxAmount`, `currency`, `mcc`); and
+/// `merchant` (a merchant id: the one merchant the credential may be used at), in both.
 #[derive(ToSchema)]
 #[schema(as = Mandate)]
 pub struct MandateBody {
@@ -96,6 +97,7 @@ pub enum MandateType {
     UsageLimit,
     Currency,
     Mcc,
+    Merchant,
 }
 
 /// The create body, read field by field so that every bad field is named.

@@ -10,13 +10,17 @@
 //!   while it is retained; after that a sent cvc cannot be checked and is accepted.
 //! - Order of checks: `invalidCard`, `invalidCvc` / `invalidCryptogram`, `notActive`,
 //!   `expired`, then the mandates (`usageLimitReached`, `currencyMismatch`,
-//!   `amountOverMaximum`, `mccNotAllowed`); the usage count is re-checked atomically when the
-//!   use is recorded.
+//!   `amountOverMaximum`, `mccNotAllowed`, `merchantNotAllowed`); the usage count is
+//!   re-checked atomically when the use is recorded.
+//! - `merchantId` names the merchant charging; a credential bound to a merchant (a
+//!   `merchant` mandate) is declined `merchantNotAllowed` when it is another or absent.
 
 use crate::app::App;
 use crate::auth::Principal;
 use crate::domain::issuer::CredentialType;
-use crate::domain::mandate::{Authorization, Currency, DeclineReason, Mcc};
+use crate::domain::mandate::{
+    Authorization, Currency, DeclineReason, Mcc, MerchantId, MERCHANT_ID_RULE,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Response;
 use crate::secret::{constant_time_eq, CardNumber, Cryptogram, Cvc};
@@ -45,6 +49,9 @@ pub struct AuthorizationBody {
     pub currency: String,
     /// The merchant's category code, 4 digits.
     pub mcc: Option<String>,
+    /// The merchant's id: a credential bound to a merchant is declined without its own.
+    #[schema(max_length = 256)]
+    pub merchant_id: Option<String>,
 }
 
 /// The answer: approved, or declined with the reason (a decline is a 200 too).
@@ -53,8 +60,8 @@ pub struct AuthorizationBody {
 #[schema(as = AuthorizationResult)]
 pub struct Answer {
     pub approved: bool,
-    /// e.g. `amountOverMaximum`, `currencyMismatch`, `mccNotAllowed`, `expired`,
-    /// `usageLimitReached`.
+    /// e.g. `amountOverMaximum`, `currencyMismatch`, `mccNotAllowed`, `merchantNotAllowed`,
+    /// `expired`, `usageLimitReached`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decline_reason: Option<&'static str>,
 }
@@ -90,6 +97,7 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
                 | "amount"
                 | "currency"
                 | "mcc"
+                | "merchantId"
         ) {
             errors.insert(k.clone(), "unknown field".to_string());
         }
@@ -115,6 +123,7 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
     let cryptogram = string("cryptogram", false).map(Cryptogram::new);
     let currency = string("currency", true);
     let mcc = string("mcc", false);
+    let merchant = string("merchantId", false);
     if cvc.is_some() && cryptogram.is_some() {
         errors.insert("cryptogram".into(), "send either cvc or cryptogram".into());
     }
@@ -151,6 +160,13 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
         },
         None => None,
     };
+    let merchant = merchant.and_then(|m| {
+        let parsed = MerchantId::parse(&m);
+        if parsed.is_none() {
+            errors.insert("merchantId".into(), MERCHANT_ID_RULE.into());
+        }
+        parsed
+    });
     match (number, month, year, amount, currency) {
         (
             Some(number),
@@ -168,6 +184,7 @@ fn parse(obj: &Map<String, Value>) -> Result<AuthRequest, BTreeMap<String, Strin
                 amount,
                 currency,
                 mcc,
+                merchant,
             },
         }),
         _ => Err(errors),

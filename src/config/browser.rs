@@ -83,6 +83,15 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// Whether a host a browser session asks for (a lower-case name, or a `*.` pattern) is
+/// within `patterns`: a name one of them matches, or a pattern that is one of them.
+pub fn covers(patterns: &[String], host: &str) -> bool {
+    match host.strip_prefix("*.") {
+        Some(_) => patterns.iter().any(|p| p == host),
+        None => is_host_name(host) && patterns.iter().any(|p| host_matches(p, host)),
+    }
+}
+
 /// Checks `browser_proxy:`: a listener apart from `taken` (the other listeners), CA files
 /// that exist (`paycred check` reads them and checks the CA: `crate::browser::ca`).
 pub fn proxy(

@@ -295,6 +295,19 @@ pub struct ProjectFile {
     /// absent: none.
     #[serde(default)]
     pub browser_checkout: Option<BrowserCheckoutFile>,
+    /// The merchants credentials may be bound to, and their hosts.
+    #[serde(default)]
+    pub merchants: Vec<MerchantFile>,
+}
+
+/// One of `projects[].merchants:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MerchantFile {
+    /// The merchant's id, as a `merchant` mandate (ACP's `merchant_id`) names it.
+    pub id: String,
+    /// Its hosts: exact names or `*.suffix` (one label more).
+    pub hosts: Vec<String>,
 }
 
 /// `projects[].verification:`

@@ -13,6 +13,7 @@ pub mod cors;
 pub mod file;
 pub mod keys;
 pub mod master_key;
+pub mod merchants;
 pub mod passkeys;
 pub mod private;
 pub mod rate_limits;
@@ -126,6 +127,15 @@ pub struct ProjectConfig {
     pub passkeys: Option<passkeys::Passkeys>,
     /// Browser checkout (`browser_checkout`); `None`: no browser sessions.
     pub browser_checkout: Option<browser::BrowserCheckout>,
+    /// The merchants credentials may be bound to (`merchants`), and their hosts.
+    pub merchants: Vec<merchants::Merchant>,
+}
+
+impl ProjectConfig {
+    /// The merchant `id` of the project's `merchants`, if it lists it.
+    pub fn merchant(&self, id: &str) -> Option<&merchants::Merchant> {
+        self.merchants.iter().find(|m| m.id == id)
+    }
 }
 
 /// A project's JWT verification key. The algorithm comes from the key, never the token.
@@ -514,6 +524,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         p.browser_checkout.as_ref(),
         p.proxy.allow_private_networks,
     )?;
+    let merchants = merchants::check(key, &p.merchants)?;
     let timeout = duration(&format!("{key}.proxy.timeout"), &p.proxy.timeout)?;
     if timeout.is_zero() {
         return Err(invalid(format!("{key}.proxy.timeout"), "must be positive"));
@@ -528,6 +539,7 @@ fn project(key: &str, p: ProjectFile) -> Result<ProjectConfig, ConfigError> {
         cors_allowed_origins,
         passkeys,
         browser_checkout,
+        merchants,
         proxy: ProxyConfig {
             allowed_hosts,
             allow_http: p.proxy.allow_http,

@@ -7,6 +7,9 @@
 //!   intent of that type for the payment method; or, where the template names a vault token
 //!   (`vt_…`, answered by the Delegate Payment route) instead of a payment method, of that
 //!   token's own intent while it is `active`.
+//! - A purchase intent bound to a merchant (a `merchant` mandate) gives its credential only
+//!   toward a host of that merchant in the project's `merchants`; otherwise the request is
+//!   refused (403 `forbidden`, naming the merchant and the host) before anything is sent.
 
 use crate::app::App;
 use crate::auth::Principal;
@@ -14,6 +17,7 @@ use crate::domain::issuer::{Credential, CredentialType};
 use crate::error::ApiError;
 use crate::secret::{CardNumber, Cvc, Revealed};
 use crate::service::intents;
+use crate::service::target::merchant_refusal;
 use crate::template::{CredentialField, CredentialKind, TemplateRef};
 use jsonpath_rust::parser::parse_json_path;
 use jsonpath_rust::query::js_path_process;
@@ -157,10 +161,13 @@ fn shape(kind: CredentialKind) -> Value {
 /// Outcome of a lookup: the values, or the client-facing reason there are none.
 pub type Lookup = Result<CredentialValues, String>;
 
-/// Fetches the credential a template names, for this principal only.
+/// Fetches the credential a template names, for this principal only, for a request to
+/// `host` (the target's): a credential bound to a merchant that `host` is not one of is
+/// refused, an error of the whole request.
 pub async fn fetch(
     app: &App,
     principal: &Principal,
+    host: &str,
     payment_method: &str,
     kind: CredentialKind,
 ) -> Result<Lookup, ApiError> {
@@ -177,19 +184,23 @@ pub async fn fetch(
             let (found, named) = match vault_token {
                 // A vault token names its own intent.
                 Some(intent_id) => (
-                    intents::intent_credential(app, project, entity, &intent_id, ty)
-                        .await?
-                        .map(|c| (intent_id, c)),
+                    intents::intent_credential(app, project, entity, &intent_id, ty).await?,
                     "vault token",
                 ),
                 None => (
-                    intents::active_credential(app, project, entity, payment_method, ty).await?,
+                    intents::active_intent(app, project, entity, payment_method, ty).await?,
                     "payment method",
                 ),
             };
             Ok(match found {
-                Some((intent_id, c)) => {
-                    Ok(CredentialValues::new(c, intent_id.clone(), Some(intent_id)))
+                Some((rec, c)) => {
+                    if let Some(merchant) = &rec.mandates.merchant {
+                        let config = app.config.project(project).ok_or_else(ApiError::internal)?;
+                        if let Some(why) = merchant_refusal(config, merchant.as_str(), host) {
+                            return Err(ApiError::forbidden(why));
+                        }
+                    }
+                    Ok(CredentialValues::new(c, rec.id.clone(), Some(rec.id)))
                 }
                 None => Err(format!(
                     "no active {} purchase intent for this {named}",

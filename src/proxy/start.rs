@@ -65,6 +65,7 @@ pub async fn start(
     // An answer the guard scans must come uncompressed.
     forwarding.identity_encoding = guard.is_on();
     let target = target::resolve(url, &project.proxy).await?;
+    let substitution = Substitution::new(format).toward(&target.url.host);
     let mut ctx = ProxyCtx {
         principal,
         project,
@@ -73,7 +74,7 @@ pub async fn start(
         // Every body is scanned: another format's only for `{{`, which is refused.
         substitute: true,
         outgoing: Outgoing::Pingora,
-        substitution: Substitution::new(format),
+        substitution,
         upstream_started: None,
         failed: false,
         guard,

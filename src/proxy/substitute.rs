@@ -95,6 +95,8 @@ pub struct Substitution {
     /// ([`Scanner::defer`](crate::template::Scanner::defer) keeps no chunk that ends with
     /// `{`). Where a body is cut never changes the outcome.
     brace: bool,
+    /// The target's host, which a credential bound to a merchant must be one of.
+    host: std::sync::Arc<str>,
 }
 
 fn template_error(e: TemplateError) -> ApiError {
@@ -108,6 +110,13 @@ impl Substitution {
             scanner: BodyScanner::new(format),
             ..Substitution::default()
         }
+    }
+
+    /// Toward the target `host` (lower-case, as the target guard gives it): credentials are
+    /// fetched for a request to it ([`credentials::fetch`]).
+    pub fn toward(mut self, host: &str) -> Self {
+        self.host = host.into();
+        self
     }
 
     /// Whether the substituted body may differ in length from the caller's (not when it is
@@ -218,8 +227,11 @@ impl Substitution {
         input: Input<'_>,
         out: &mut Vec<u8>,
     ) -> Result<usize, ApiError> {
-        let fetch =
-            |id: String, kind| async move { credentials::fetch(app, principal, &id, kind).await };
+        let host = self.host.clone();
+        let host = &*host;
+        let fetch = |id: String, kind| async move {
+            credentials::fetch(app, principal, host, &id, kind).await
+        };
         match input {
             Input::Chunk(chunk, place) => {
                 self.scan_into(chunk, place, fetch, out).await.map(|()| 1)

@@ -88,10 +88,9 @@ pub fn open_number(app: &App, pm: &PaymentMethodRecord) -> ApiResult<CardNumber>
     Ok(CardNumber::new(number))
 }
 
-/// For the proxy: the newest `active`, unexpired intent of `kind` for the payment method, and
-/// its credential. `Ok(None)` when there is none. The proxy audits the reveal: its
-/// `proxy.use` entry lists the intent.
-/// (`pan` templates read the stored card: see [`stored_card_credential`].)
+/// The newest `active`, unexpired intent of `kind` for the payment method, and its
+/// credential: the intent's id ([`active_intent`] gives the whole intent). `Ok(None)` when
+/// there is none.
 pub async fn active_credential(
     app: &App,
     project: &str,
@@ -99,6 +98,21 @@ pub async fn active_credential(
     payment_method_id: &str,
     kind: CredentialType,
 ) -> ApiResult<Option<(String, Credential)>> {
+    let found = active_intent(app, project, entity, payment_method_id, kind).await?;
+    Ok(found.map(|(rec, credential)| (rec.id, credential)))
+}
+
+/// For the proxy: the newest `active`, unexpired intent of `kind` for the payment method, and
+/// its credential. `Ok(None)` when there is none. The proxy audits the reveal: its
+/// `proxy.use` entry lists the intent.
+/// (`pan` templates read the stored card: see [`stored_card_credential`].)
+pub async fn active_intent(
+    app: &App,
+    project: &str,
+    entity: &str,
+    payment_method_id: &str,
+    kind: CredentialType,
+) -> ApiResult<Option<(IntentRecord, Credential)>> {
     let sc = Scope { project, entity };
     let Some(rec) = app
         .store
@@ -110,7 +124,7 @@ pub async fn active_credential(
     let Some(credential) = reveal(app, &rec).await? else {
         return Ok(None);
     };
-    Ok(Some((rec.id, credential)))
+    Ok(Some((rec, credential)))
 }
 
 /// Prefix of a vault token id: the Delegate Payment route (`edge::acp`) answers the purchase
@@ -131,20 +145,22 @@ pub fn intent_of_vault_token(id: &str) -> Option<String> {
         .map(|rest| format!("{INTENT_PREFIX}{rest}"))
 }
 
-/// For the proxy: the credential of the intent `intent_id` while it is an `active` intent of
+/// For the proxy: the intent `intent_id` and its credential while it is an `active` intent of
 /// `kind` (a vault token names one intent, not the newest of a payment method). `Ok(None)`
-/// otherwise. The proxy audits the reveal, as for [`active_credential`].
+/// otherwise. The proxy audits the reveal, as for [`active_intent`].
 pub async fn intent_credential(
     app: &App,
     project: &str,
     entity: &str,
     intent_id: &str,
     kind: CredentialType,
-) -> ApiResult<Option<Credential>> {
+) -> ApiResult<Option<(IntentRecord, Credential)>> {
     let sc = Scope { project, entity };
     let rec = app.store.get_intent(sc, intent_id).await?;
     match rec {
-        Some(rec) if rec.is_active_of(kind, app.now_micros()) => reveal(app, &rec).await,
+        Some(rec) if rec.is_active_of(kind, app.now_micros()) => {
+            Ok(reveal(app, &rec).await?.map(|c| (rec, c)))
+        }
         _ => Ok(None),
     }
 }

@@ -12,8 +12,11 @@
 //!    when embedded in IPv4-mapped, 6to4 or NAT64 IPv6 addresses.
 //! 4. The connection goes to the address that was checked: there is no second lookup, so a
 //!    DNS answer that changes in between (rebinding) cannot redirect it.
+//!
+//! A credential bound to a merchant goes further only to that merchant's hosts
+//! ([`merchant_refusal`]: the proxy's targets, a browser session's hosts).
 
-use crate::config::ProxyConfig;
+use crate::config::{ProjectConfig, ProxyConfig};
 use crate::error::ApiError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -71,6 +74,24 @@ pub struct TargetUrl {
 pub struct Target {
     pub url: TargetUrl,
     pub addr: SocketAddr,
+}
+
+/// Whether a credential bound to `merchant` (a `merchant` mandate) may go to `host` (a
+/// target's, or a browser session's host or `*.` pattern): `None` when the project's
+/// `merchants` lists the merchant and `host` is one of its hosts; otherwise why not, naming
+/// the merchant and the host (never a card value).
+pub fn merchant_refusal(project: &ProjectConfig, merchant: &str, host: &str) -> Option<String> {
+    match project.merchant(merchant) {
+        Some(m) if m.covers(host) => None,
+        Some(_) => Some(format!(
+            "The credential is bound to merchant {merchant}, and {host} is not one of its \
+             hosts in this project's merchants."
+        )),
+        None => Some(format!(
+            "The credential is bound to merchant {merchant}, which this project's merchants \
+             do not list: it cannot go to {host}."
+        )),
+    }
 }
 
 fn refuse(message: impl Into<String>) -> ApiError {

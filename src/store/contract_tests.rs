@@ -1131,6 +1131,34 @@ async fn a_redelivery_and_the_removal_of_its_event_exclude_each_other(store: Arc
         .unwrap());
 }
 
+/// A `merchant` mandate is stored with the intent and survives a use.
+async fn a_merchant_mandate_is_kept(store: Arc<dyn Store>) {
+    store
+        .insert_payment_method(&pm("pm_a", "fp1", 1), ev("c"), &keep)
+        .await
+        .unwrap();
+    let mut bound = intent("pi_bound", "pm_a", Some(2), IntentStatus::Active);
+    bound.mandates.merchant = crate::domain::mandate::MerchantId::parse("acme");
+    let unbound = intent("pi_free", "pm_a", None, IntentStatus::Active);
+    for rec in [&bound, &unbound] {
+        assert!(store.insert_intent(rec, ev("i")).await.unwrap());
+    }
+    let read = |id: &'static str| {
+        let store = store.clone();
+        async move { store.get_intent(SCOPE, id).await.unwrap().unwrap() }
+    };
+    assert_eq!(read("pi_bound").await.mandates, bound.mandates);
+    assert_eq!(read("pi_free").await.mandates.merchant, None);
+    // A use rewrites the record: the mandate stays.
+    let now = time::OffsetDateTime::from_unix_timestamp(0).unwrap();
+    assert!(matches!(
+        store.record_use(SCOPE, "pi_bound", now).await.unwrap(),
+        UseOutcome::Recorded(_)
+    ));
+    let after = read("pi_bound").await;
+    assert_eq!((after.uses, after.mandates), (1, bound.mandates));
+}
+
 /// One test per (body, backend).
 macro_rules! on_both {
     ($($body:ident),*) => {
@@ -1163,5 +1191,6 @@ on_both!(
     many_events_fan_out_in_batches_once_each,
     browser_sessions_keep_stand_ins_apart,
     old_records_are_pruned_and_the_rest_kept,
-    a_redelivery_and_the_removal_of_its_event_exclude_each_other
+    a_redelivery_and_the_removal_of_its_event_exclude_each_other,
+    a_merchant_mandate_is_kept
 );

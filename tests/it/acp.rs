@@ -7,11 +7,11 @@ use crate::common::upstream::Upstream;
 use crate::common::{dev_jwt, DevFixture, Reply};
 use serde_json::{json, Value};
 
-const NUMBER: &str = "4242424242424242";
-const CVC: &str = "223";
+pub(crate) const NUMBER: &str = "4242424242424242";
+pub(crate) const CVC: &str = "223";
 const PATH: &str = "/agentic_commerce/delegate_payment";
 
-struct Acp(DevFixture);
+pub(crate) struct Acp(DevFixture);
 
 impl std::ops::Deref for Acp {
     type Target = DevFixture;
@@ -21,12 +21,12 @@ impl std::ops::Deref for Acp {
 }
 
 impl Acp {
-    fn start() -> Acp {
+    pub(crate) fn start() -> Acp {
         Acp(DevFixture::start())
     }
 
     /// The purchase intent `id`, through the REST API.
-    fn intent(&self, id: &str) -> Value {
+    pub(crate) fn intent(&self, id: &str) -> Value {
         let url = format!("http://{}/projects/dev/purchase-intents/{id}", self.listen);
         let auth = format!("Bearer {}", self.token);
         let got = Reply::of(ureq::get(&url).set("Authorization", &auth).call());
@@ -53,13 +53,13 @@ impl Acp {
         Reply::of(req.send_string(body))
     }
 
-    fn delegate(&self, key: &str, body: &Value) -> Reply {
+    pub(crate) fn delegate(&self, key: &str, body: &Value) -> Reply {
         self.send(&[("Idempotency-Key", key)], &body.to_string())
     }
 }
 
 /// A request as ACP's example writes it, expiring in an hour.
-fn request(number: &str) -> Value {
+pub(crate) fn request(number: &str) -> Value {
     let expires = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
     let expires = expires
         .format(&time::format_description::well_known::Rfc3339)
@@ -100,6 +100,11 @@ fn assert_acp_error(r: &Reply, status: u16, kind: &str, code: &str) {
             r.text
         );
     }
+    assert_no_card(r);
+}
+
+/// Neither the card's number nor its CVC in the answer.
+pub(crate) fn assert_no_card(r: &Reply) {
     assert!(
         !r.text.contains(NUMBER) && !r.text.contains(CVC),
         "{}",

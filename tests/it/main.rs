@@ -37,6 +37,7 @@ mod layers;
 mod log_hygiene;
 mod master_key;
 mod mcp;
+mod merchants;
 mod operations;
 mod passkeys;
 mod payment_methods;

@@ -7,7 +7,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use time::{Duration, OffsetDateTime};
 
-use super::{Currency, Mandates, Mcc};
+use super::{Currency, Mandates, Mcc, MerchantId};
 
 /// One authorization attempt, as the sandbox authorization endpoint receives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,12 +18,15 @@ pub struct Authorization {
     pub currency: Currency,
     /// Merchant category code of the merchant, when known.
     pub mcc: Option<Mcc>,
+    /// The merchant's id, when known.
+    pub merchant: Option<MerchantId>,
 }
 
 /// Why an authorization was declined. Serialised as the camelCase name (`amountOverMaximum`).
 ///
-/// [`Mandates::check`] gives the first five; the others are for the authorization endpoint
-/// (intent not active, wrong cvc or cryptogram, unknown card).
+/// [`Mandates::check`] gives the first five and the last ([`DeclineReason::MerchantNotAllowed`]);
+/// the others are for the authorization endpoint (intent not active, wrong cvc or cryptogram,
+/// unknown card).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum DeclineReason {
@@ -45,11 +48,14 @@ pub enum DeclineReason {
     InvalidCryptogram,
     /// Number or expiry match no credential.
     InvalidCard,
+    /// The credential is bound to a merchant (a `merchant` mandate) and the authorization
+    /// names another, or none.
+    MerchantNotAllowed,
 }
 
 impl DeclineReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DeclineReason; 9] = [
+    pub const ALL: [DeclineReason; 10] = [
         DeclineReason::AmountOverMaximum,
         DeclineReason::CurrencyMismatch,
         DeclineReason::MccNotAllowed,
@@ -59,6 +65,7 @@ impl DeclineReason {
         DeclineReason::InvalidCvc,
         DeclineReason::InvalidCryptogram,
         DeclineReason::InvalidCard,
+        DeclineReason::MerchantNotAllowed,
     ];
 
     /// The wire name, e.g. `amountOverMaximum`.
@@ -73,6 +80,7 @@ impl DeclineReason {
             DeclineReason::InvalidCvc => "invalidCvc",
             DeclineReason::InvalidCryptogram => "invalidCryptogram",
             DeclineReason::InvalidCard => "invalidCard",
+            DeclineReason::MerchantNotAllowed => "merchantNotAllowed",
         }
     }
 }
@@ -86,7 +94,7 @@ impl fmt::Display for DeclineReason {
 impl Mandates {
     /// Checks one authorization against the mandates. `uses_so_far` counts the approved uses
     /// before this one. The first failing rule wins, in this order: expiry, usage limit,
-    /// currency, amount, MCC.
+    /// currency, amount, MCC, merchant.
     ///
     /// The amount's sign and scale are the caller's to validate; this only compares.
     pub fn check(
@@ -121,6 +129,11 @@ impl Mandates {
                 _ => return Err(DeclineReason::MccNotAllowed),
             }
         }
+        if let Some(bound) = &self.merchant {
+            if a.merchant.as_ref() != Some(bound) {
+                return Err(DeclineReason::MerchantNotAllowed);
+            }
+        }
         Ok(())
     }
 
@@ -143,7 +156,7 @@ impl Mandates {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::super::parse_mandates;
-    use super::super::tests::{cur, dec, expiring, m, max, mcc, mccs, uses, NOW};
+    use super::super::tests::{cur, dec, expiring, m, max, mcc, mccs, merchant, uses, NOW};
     use super::*;
     use serde_json::json;
     use time::macros::datetime;
@@ -157,6 +170,7 @@ mod tests {
             mccs: vec![mcc("5411"), mcc("5812")],
             expires_at: Some(datetime!(2026-12-01 0:00 UTC)),
             usage_limit: Some(3),
+            merchant: None,
         };
         let none = Mandates::default();
         let jpy = max("1000", "JPY");
@@ -170,6 +184,7 @@ mod tests {
             amount: dec(amount),
             currency: Currency::parse(currency).unwrap(),
             mcc: m.map(mcc),
+            merchant: None,
         };
         let before = datetime!(2026-11-30 23:59:59 UTC);
         let at = datetime!(2026-12-01 0:00 UTC);
@@ -231,6 +246,7 @@ mod tests {
             amount: dec("19.99"),
             currency: Currency::parse("840").unwrap(),
             mcc: Some(mcc("5411")),
+            merchant: None,
         };
         assert_eq!(mandates.check(&a, NOW, 0), Ok(()));
         assert_eq!(
@@ -261,6 +277,41 @@ mod tests {
                 r
             );
         }
+    }
+
+    #[test]
+    fn a_bound_credential_needs_its_merchant() {
+        use DeclineReason::*;
+        let bound = Mandates {
+            mccs: vec![mcc("5411")],
+            merchant: Some(merchant("acme")),
+            ..Mandates::default()
+        };
+        let auth = |m: Option<&str>, at: Option<&str>| Authorization {
+            amount: dec("1"),
+            currency: Currency::parse("USD").unwrap(),
+            mcc: m.map(mcc),
+            merchant: at.map(merchant),
+        };
+        #[rustfmt::skip]
+        let cases = [
+            ("its merchant", auth(Some("5411"), Some("acme")), Ok(())),
+            ("another merchant", auth(Some("5411"), Some("globex")), Err(MerchantNotAllowed)),
+            ("case matters", auth(Some("5411"), Some("ACME")), Err(MerchantNotAllowed)),
+            ("no merchant", auth(Some("5411"), None), Err(MerchantNotAllowed)),
+            ("MCC wins over merchant", auth(Some("7995"), Some("globex")), Err(MccNotAllowed)),
+        ];
+        for (name, a, want) in cases {
+            assert_eq!(bound.check(&a, NOW, 0), want, "{name}");
+        }
+        // Unbound: any merchant, or none.
+        let a = auth(None, Some("globex"));
+        assert_eq!(Mandates::default().check(&a, NOW, 0), Ok(()));
+        assert_eq!(MerchantNotAllowed.as_str(), "merchantNotAllowed");
+        assert_eq!(
+            serde_json::to_value(MerchantNotAllowed).unwrap(),
+            json!("merchantNotAllowed")
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | `mcc`            | guide     | 4-digit MCC            | none                                      |
 //! | `expirationDate` | reference | (optional, see below)  | `date` (synonym: `expirationTime`)        |
 //! | `usageLimit`     | reference | (optional, see below)  | `count`: integer 1..=1 000 000            |
+//! | `merchant`       | both      | merchant id            | none                                      |
 //!
 //! Decisions where the specification is silent:
 //!
@@ -28,6 +29,10 @@
 //!   both are present and `value` is a date, they must agree.
 //! - `usageLimit` reads `details.count`; when it is absent, a whole-number `value` is accepted.
 //!   When both are present and `value` is a whole number, they must agree.
+//! - `merchant` binds the credential to one merchant: its id (1 to 256 printable ASCII
+//!   characters, no whitespace, compared exactly), which a project's `merchants` config maps
+//!   to the hosts the proxy may send the credential to. At most one per intent; a second is
+//!   an error even when it names the same merchant.
 //! - Duplicates with the same meaning are fine (`"840"` and `"USD"` are the same currency,
 //!   `"100"` and `"100.00"` the same amount); duplicates that disagree are an error at the later
 //!   entry.
@@ -64,8 +69,9 @@ pub const MAX_MANDATES: usize = 20;
 pub const MAX_USAGE_LIMIT: u32 = 1_000_000;
 
 /// The normalised limits of one purchase intent. Stored as JSON with the intent
-/// (`{"maxAmount":"100.00","currency":"USD","mccs":["5411"],"expiresAt":"...","usageLimit":3}`;
-/// unknown keys are ignored so that a rollback can read what a newer version stored).
+/// (`{"maxAmount":"100.00","currency":"USD","mccs":["5411"],"expiresAt":"...","usageLimit":3,
+/// "merchant":"acme"}`, `merchant` only when bound; unknown keys are ignored so that a
+/// rollback can read what a newer version stored).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Mandates {
@@ -84,7 +90,49 @@ pub struct Mandates {
     /// Number of approved uses allowed.
     #[serde(default)]
     pub usage_limit: Option<u32>,
+    /// The one merchant the credential may be used at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merchant: Option<MerchantId>,
 }
+
+/// A merchant id of a `merchant` mandate: 1 to [`MerchantId::MAX_LEN`] printable ASCII
+/// characters, no whitespace. Serialised as the string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct MerchantId(String);
+
+impl MerchantId {
+    /// Longest merchant id (ACP's `allowance.merchant_id` is at most as long).
+    pub const MAX_LEN: usize = 256;
+
+    /// `"acme"` → `Some`; empty, too long, whitespace or anything but printable ASCII → `None`.
+    pub fn parse(s: &str) -> Option<MerchantId> {
+        let ok = (1..=Self::MAX_LEN).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_graphic());
+        ok.then(|| MerchantId(s.to_string()))
+    }
+
+    /// The id as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MerchantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for MerchantId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        MerchantId::parse(&s).ok_or_else(|| serde::de::Error::custom(MERCHANT_ID_RULE))
+    }
+}
+
+/// What a merchant id must be, as errors say it.
+pub const MERCHANT_ID_RULE: &str =
+    "must be a merchant id: 1 to 256 printable ASCII characters, no whitespace";
 
 /// A merchant category code (ISO 18245): exactly four digits. Serialised as the 4-digit string.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -207,6 +255,9 @@ mod tests {
             ..Mandates::default()
         }
     }
+    pub(super) fn merchant(id: &str) -> MerchantId {
+        MerchantId::parse(id).unwrap()
+    }
     pub(super) fn uses(n: u32) -> Mandates {
         Mandates {
             usage_limit: Some(n),
@@ -247,6 +298,7 @@ mod tests {
             mccs: vec![mcc("0742")],
             expires_at: Some(datetime!(2026-12-01 0:00 UTC)),
             usage_limit: Some(3),
+            merchant: None,
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(
@@ -266,5 +318,44 @@ mod tests {
         );
         assert!(serde_json::from_value::<Mandates>(json!({"currency": "ZZZ"})).is_err());
         assert!(serde_json::from_value::<Mandates>(json!({"mccs": ["541"]})).is_err());
+    }
+
+    #[test]
+    fn merchant_id_parse() {
+        assert_eq!(merchant("acme").as_str(), "acme");
+        assert!(MerchantId::parse(&"m".repeat(256)).is_some());
+        for bad in [
+            "",
+            " acme",
+            "ac me",
+            "acme\n",
+            "acme\t",
+            "caf\u{e9}",
+            "\u{7f}",
+        ] {
+            assert_eq!(MerchantId::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(MerchantId::parse(&"m".repeat(257)), None);
+    }
+
+    #[test]
+    fn a_merchant_is_stored_and_read_back() {
+        let bound = Mandates {
+            usage_limit: Some(1),
+            merchant: Some(merchant("acme")),
+            ..Mandates::default()
+        };
+        let v = serde_json::to_value(&bound).unwrap();
+        assert_eq!(v["merchant"], "acme");
+        assert_eq!(serde_json::from_value::<Mandates>(v).unwrap(), bound);
+        // Unbound: no key at all, and a record without it reads as unbound.
+        let v = serde_json::to_value(Mandates::default()).unwrap();
+        assert!(v.get("merchant").is_none(), "{v}");
+        let old = json!({"maxAmount": "1", "currency": "USD", "usageLimit": 1});
+        assert_eq!(
+            serde_json::from_value::<Mandates>(old).unwrap().merchant,
+            None
+        );
+        assert!(serde_json::from_value::<Mandates>(json!({"merchant": "a b"})).is_err());
     }
 }

@@ -8,9 +8,13 @@ use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 use time::{Date, OffsetDateTime, PrimitiveDateTime, UtcOffset};
 
-use super::{Currency, FieldErrors, Mandates, Mcc, MAX_MANDATES, MAX_USAGE_LIMIT};
+use super::{
+    Currency, FieldErrors, Mandates, Mcc, MerchantId, MAX_MANDATES, MAX_USAGE_LIMIT,
+    MERCHANT_ID_RULE,
+};
 
-const KNOWN_TYPES: &str = "maxAmount, currency, merchantMcc, mcc, expirationDate, usageLimit";
+const KNOWN_TYPES: &str =
+    "maxAmount, currency, merchantMcc, mcc, expirationDate, usageLimit, merchant";
 
 /// One mandate after its own checks, before the list-wide ones.
 enum Entry {
@@ -31,6 +35,10 @@ enum Entry {
     },
     UsageLimit {
         count: u32,
+        path: String,
+    },
+    Merchant {
+        id: MerchantId,
         path: String,
     },
 }
@@ -95,6 +103,7 @@ pub fn parse_mandates(v: &Value, now: OffsetDateTime) -> Result<Mandates, FieldE
     let mut first_amount_currency_path: Option<&str> = None;
     let mut expiry: Option<(OffsetDateTime, &str)> = None;
     let mut usage: Option<(u32, &str)> = None;
+    let mut merchant: Option<&str> = None;
     for e in &entries {
         match e {
             Entry::MaxAmount {
@@ -128,6 +137,18 @@ pub fn parse_mandates(v: &Value, now: OffsetDateTime) -> Result<Mandates, FieldE
                     format!("conflicts with usage limit {first} at {at}")
                 })
             }
+            Entry::Merchant { id, path } => match merchant {
+                None => {
+                    merchant = Some(path);
+                    out.merchant = Some(id.clone());
+                }
+                Some(at) => {
+                    errs.insert(
+                        path.clone(),
+                        format!("only one merchant mandate is allowed (one is at {at})"),
+                    );
+                }
+            },
         }
     }
     if out.currency.is_none() && !currency_mandate_failed {
@@ -211,7 +232,7 @@ fn parse_entry(
     };
     let allowed_details: &[&str] = match ty {
         "maxAmount" => &["currency"],
-        "currency" | "merchantMcc" | "mcc" => &[],
+        "currency" | "merchantMcc" | "mcc" | "merchant" => &[],
         "expirationDate" => &["date", "expirationTime"],
         "usageLimit" => &["count"],
         _ => {
@@ -280,6 +301,25 @@ fn parse_entry(
                 )
             })
             .map(Entry::Mcc),
+        "merchant" => match value {
+            Some(Value::String(s)) => field(
+                MerchantId::parse(s).ok_or(MERCHANT_ID_RULE),
+                &value_path,
+                errs,
+            )
+            .map(|id| Entry::Merchant {
+                id,
+                path: value_path,
+            }),
+            Some(_) => {
+                errs.insert(value_path, "must be a string".to_string());
+                None
+            }
+            None => {
+                errs.insert(value_path, "is required".to_string());
+                None
+            }
+        },
         "expirationDate" => parse_expiration(p, details, value, now, errs),
         "usageLimit" => parse_usage(p, details, value, errs),
         _ => None,
@@ -488,7 +528,9 @@ fn parse_instant(v: &Value) -> Result<OffsetDateTime, &'static str> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
-    use super::super::tests::{cur, dec, exp, expiring, m, ma, max, mcc, mccs, usage, uses, NOW};
+    use super::super::tests::{
+        cur, dec, exp, expiring, m, ma, max, mcc, mccs, merchant, usage, uses, NOW,
+    };
     use super::super::Authorization;
     use super::*;
     use proptest::prelude::*;
@@ -512,6 +554,7 @@ mod tests {
             mccs: vec![mcc("5411")],
             expires_at: Some(d1201),
             usage_limit: Some(3),
+            merchant: None,
         };
         #[rustfmt::skip]
         let cases: Vec<(&str, Value, Mandates)> = vec![
@@ -652,6 +695,59 @@ mod tests {
     }
 
     #[test]
+    fn merchant_mandate() {
+        let bound = |id: &str, rest: Mandates| Mandates {
+            merchant: Some(merchant(id)),
+            ..rest
+        };
+        #[rustfmt::skip]
+        let accepted: Vec<(&str, Value, Mandates)> = vec![
+            ("alone", json!([m("merchant", json!("acme"))]), bound("acme", Mandates::default())),
+            ("with null details", json!([{"type": "merchant", "value": "acme", "details": null}]),
+                bound("acme", Mandates::default())),
+            ("punctuation kept as given", json!([m("merchant", json!("Acme-Corp_1/EU:x"))]),
+                bound("Acme-Corp_1/EU:x", Mandates::default())),
+            ("with other limits", json!([m("usageLimit", json!(1)), m("merchant", json!("acme"))]),
+                bound("acme", uses(1))),
+        ];
+        for (name, input, want) in accepted {
+            assert_eq!(parse_mandates(&input, NOW), Ok(want), "{name}");
+        }
+        let long = "m".repeat(257);
+        #[rustfmt::skip]
+        let rejected: Vec<(&str, Value, &str)> = vec![
+            ("missing", json!([{"type": "merchant"}]), "mandates[0].value"),
+            ("empty", json!([m("merchant", json!(""))]), "mandates[0].value"),
+            ("whitespace", json!([m("merchant", json!("ac me"))]), "mandates[0].value"),
+            ("not ASCII", json!([m("merchant", json!("caf\u{e9}"))]), "mandates[0].value"),
+            ("too long", json!([m("merchant", json!(long))]), "mandates[0].value"),
+            ("a number", json!([m("merchant", json!(42))]), "mandates[0].value"),
+            ("details", json!([{"type": "merchant", "value": "acme", "details": {"id": "x"}}]),
+                "mandates[0].details.id"),
+            ("a second, the same", json!([m("merchant", json!("acme")), m("merchant", json!("acme"))]),
+                "mandates[1].value"),
+            ("a second, another", json!([m("merchant", json!("acme")), m("mcc", json!("5411")),
+                m("merchant", json!("globex"))]), "mandates[2].value"),
+        ];
+        for (name, input, path) in rejected {
+            let errs = parse_mandates(&input, NOW).expect_err(name);
+            let got: Vec<&str> = errs.keys().map(String::as_str).collect();
+            assert_eq!(got, [path], "{name}: {errs:?}");
+        }
+        let e = parse_mandates(
+            &json!([m("merchant", json!("a")), m("merchant", json!("b"))]),
+            NOW,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e["mandates[1].value"],
+            "only one merchant mandate is allowed (one is at mandates[0].value)"
+        );
+        let e = parse_mandates(&json!([m("merchant", json!("a b"))]), NOW).unwrap_err();
+        assert_eq!(e["mandates[0].value"], MERCHANT_ID_RULE);
+    }
+
+    #[test]
     fn error_messages_name_the_problem() {
         let e = parse_mandates(&json!([ma(json!("1.5"), json!("JPY"))]), NOW).unwrap_err();
         assert_eq!(e["mandates[0].value"], "JPY amounts have no decimal places");
@@ -726,6 +822,7 @@ mod tests {
             "merchantMcc",
             "expirationDate",
             "usageLimit",
+            "merchant",
             "other",
         ]);
         let detail_key = prop::sample::select(vec!["currency", "date", "expirationTime", "count"]);
@@ -755,6 +852,7 @@ mod tests {
                     amount: Decimal::from(amount),
                     currency: Currency::parse(code).unwrap(),
                     mcc: Mcc::parse("5411"),
+                    merchant: MerchantId::parse("acme"),
                 };
                 let _ = mandates.check(&a, NOW, amount % 5);
             }

@@ -8,7 +8,9 @@
 //!   sealing and audit), and the allowance a `virtual-card` purchase intent of it (the
 //!   purchase-intent handler) whose mandates are the allowance: `maxAmount` and its currency
 //!   (minor units turned into the currency's decimal amount), `usageLimit` 1, `expirationDate`
-//!   = `expires_at`. The answer's vault token `vt_…` is that intent's id under another prefix
+//!   = `expires_at`, `merchant` = `merchant_id` (the credential bound to that merchant: the
+//!   proxy sends it only to the hosts the project's `merchants` config gives that id). The
+//!   answer's vault token `vt_…` is that intent's id under another prefix
 //!   (`service::intents::vault_token_of`); proxy templates accept it in place of a payment
 //!   method id.
 //! - `Idempotency-Key` is required and goes through [`super::idempotency`], the body's
@@ -305,6 +307,7 @@ async fn delegate(
              "details": {"currency": a.currency.alpha()}},
             {"type": "usageLimit", "value": "1", "details": {"count": 1}},
             {"type": "expirationDate", "value": expires_at, "details": {"date": expires_at}},
+            {"type": "merchant", "value": a.merchant_id},
         ],
     });
     let rec = purchase_intents::issue(app, principal, intent.to_string().as_bytes())
@@ -375,6 +378,7 @@ fn allowance_param(field: &str) -> &'static str {
         Some("mandates[0]") => "$.allowance.max_amount",
         Some("mandates[1]") => "$.allowance.reason",
         Some("mandates[2]") => "$.allowance.expires_at",
+        Some("mandates[3]") => "$.allowance.merchant_id",
         _ => "$.allowance",
     }
 }
@@ -442,6 +446,10 @@ mod tests {
         assert_eq!(
             allowance_param("mandates[2].details.date"),
             "$.allowance.expires_at"
+        );
+        assert_eq!(
+            allowance_param("mandates[3].value"),
+            "$.allowance.merchant_id"
         );
     }
 }

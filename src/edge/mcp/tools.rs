@@ -85,7 +85,8 @@ impl Tool {
             Tool::CreatePurchaseIntent => (
                 "Create a purchase intent",
                 "Asks for a credential of a payment method, bounded by mandates (maxAmount \
-                 with currency, merchantMcc, expirationDate, usageLimit). Returns its id, \
+                 with currency, merchantMcc, expirationDate, usageLimit, merchant: the one \
+                 merchant id it may pay). Returns its id, \
                  status, the credential's last four digits, expiresAt and nextAction: pay \
                  with `pay` (templates name the payment method and credential type), or \
                  wait for the cardholder's verification.",
@@ -98,7 +99,8 @@ impl Tool {
                             "type": "object",
                             "properties": {
                                 "type": {"type": "string", "enum": ["maxAmount", "merchantMcc",
-                                    "expirationDate", "usageLimit", "currency", "mcc"]},
+                                    "expirationDate", "usageLimit", "currency", "mcc",
+                                    "merchant"]},
                                 "value": {"type": "string"},
                                 "details": {"type": "object"}
                             },
