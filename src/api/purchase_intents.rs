@@ -252,6 +252,14 @@ pub async fn issue(app: &App, principal: &Principal, body: &[u8]) -> ApiResult<I
     let (Some(kind), Some(pm_id), Some(mandates)) = (kind, pm_id, mandates) else {
         return Err(ApiError::invalid_fields(errors));
     };
+    if kind == CredentialType::Pan && mandates.merchant.is_some() {
+        // A pan credential is the stored card itself, which `pan` templates also send: a
+        // binding to one merchant could not hold for it.
+        errors.insert(
+            "credentialType".into(),
+            "a merchant mandate needs a virtual-card or network-token credential".into(),
+        );
+    }
     if !errors.is_empty() {
         return Err(ApiError::invalid_fields(errors));
     }

@@ -84,11 +84,17 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 }
 
 /// Whether a host a browser session asks for (a lower-case name, or a `*.` pattern) is
-/// within `patterns`: a name one of them matches, or a pattern that is one of them.
+/// within `patterns` ([`within`]; an address is not a name a session may ask for).
 pub fn covers(patterns: &[String], host: &str) -> bool {
+    (host.starts_with("*.") || is_host_name(host)) && within(patterns, host)
+}
+
+/// Whether `host` (a lower-case name or address, or a `*.` pattern) is within `patterns`: a
+/// name or address one of them matches, or a pattern that is one of them.
+pub fn within(patterns: &[String], host: &str) -> bool {
     match host.strip_prefix("*.") {
         Some(_) => patterns.iter().any(|p| p == host),
-        None => is_host_name(host) && patterns.iter().any(|p| host_matches(p, host)),
+        None => patterns.iter().any(|p| host_matches(p, host)),
     }
 }
 

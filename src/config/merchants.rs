@@ -4,10 +4,10 @@
 //! of a bound intent may ask only for those hosts.
 //!
 //! Host patterns are checked and matched as `browser_checkout.allowed_hosts` are
-//! ([`super::host_pattern`], [`host_matches`]): exact names, or `*.suffix` for one label
+//! ([`super::host_pattern`], [`within`]): exact names, or `*.suffix` for one label
 //! more.
 
-use super::browser::host_matches;
+use super::browser::within;
 use super::file::MerchantFile;
 use super::{host_pattern, invalid, ConfigError};
 
@@ -28,10 +28,7 @@ impl Merchant {
     /// target guard gives it) that one of them matches, or a `*.` pattern (a browser
     /// session's) that is one of them.
     pub fn covers(&self, host: &str) -> bool {
-        match host.strip_prefix("*.") {
-            Some(_) => self.hosts.iter().any(|p| p == host),
-            None => self.hosts.iter().any(|p| host_matches(p, host)),
-        }
+        within(&self.hosts, host)
     }
 }
 
@@ -70,7 +67,10 @@ pub fn check(project: &str, file: &[MerchantFile]) -> Result<Vec<Merchant>, Conf
             .iter()
             .enumerate()
             .map(|(h, host)| {
-                host_pattern(host).ok_or_else(|| {
+                // A name with an empty label (`a..b`, a trailing dot) never equals a target's
+                // host, which the guard gives without its trailing dot: refused, not kept.
+                let empty_label = host.ends_with('.') || host.contains("..");
+                host_pattern(host).filter(|_| !empty_label).ok_or_else(|| {
                     invalid(format!("{key}.hosts[{h}]"), "a host name or `*.suffix`")
                 })
             })
@@ -117,6 +117,8 @@ mod tests {
         let bad = [
             ("[{id: acme, hosts: ['a b']}]", format!("{m}[0].hosts[0]: a host name or `*.suffix`")),
             ("[{id: acme, hosts: [a.test, 'x/y']}]", format!("{m}[0].hosts[1]: a host name")),
+            ("[{id: acme, hosts: [shop.acme.test.]}]", format!("{m}[0].hosts[0]: a host name")),
+            ("[{id: acme, hosts: ['a..test']}]", format!("{m}[0].hosts[0]: a host name")),
             ("[{id: acme, hosts: []}]", format!("{m}[0].hosts: must list at least one host")),
             ("[{id: acme, hosts: [a.test]}, {id: acme, hosts: [b.test]}]",
                 format!("{m}[1].id: duplicate merchant id `acme`")),

@@ -4,8 +4,7 @@
 //! with `--allow-origin` (default [`DEFAULT_ORIGINS`]) allowed to call the public role's
 //! routes; the browser checkout proxy on its own address with an interception CA in
 //! [`BROWSER_CA_DIR`] (made by the command line, which may use the browser proxy's code),
-//! and browser sessions for hosts of `localhost`; credentials bound to the merchant `acme` may
-//! go to 127.0.0.1. A second run reuses the keys, the CA and
+//! and browser sessions for hosts of `localhost`. A second run reuses the keys, the CA and
 //! the data.
 //!
 //! May import: `auth::mint`, `vault::master`, `secret`, `config`, `http`, `error`. Only the edge (the
@@ -131,9 +130,6 @@ pub fn prepare(
          \x20     passkeys: {{rp_id: localhost, origins: [{passkey_origins}]}}\n\
          \x20   # Browser sessions for checkout pages on localhost (the browser proxy below).\n\
          \x20   browser_checkout: {{allowed_hosts: [localhost], max_ttl: 1h}}\n\
-         \x20   # Credentials bound to merchant `acme` (a `merchant` mandate, an ACP allowance's\n\
-         \x20   # merchant_id) go to 127.0.0.1 only.\n\
-         \x20   merchants: [{{id: acme, hosts: [127.0.0.1]}}]\n\
          # The browser checkout proxy, with the interception CA made on the first run.\n\
          browser_proxy:\n\
          \x20 listen: {browser_proxy}\n\

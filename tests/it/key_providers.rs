@@ -803,8 +803,9 @@ fn kms_credentials_come_from_a_web_identity_token() {
     assert!(!log.contains("eyJ"), "the token was logged");
     drop(server);
 
-    // Without its token, or with half of web identity's settings, the start is refused,
-    // naming what is missing and never quoting the token.
+    // Without its token, or with the token file but no role, the start is refused, naming
+    // what is missing and never quoting the token; a role alone is not web identity (the
+    // chain goes on, and here finds nothing).
     moto.authentication(false);
     let config = key_config(keys.path(), &master_key);
     let mut missing = env.clone();
@@ -817,10 +818,7 @@ fn kms_credentials_come_from_a_web_identity_token() {
         "{said}"
     );
     let said = refused_start_with(&config, &env[1..]);
-    assert!(
-        said.contains("AWS_ROLE_ARN is set without AWS_WEB_IDENTITY_TOKEN_FILE"),
-        "{said}"
-    );
+    assert!(said.contains("no AWS credentials"), "{said}");
     let mut no_role = env.clone();
     no_role.remove(1);
     let said = refused_start_with(&config, &no_role);

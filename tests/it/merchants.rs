@@ -1,9 +1,10 @@
 //! Credentials bound to a merchant (the `merchant` mandate, ACP's `allowance.merchant_id`) on
-//! a `paycred serve --dev`, whose project lists `merchants: [{id: acme, hosts: [127.0.0.1]}]`:
-//! the proxy sends a bound credential to its merchant's hosts only and refuses any other host,
-//! or a merchant the project does not list, before the target sees anything; a browser session
-//! of a bound intent may ask only for the merchant's hosts; the sandbox issuer approves the
-//! merchant's own authorizations only.
+//! a `paycred serve --dev` whose project is given `merchants: [{id: acme, hosts: [127.0.0.1]}]`
+//! by a reload: the proxy sends a bound credential to its merchant's hosts only and refuses
+//! any other host, or a merchant the project does not list, before the target sees anything;
+//! ACP binds its tokens only where the project lists merchants, and refuses an allowance for
+//! one it does not list; a browser session of a bound intent may ask only for the merchant's
+//! hosts; the sandbox issuer approves the merchant's own authorizations only.
 
 use crate::acp::{assert_no_card, request, Acp, CVC, NUMBER};
 use crate::common::upstream::Upstream;
@@ -11,6 +12,32 @@ use crate::common::Reply;
 use serde_json::{json, Value};
 
 impl Acp {
+    /// A `serve --dev` whose project lists the merchant `acme` at 127.0.0.1, by a reload of
+    /// its configuration file.
+    fn with_merchants() -> Acp {
+        let acp = Acp::start();
+        let file = acp.dir.path().join("dev/paycred.yaml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let ceiling = "    browser_checkout: {allowed_hosts: [localhost], max_ttl: 1h}\n";
+        assert!(text.contains(ceiling), "{text}");
+        let text = text.replace(
+            ceiling,
+            &format!("{ceiling}    merchants: [{{id: acme, hosts: [127.0.0.1]}}]\n"),
+        );
+        std::fs::write(&file, text).unwrap();
+        crate::common::reload(&file);
+        // In effect once an allowance for a merchant it does not list is refused.
+        let mut tries = 0;
+        let reloaded = crate::common::eventually(std::time::Duration::from_secs(10), || {
+            tries += 1;
+            let mut body = request(NUMBER);
+            body["allowance"]["merchant_id"] = json!("nobody");
+            acp.delegate(&format!("k-reload-{tries}"), &body).status == 422
+        });
+        assert!(reloaded, "the merchants were not reloaded");
+        acp
+    }
+
     /// A REST call of the project `dev` with the fixture's token.
     fn rest(&self, method: &str, path: &str, body: &Value) -> Reply {
         let url = format!("http://{}/projects/dev{path}", self.listen);
@@ -59,7 +86,7 @@ fn assert_refused(r: &Reply, merchant: &str, host: &str) {
 
 #[test]
 fn an_acp_token_goes_to_its_merchants_hosts_only() {
-    let acp = Acp::start();
+    let acp = Acp::with_merchants();
     let target = Upstream::start();
     let vt = acp.vault_token("k-acme", "acme");
     let intent = acp.intent(&format!("pi_{}", &vt[3..]));
@@ -83,28 +110,46 @@ fn an_acp_token_goes_to_its_merchants_hosts_only() {
     assert!((200..300).contains(&r.status), "{}", r.text);
     assert_eq!(target.requests().len(), 1);
 
-    // A merchant the project does not list: refused toward any host.
-    let globex = acp.vault_token("k-globex", "globex");
-    let r = acp.pay(&globex, &target.url("/charges"));
-    assert_refused(&r, "globex", "127.0.0.1");
-    assert_eq!(
-        r.json["error"]["message"],
-        "The credential is bound to merchant globex, which this project's merchants do not \
-         list: it cannot go to 127.0.0.1."
-    );
-    assert_eq!(target.requests().len(), 1);
-
-    // A merchant id that cannot be a mandate's: ACP's 422, naming the field.
+    // An allowance for a merchant the project does not list: ACP's 422, nothing stored.
     let mut body = request(NUMBER);
-    body["allowance"]["merchant_id"] = json!("acme corp");
-    let r = acp.delegate("k-space", &body);
+    body["allowance"]["merchant_id"] = json!("globex");
+    let r = acp.delegate("k-globex", &body);
     assert_eq!(r.status, 422, "{}", r.text);
     assert_eq!(r.json["param"], "$.allowance.merchant_id", "{}", r.text);
+    assert_eq!(
+        r.json["message"],
+        "allowance.merchant_id is not one of this project's merchants"
+    );
+    assert_no_card(&r);
+}
+
+/// Without `merchants`, ACP binds nothing: its token goes wherever the project's proxy
+/// allows, and any `merchant_id` ACP allows is taken (echoed in the metadata).
+#[test]
+fn without_merchants_an_acp_token_is_not_bound() {
+    let acp = Acp::start();
+    let target = Upstream::start();
+    let mut body = request(NUMBER);
+    body["allowance"]["merchant_id"] = json!("Acme Corp (EU)");
+    let r = acp.delegate("k-free", &body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.json["metadata"]["merchant_id"], "Acme Corp (EU)",
+        "{}",
+        r.text
+    );
+    let vt = r.json["id"].as_str().unwrap().to_string();
+    let intent = acp.intent(&format!("pi_{}", &vt[3..]));
+    assert!(intent["mandates"].get("merchant").is_none(), "{intent}");
+    let port = target.url("").rsplit(':').next().unwrap().to_string();
+    let r = acp.pay(&vt, &format!("http://localhost:{port}/charges"));
+    assert!((200..300).contains(&r.status), "{}", r.text);
+    assert_eq!(target.requests().len(), 1);
 }
 
 #[test]
 fn a_rest_intent_bound_to_a_merchant() {
-    let acp = Acp::start();
+    let acp = Acp::with_merchants();
     let target = Upstream::start();
     let card = json!({"entityId": "user_1", "card": {"number": NUMBER, "expirationMonth": "11",
         "expirationYear": "2030", "cvc": CVC}});
@@ -131,6 +176,19 @@ fn a_rest_intent_bound_to_a_merchant() {
     );
     let r = create(json!([{"type": "merchant", "value": "ac me"}]));
     r.assert_error(400, "invalidRequest");
+    // A pan credential is the card itself (pan templates send it too): it cannot be bound.
+    let r = acp.rest(
+        "POST",
+        "/purchase-intents",
+        &json!({"credentialType": "pan", "paymentMethodId": pm,
+            "mandates": [{"type": "merchant", "value": "acme"}]}),
+    );
+    r.assert_error(400, "invalidRequest");
+    assert!(
+        r.json["error"]["details"]["fields"]["credentialType"].is_string(),
+        "{}",
+        r.text
+    );
 
     let r = create(json!([
         {"type": "maxAmount", "value": "50.00", "details": {"currency": "USD"}},
@@ -187,5 +245,17 @@ fn a_rest_intent_bound_to_a_merchant() {
     assert!(target.requests().is_empty());
     let r = acp.pay(&pm, &target.url("/charges"));
     assert!((200..300).contains(&r.status), "{}", r.text);
+    assert_eq!(target.requests().len(), 1);
+
+    // Bound to a merchant the project does not list: refused toward any host.
+    let r = create(json!([{"type": "merchant", "value": "globex"}]));
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = acp.pay(&pm, &target.url("/charges"));
+    assert_refused(&r, "globex", "127.0.0.1");
+    assert_eq!(
+        r.json["error"]["message"],
+        "The credential is bound to merchant globex, which this project's merchants do not \
+         list: it cannot go to 127.0.0.1."
+    );
     assert_eq!(target.requests().len(), 1);
 }

@@ -99,19 +99,9 @@ fn a_short_metrics_token_or_a_metrics_listener_on_the_public_address_is_refused(
     }
 }
 
-/// `paycred reload -c FILE`, asserting that it reached the server.
+/// `paycred reload` of the server's configuration file.
 fn reload(server: &Server) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
-        .args(["reload", "-c"])
-        .arg(&server.config_path)
-        .env_remove("PAYCRED_MASTER_KEY")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::reload(&server.config_path);
 }
 
 #[test]

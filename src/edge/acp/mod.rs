@@ -278,6 +278,22 @@ async fn delegate(
 ) -> Result<Response, AcpError> {
     let now = app.clock.now();
     let req = request::parse(body, now, purchase_intents::CREDENTIAL_LIFETIME)?;
+    // A project that lists its merchants binds each token to the allowance's merchant, which
+    // must be one of them (checked before anything is stored); one that lists none takes any
+    // `merchant_id` and binds nothing (the id is echoed in the metadata).
+    let bound = match app.config.project(&principal.project) {
+        Some(p) if !p.merchants.is_empty() => {
+            if p.merchant(&req.allowance.merchant_id).is_none() {
+                return Err(AcpError::field(
+                    422,
+                    "$.allowance.merchant_id",
+                    "is not one of this project's merchants",
+                ));
+            }
+            true
+        }
+        _ => false,
+    };
     let card = json!({
         "entityId": principal.entity,
         "card": {
@@ -299,16 +315,19 @@ async fn delegate(
     let a = &req.allowance;
     let amount = Decimal::new(a.max_amount, u32::from(a.currency.minor_units()));
     let expires_at = iso8601(a.expires_at);
+    let mut mandates = vec![
+        json!({"type": "maxAmount", "value": amount.to_string(),
+               "details": {"currency": a.currency.alpha()}}),
+        json!({"type": "usageLimit", "value": "1", "details": {"count": 1}}),
+        json!({"type": "expirationDate", "value": expires_at, "details": {"date": expires_at}}),
+    ];
+    if bound {
+        mandates.push(json!({"type": "merchant", "value": a.merchant_id}));
+    }
     let intent = json!({
         "credentialType": "virtual-card",
         "paymentMethodId": payment_method_id,
-        "mandates": [
-            {"type": "maxAmount", "value": amount.to_string(),
-             "details": {"currency": a.currency.alpha()}},
-            {"type": "usageLimit", "value": "1", "details": {"count": 1}},
-            {"type": "expirationDate", "value": expires_at, "details": {"date": expires_at}},
-            {"type": "merchant", "value": a.merchant_id},
-        ],
+        "mandates": mandates,
     });
     let rec = purchase_intents::issue(app, principal, intent.to_string().as_bytes())
         .await

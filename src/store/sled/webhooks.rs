@@ -21,7 +21,7 @@ use crate::store::{
 use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
 use sled::Transactional;
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 
 /// Names of the trees.
 pub const ALL: &str = "webhook_deliveries";
@@ -110,11 +110,12 @@ impl Deliveries {
         for (seq, project) in &markers {
             let targets: Vec<String> = match events::get(events_tree, project, *seq)? {
                 Some(found) => {
-                    if !of_project.contains_key(project.as_str()) {
-                        of_project.insert(project, endpoints(project)?);
-                    }
+                    let listed = match of_project.entry(project.as_str()) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(e) => e.insert(endpoints(project)?),
+                    };
                     let kind = found.event.kind;
-                    of_project[project.as_str()]
+                    listed
                         .iter()
                         .filter(|e| sends(e, &kind))
                         .map(|e| e.id.clone())

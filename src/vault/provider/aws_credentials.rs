@@ -173,7 +173,7 @@ fn shared_file() -> Result<Option<AwsCredentials>, String> {
 }
 
 /// The role's credentials for the web identity token of `AWS_WEB_IDENTITY_TOKEN_FILE`, from
-/// STS's `AssumeRoleWithWebIdentity`; `None` where neither it nor `AWS_ROLE_ARN` is set.
+/// STS's `AssumeRoleWithWebIdentity`; `None` where the token file is not set.
 fn web_identity(region: &str) -> Result<Option<AwsCredentials>, String> {
     const FILE: &str = "AWS_WEB_IDENTITY_TOKEN_FILE";
     let (file, role) = match (var(FILE), var("AWS_ROLE_ARN")) {
@@ -184,10 +184,11 @@ fn web_identity(region: &str) -> Result<Option<AwsCredentials>, String> {
                 "{FILE} is set without AWS_ROLE_ARN: web identity needs both"
             ))
         }
+        // As AWS's SDKs do: a role alone (set for other tools) is not web identity, and the
+        // chain goes on.
         (None, Some(_)) => {
-            return Err(format!(
-                "AWS_ROLE_ARN is set without {FILE}: web identity needs both"
-            ))
+            tracing::debug!("AWS_ROLE_ARN without {FILE}: web identity skipped");
+            return Ok(None);
         }
     };
     let source = format!("web identity ({FILE} {}, role {})", *file, *role);
@@ -209,8 +210,9 @@ fn web_identity(region: &str) -> Result<Option<AwsCredentials>, String> {
         |name| name.to_string(),
     );
     let endpoint = match var("AWS_ENDPOINT_URL_STS").or_else(|| var("AWS_ENDPOINT_URL")) {
-        Some(url) => crate::config::master_key::aws_endpoint(&url)
-            .map_err(|e| format!("{source}: the STS endpoint {}: {e}", *url))?,
+        Some(url) => crate::config::master_key::aws_endpoint(&url).map_err(|e| {
+            format!("{source}: the STS endpoint (AWS_ENDPOINT_URL_STS or AWS_ENDPOINT_URL): {e}")
+        })?,
         // The region paycred runs in (EKS sets AWS_REGION), whose STS a private cluster
         // reaches through its VPC endpoint; else the KMS key's.
         None => match var("AWS_REGION") {

@@ -899,6 +899,21 @@ impl Drop for DevServer {
     }
 }
 
+/// `paycred reload -c CONFIG`, asserting that it reached the server.
+pub fn reload(config: &Path) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_paycred"))
+        .args(["reload", "-c"])
+        .arg(config)
+        .env_remove("PAYCRED_MASTER_KEY")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Starts `paycred serve --dev` in `dir` on `listen` and `proxy`, and waits for its health.
 pub fn serve_dev(dir: &Path, listen: &str, proxy: &str) -> DevServer {
     let log = std::fs::File::create(dir.join("dev.log")).unwrap();
