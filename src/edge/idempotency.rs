@@ -14,6 +14,16 @@
 //!   is kept for replays. It follows the intent both ways: a create answered `verify` (no
 //!   credential yet) replays with the credential once the intent is verified, as GET would.
 //! - The same key with another request: 409 `conflict`.
+//! - A record keeps of its request only a fingerprint keyed per project ([`fingerprint`]:
+//!   HMAC-SHA256, `k1:` and hex), never a plain hash: a body may carry a card (a payment
+//!   method's create, ACP's delegate payment), and a plain hash of it could be searched offline
+//!   from a copy of the store (the IIN, last four and expiry leave a few million numbers to
+//!   try). The key is derived from the project's fingerprint key, which only a paycred with
+//!   the master key opens: every instance on the store derives the same, and data-key and
+//!   master-key rotations leave it as it is, so a replay matches on any instance at any time
+//!   within [`TTL`]. A fingerprint without a version (a plain SHA-256, as earlier releases
+//!   stored: [`legacy_fingerprint`]) is compared the plain way, so a replay across an
+//!   upgrade still matches; no record is written that way.
 //! - While the first request with a key is still running, another one with that key gets
 //!   409 `conflict` at once (it does not wait); the caller retries later and gets the replay.
 //! - Errors (4xx validation failures, 5xx) are not stored: the same key may be retried.
@@ -39,6 +49,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 
 /// How long a response is replayed.
 pub const TTL: Duration = Duration::from_secs(24 * 3600);
@@ -68,7 +79,20 @@ pub fn key_from(headers: &http::HeaderMap) -> ApiResult<Option<String>> {
 /// Keys whose first request is running.
 pub type InFlight = crate::app::InFlight<Vec<u8>>;
 
-pub(crate) fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+/// The fingerprint a record keeps of its request: keyed by the project's key
+/// ([`Vault::request_fingerprint`](crate::vault::Vault::request_fingerprint), `k1:…`).
+pub(crate) fn fingerprint(
+    app: &App,
+    project: &str,
+    (method, path, body): (&str, &str, &[u8]),
+) -> ApiResult<String> {
+    let parts: [&[u8]; 3] = [method.as_bytes(), path.as_bytes(), body];
+    Ok(app.vault.request_fingerprint(project, &parts)?)
+}
+
+/// The unkeyed fingerprint of records stored by earlier releases: SHA-256 (hex) of method,
+/// path and body joined by NUL bytes. Only compared with such records, never stored.
+pub(crate) fn legacy_fingerprint(method: &str, path: &str, body: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(method.as_bytes());
     h.update([0]);
@@ -76,6 +100,17 @@ pub(crate) fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
     h.update([0]);
     h.update(body);
     hex::encode(h.finalize())
+}
+
+/// Whether a stored fingerprint is this request's: a keyed one (`k1:…`) against `keyed`, in
+/// constant time; one without a version (a record of an earlier release, kept at most
+/// [`TTL`]) against the request's [`legacy_fingerprint`].
+fn same_request(stored: &str, keyed: &str, (method, path, body): (&str, &str, &[u8])) -> bool {
+    if stored.contains(':') {
+        stored.as_bytes().ct_eq(keyed.as_bytes()).into()
+    } else {
+        stored == legacy_fingerprint(method, path, body)
+    }
 }
 
 /// The intent id of a purchase-intent answer stored whole, as records were before
@@ -132,12 +167,11 @@ pub async fn run<F>(
 where
     F: Future<Output = ApiResult<Response>>,
 {
-    let (method, path, body) = request;
     let scope = Scope {
         project: &principal.project,
         entity: &principal.entity,
     };
-    let fp = fingerprint(method, path, body);
+    let fp = fingerprint(app, &principal.project, request)?;
     let Some(_held) = in_flight.enter(crate::store::sled::idempotency::key(scope, key)) else {
         return Err(in_progress());
     };
@@ -147,7 +181,7 @@ where
         .store
         .claim_idempotent(scope, key, now, lease_until)
         .await?;
-    let answer = run_claimed(app, principal, (&fp, path), key, claimed, execute).await;
+    let answer = run_claimed(app, principal, (&fp, request), key, claimed, execute).await;
     if claimed {
         if let Err(e) = app.store.release_idempotent(scope, key).await {
             tracing::warn!(error = %e, "releasing an Idempotency-Key (it lapses with its lease)");
@@ -160,7 +194,7 @@ where
 async fn run_claimed<F>(
     app: &App,
     principal: &Principal,
-    (fp, path): (&str, &str),
+    (fp, request): (&str, (&str, &str, &[u8])),
     key: &str,
     claimed: bool,
     execute: F,
@@ -172,14 +206,14 @@ where
         project: &principal.project,
         entity: &principal.entity,
     };
-    let fp = fp.to_string();
+    let path = request.1;
     let now = micros(app);
     if let Some(rec) = app.store.get_idempotent(scope, key, now).await? {
         let other_role = rec
             .role
             .as_deref()
             .is_some_and(|role| role != principal.role.as_str());
-        if rec.fingerprint != fp || other_role {
+        if !same_request(&rec.fingerprint, fp, request) || other_role {
             return Err(ApiError::new(ErrorKind::Conflict, REUSED));
         }
         let body = match &rec.body_sealed {
@@ -223,7 +257,7 @@ where
             ),
         };
         let rec = IdempotentRecord {
-            fingerprint: fp,
+            fingerprint: fp.to_string(),
             status: response.status,
             body_sealed,
             intent_id: response.intent.clone(),
@@ -284,31 +318,118 @@ mod tests {
 
     #[test]
     fn fingerprints_cover_method_path_and_body() {
-        let a = fingerprint("POST", "/p", b"{}");
-        assert_eq!(a, fingerprint("POST", "/p", b"{}"));
-        assert_ne!(a, fingerprint("POST", "/q", b"{}"));
-        assert_ne!(a, fingerprint("POST", "/p", b"{ }"));
-        assert_ne!(a, fingerprint("PUT", "/p", b"{}"));
+        let a = legacy_fingerprint("POST", "/p", b"{}");
+        assert_eq!(a, legacy_fingerprint("POST", "/p", b"{}"));
+        assert_ne!(a, legacy_fingerprint("POST", "/q", b"{}"));
+        assert_ne!(a, legacy_fingerprint("POST", "/p", b"{ }"));
+        assert_ne!(a, legacy_fingerprint("PUT", "/p", b"{}"));
     }
 
-    /// A create answered through `Idempotency-Key`: status, body, and whether it was a replay.
-    async fn create_once(env: &Env, p: &Principal, key: &str, req: &str) -> (u16, Value, bool) {
-        let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
+    /// `execute` answered through `Idempotency-Key` as the POST of `req` to `route` under
+    /// the project: status, body, and whether it was a replay.
+    async fn run_once(
+        app: &App,
+        p: &Principal,
+        (key, route, req): (&str, &str, &str),
+        execute: impl Future<Output = ApiResult<Response>>,
+    ) -> (u16, Value, bool) {
+        let path = format!("/projects/{PAN_PROJECT}/{route}");
         let in_flight = super::InFlight::default();
-        let r = super::run(
-            &env.app,
-            &in_flight,
-            p,
-            ("POST", &path, req.as_bytes()),
-            key,
-            create(&env.app, p, req.as_bytes()),
-        )
-        .await;
+        let request = ("POST", path.as_str(), req.as_bytes());
+        let r = super::run(app, &in_flight, p, request, key, execute).await;
         let replayed = r
             .as_ref()
             .is_ok_and(|r| r.headers.iter().any(|(n, _)| *n == "Idempotent-Replayed"));
         let (status, v) = reply(r);
         (status, v, replayed)
+    }
+
+    /// A payment-method create (a card in its body) answered through `Idempotency-Key`.
+    async fn add_card_once(app: &App, p: &Principal, key: &str, req: &str) -> (u16, Value, bool) {
+        let execute = payment_methods::create(app, p, req.as_bytes());
+        run_once(app, p, (key, "payment-methods", req), execute).await
+    }
+
+    #[tokio::test]
+    async fn a_card_bearing_request_is_kept_only_as_a_keyed_fingerprint() {
+        let env = env();
+        let p = private("user_1");
+        let req = json!({"entityId": "user_1", "card": {"number": VISA,
+            "expirationMonth": "12", "expirationYear": "2031", "cvc": "123"}})
+        .to_string();
+        let path = format!("/projects/{PAN_PROJECT}/payment-methods");
+        let (status, first, replayed) = add_card_once(&env.app, &p, "new", &req).await;
+        assert_eq!((status, replayed), (201, false), "{first}");
+
+        let sc = scope(PAN_PROJECT, "user_1");
+        let now = micros(env.app.clock.now());
+        let stored = env.app.store.get_idempotent(sc, "new", now).await.unwrap();
+        let stored = stored.unwrap();
+        let plain = legacy_fingerprint("POST", &path, req.as_bytes());
+        let keyed = stored.fingerprint.starts_with("k1:") && !stored.fingerprint.contains(&plain);
+        assert!(keyed, "not keyed: {}", stored.fingerprint);
+        assert_eq!(
+            Ok(stored.fingerprint.clone()),
+            fingerprint(&env.app, PAN_PROJECT, ("POST", &path, req.as_bytes()))
+                .map_err(|e| e.status())
+        );
+
+        // A record of an earlier release: the plain SHA-256, compared as such until it expires.
+        let legacy = IdempotentRecord {
+            fingerprint: plain,
+            body_sealed: Some(
+                env.app
+                    .vault
+                    .seal(PAN_PROJECT, &aad(&p, "old"), first.to_string().as_bytes())
+                    .unwrap(),
+            ),
+            ..stored
+        };
+        env.app
+            .store
+            .put_idempotent(sc, "old", &legacy)
+            .await
+            .unwrap();
+
+        // The same request replays both; another card conflicts with both.
+        let other = req.replace(VISA, "5555555555554444");
+        for key in ["new", "old"] {
+            let (status, v, replayed) = add_card_once(&env.app, &p, key, &req).await;
+            assert_eq!((status, &v, replayed), (201, &first, true), "{key}");
+            assert_eq!(
+                add_card_once(&env.app, &p, key, &other).await.0,
+                409,
+                "{key}"
+            );
+        }
+
+        // A data-key rotation leaves the fingerprint key alone; another instance on the store
+        // (a fresh vault) derives the same key: both still replay.
+        env.app.vault.rotate_data_key(PAN_PROJECT).unwrap();
+        let master = crate::vault::master::MasterKey::from_hex(&"42".repeat(32)).unwrap();
+        let vault = crate::vault::Vault::new(
+            master,
+            env.app.store.clone(),
+            std::time::Duration::from_secs(3600),
+        );
+        let instance = App::new(
+            (*env.app.config).clone(),
+            env.app.store.clone(),
+            std::sync::Arc::new(vault),
+            env.clock.clone(),
+        );
+        for app in [&*env.app, &instance] {
+            for key in ["new", "old"] {
+                let (status, v, replayed) = add_card_once(app, &p, key, &req).await;
+                assert_eq!((status, &v, replayed), (201, &first, true), "{key}");
+            }
+        }
+    }
+
+    /// A create answered through `Idempotency-Key`: status, body, and whether it was a replay.
+    async fn create_once(env: &Env, p: &Principal, key: &str, req: &str) -> (u16, Value, bool) {
+        let execute = create(&env.app, p, req.as_bytes());
+        run_once(&env.app, p, (key, "purchase-intents", req), execute).await
     }
 
     #[tokio::test]
@@ -328,7 +449,7 @@ mod tests {
         let path = format!("/projects/{PAN_PROJECT}/purchase-intents");
         let now = micros(env.app.clock.now());
         let legacy = crate::store::IdempotentRecord {
-            fingerprint: super::fingerprint("POST", &path, req.as_bytes()),
+            fingerprint: super::legacy_fingerprint("POST", &path, req.as_bytes()),
             status: 201,
             body_sealed: Some(
                 env.app

@@ -345,7 +345,9 @@ pub enum TokenTake {
 /// The first response to an idempotent request.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct IdempotentRecord {
-    /// SHA-256 (hex) of method, path and body of the first request.
+    /// The first request's method, path and body under a keyed hash (`k1:` and hex: see
+    /// `edge::idempotency::fingerprint`); a plain SHA-256 (hex) in records of earlier
+    /// releases.
     pub fingerprint: String,
     /// HTTP status of the first response.
     pub status: u16,

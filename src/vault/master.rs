@@ -201,7 +201,7 @@ impl MasterKey {
 }
 
 /// HMAC-SHA256(`key`, `context`).
-fn derive(key: &KeyMaterial, context: &str) -> KeyMaterial {
+pub(super) fn derive(key: &KeyMaterial, context: &str) -> KeyMaterial {
     use hmac::{Hmac, Mac};
     // A 32-byte key is zero-padded to SHA-256's block by HMAC's definition; padding it
     // here avoids the fallible `new_from_slice`.

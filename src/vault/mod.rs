@@ -5,7 +5,9 @@
 //!   ([`provider`]): with those, the key that opens the root key never leaves the HSM or KMS,
 //!   the host keeps the root key only wrapped by it, and no request calls the HSM or KMS.
 //! - Each project has a keyring (stored wrapped): data-encryption keys with ids (the current
-//!   one seals new values; older ones still open old values) and a fingerprint key.
+//!   one seals new values; older ones still open old values) and a fingerprint key, which
+//!   keys card numbers' fingerprints and, through a key derived from it, the fingerprints
+//!   idempotency records keep of their requests ([`Vault::request_fingerprint`]).
 //! - Values are AES-256-GCM sealed with an `aad` that names their place (project, record,
 //!   field), so a ciphertext moved elsewhere does not open.
 //! - CVCs use [`cvc::CvcKeyring`]: short-lived keys from a ratchet kept in the store, destroyed
@@ -74,10 +76,16 @@ struct KeyringFile {
 
 struct Keyring {
     fingerprint_key: KeyMaterial,
+    /// Derived from the fingerprint key ([`REQUEST_FINGERPRINT_CONTEXT`]).
+    request_key: KeyMaterial,
     /// Data keys by id, expanded once.
     data_keys: HashMap<String, SealKey>,
     current: String,
 }
+
+/// What the key of [`Vault::request_fingerprint`] is derived under from the project's
+/// fingerprint key; its `v1` is the `k1:` its fingerprints begin with.
+const REQUEST_FINGERPRINT_CONTEXT: &str = "paycred idempotency fingerprint v1";
 
 /// How long a keyring (or client keyset) loaded from the store is used before it is compared
 /// with the store's again: a key another process rotated in a shared store seals new values
@@ -216,6 +224,7 @@ impl Vault {
             return Err(VaultError::Corrupt("keyring current key"));
         }
         Ok(Keyring {
+            request_key: master::derive(&fingerprint_key, REQUEST_FINGERPRINT_CONTEXT),
             fingerprint_key,
             data_keys,
             current: file.current.clone(),
@@ -398,6 +407,29 @@ impl Vault {
             .map_err(|_| VaultError::Crypto)?;
         mac.update(number.expose().as_bytes());
         Ok(hex::encode(&mac.finalize().into_bytes()[..16]))
+    }
+
+    /// Keyed HMAC-SHA256 of a request's `parts` (joined by NUL bytes), per project: `k1:`
+    /// and 256 bits in hex. What an idempotency record keeps of the request it answered, so
+    /// that a copy of the store cannot be searched for a card the request carried. The key is
+    /// derived from the project's fingerprint key, which every instance on the store opens
+    /// alike, data-key rotation leaves alone and master-key rotation only wraps again: the
+    /// same request fingerprints the same on every instance for as long as the project lives.
+    pub fn request_fingerprint(
+        &self,
+        project: &str,
+        parts: &[&[u8]],
+    ) -> Result<String, VaultError> {
+        let ring = self.keyring(project)?;
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(ring.request_key.expose())
+            .map_err(|_| VaultError::Crypto)?;
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                mac.update(&[0]);
+            }
+            mac.update(part);
+        }
+        Ok(format!("k1:{}", hex::encode(mac.finalize().into_bytes())))
     }
 
     /// Seals a CVC stored at `now_secs` under the short-lived key of that time's bucket (the
@@ -647,6 +679,33 @@ mod tests {
     }
 
     #[test]
+    fn request_fingerprints_are_keyed_per_project_and_need_the_master_key() {
+        use sha2::Digest;
+        let (_dir, store, v) = fresh();
+        let request: [&[u8]; 3] = [b"POST", b"/projects/p1/payment-methods", b"{\"n\":1}"];
+        let fp = v.request_fingerprint("p1", &request).unwrap();
+        let plain = hex::encode(sha2::Sha256::digest(request.join(&0u8)));
+        assert_eq!(fp.len(), "k1:".len() + 64);
+        assert!(fp.starts_with("k1:"), "{fp}");
+        assert!(!fp.contains(&plain), "not the plain hash");
+        assert_eq!(fp, v.request_fingerprint("p1", &request).unwrap());
+        // Another instance on the store (or a restart) computes the same.
+        let other = vault(&store, "42");
+        assert_eq!(fp, other.request_fingerprint("p1", &request).unwrap());
+        // Another project, another key; another request, another fingerprint.
+        assert_ne!(fp, v.request_fingerprint("p2", &request).unwrap());
+        let another: [&[u8]; 3] = [b"POST", b"/projects/p1/payment-methods", b"{\"n\":2}"];
+        assert_ne!(fp, v.request_fingerprint("p1", &another).unwrap());
+        // The store without its master key computes nothing.
+        assert!(vault(&store, "43")
+            .request_fingerprint("p1", &request)
+            .is_err());
+        // Not the card-number fingerprint's key either.
+        let key = v.keyring("p1").unwrap();
+        assert_ne!(key.request_key.expose(), key.fingerprint_key.expose());
+    }
+
+    #[test]
     fn a_rotated_data_key_seals_new_values_and_the_old_ones_still_open() {
         let (_dir, store, v) = fresh();
         let old = v.seal("p1", "a", b"4242424242424242").unwrap();
@@ -683,6 +742,11 @@ mod tests {
             restarted
                 .fingerprint("p1", &"4242424242424242".into())
                 .unwrap()
+        );
+        let request: [&[u8]; 3] = [b"POST", b"/p", b"{}"];
+        assert_eq!(
+            v.request_fingerprint("p1", &request).unwrap(),
+            restarted.request_fingerprint("p1", &request).unwrap()
         );
     }
 }

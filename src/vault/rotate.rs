@@ -186,6 +186,8 @@ mod tests {
         let cvc = old.seal_cvc("pm/1/cvc", &"123".into(), t0).unwrap();
         let jwk = old.client_public_key("p1").unwrap();
         let sandbox = old.sandbox_secret();
+        let request: [&[u8]; 3] = [b"POST", b"/projects/p1/payment-methods", b"{}"];
+        let request_fp = old.request_fingerprint("p1", &request).unwrap();
         let before = store.load_keyring("p1").unwrap();
 
         // A vault of the new key alone does not start on the old key's store.
@@ -218,6 +220,7 @@ mod tests {
         );
         assert_eq!(new.client_public_key("p1").unwrap(), jwk);
         assert_eq!(new.sandbox_secret(), sandbox);
+        assert_eq!(new.request_fingerprint("p1", &request).unwrap(), request_fp);
         // And the old key alone no longer opens anything.
         let old_again = Vault::new(key("11"), store.clone(), Duration::from_secs(3600));
         assert!(old_again.check_master_key(["p1"]).is_err());

@@ -252,3 +252,76 @@ fn concurrent_requests_with_one_key_execute_once() {
     assert_eq!(replay.status, 201);
     assert!(ids.contains(replay.json["id"].as_str().unwrap()));
 }
+
+#[test]
+fn a_card_bearing_request_is_kept_as_a_keyed_fingerprint_and_replays_after_a_data_key_rotation() {
+    use paycred::store::{IdempotentRecord, Scope};
+    use sha2::Digest;
+    use std::time::Duration;
+    let mut server = Server::start();
+    let t = server.token("user_1", "private");
+    let body = card_body("user_1", VISA, CVC);
+    let first = post(&server, &t, &pm_path(), "pm", &body);
+    assert_eq!(first.status, 201, "{}", first.text);
+    server.stop(false);
+
+    // Read back through the store: no plain SHA-256 of the request is kept.
+    let plain = hex::encode(sha2::Sha256::digest(
+        [
+            b"POST".as_slice(),
+            pm_path().as_bytes(),
+            body.to_string().as_bytes(),
+        ]
+        .join(&0u8),
+    ));
+    let config = paycred::config::Config::load(&server.config_path).unwrap();
+    let master = paycred::vault::master::MasterKey::from_hex(&server.master_key).unwrap();
+    let store = paycred::store::open_with(&config, master.head_keys()).unwrap();
+    let vault = paycred::vault::Vault::new(master, store.clone(), Duration::from_secs(3600));
+    let scope = Scope {
+        project: PROJECT,
+        entity: "user_1",
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let stored: IdempotentRecord = rt
+        .block_on(store.get_idempotent(scope, "pm", 0))
+        .unwrap()
+        .unwrap();
+    assert!(
+        stored.fingerprint.starts_with("k1:"),
+        "{}",
+        stored.fingerprint
+    );
+    assert!(
+        !stored.fingerprint.contains(&plain),
+        "a searchable hash is stored"
+    );
+
+    // A record as an earlier release stored it: the plain SHA-256 of the same request.
+    let aad = |key: &str| format!("idem/{PROJECT}/user_1/{key}");
+    let answer = vault
+        .open(PROJECT, &aad("pm"), stored.body_sealed.as_ref().unwrap())
+        .unwrap();
+    let legacy = IdempotentRecord {
+        fingerprint: plain,
+        body_sealed: Some(vault.seal(PROJECT, &aad("legacy"), &answer).unwrap()),
+        ..stored
+    };
+    rt.block_on(store.put_idempotent(scope, "legacy", &legacy))
+        .unwrap();
+    drop((vault, store));
+
+    // A data-key rotation, then both replay (the legacy one too) and another card conflicts.
+    project_cli(&server, &["data-key", "rotate"]);
+    server.restart();
+    let t = server.token("user_1", "private");
+    let other = card_body("user_1", MASTERCARD, CVC);
+    for key in ["pm", "legacy"] {
+        let again = post(&server, &t, &pm_path(), key, &body);
+        assert_eq!((again.status, &again.text), (201, &first.text), "{key}");
+        assert_eq!(again.header("Idempotent-Replayed"), Some("true"), "{key}");
+        post(&server, &t, &pm_path(), key, &other).assert_error(409, "conflict");
+    }
+}
