@@ -532,16 +532,7 @@ kms.create_alias(AliasName="alias/paycred", TargetKeyId=first)
 print(json.dumps({"id": key["AccessKeyId"], "secret": key["SecretAccessKey"],
                   "key": first, "other": other}))
 "#;
-        let out = Command::new(&self.python)
-            .args(["-c", script, &self.endpoint])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "boto3: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let made: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let made: Value = serde_json::from_slice(&self.boto3(script)).unwrap();
         self.authentication(true);
         KmsSetup {
             access_key_id: made["id"].as_str().unwrap().to_string(),
@@ -583,6 +574,14 @@ iam.put_role_policy(RoleName="paycred-irsa", PolicyName="kms", PolicyDocument=js
      "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}))
 print(arn)
 "#;
+        String::from_utf8_lossy(&self.boto3(script))
+            .trim()
+            .to_string()
+    }
+
+    /// Runs the Python `script` (boto3) with this server's endpoint as its argument: its
+    /// output.
+    fn boto3(&self, script: &str) -> Vec<u8> {
         let out = Command::new(&self.python)
             .args(["-c", script, &self.endpoint])
             .output()
@@ -592,7 +591,7 @@ print(arn)
             "boto3: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        out.stdout
     }
 
     /// `master_key:` on the KMS key `key_id` of this server, the ciphertext in `dir`.
