@@ -146,6 +146,11 @@ pub fn build_server(
         grace_period_seconds: Some(config.server.grace_period.as_secs()),
         graceful_shutdown_timeout_seconds: Some(config.server.graceful_shutdown_timeout.as_secs()),
         upstream_keepalive_pool_size: config.server.upstream_keepalive_pool_size,
+        // One worker thread has nobody to steal from; without stealing, pingora runs it as a
+        // current-thread runtime, which runs woken tasks in order: an HTTP/2 connection's task
+        // then runs after the stream tasks that are ready, and sends their answers in one
+        // write instead of one each (docs/performance.md).
+        work_stealing: config.server.threads > 1,
         pid_file: pid_file(&config).display().to_string(),
         upgrade_sock: config
             .data_dir
